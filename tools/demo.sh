@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Sets everything up (tools/setup.sh) and runs the main job on what the repository ships: for now
+# the shared attention layer's demo, which checks itself and writes its attention maps as a PNG.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+"$ROOT/tools/setup.sh"
+"$ROOT/build/attnzoo" version
+echo
+"$ROOT/build/attnzoo" demo --png "$ROOT/build/attention_demo.png"

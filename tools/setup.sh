@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Sets up everything attnzoo needs on Debian 12 and builds it into build/.
+#
+#   tools/setup.sh [--no-build] [--build-dir DIR] [--build-type Release|Debug|RelWithDebInfo]
+#
+# 1. Debian packages (only the missing ones are installed; needs root or sudo).
+# 2. A Python venv with the pins of tools/requirements.txt, kept outside the checkout in
+#    ${XDG_CACHE_HOME:-~/.cache}/attnzoo/venv-<hash of the pins>, so every clone on this machine
+#    (CI included) reuses it. pip's own cache makes a rebuilt venv cheap.
+# 3. CMake + Ninja configure (ccache on) and an incremental build.
+# Idempotent: a re-run on a ready machine only checks and re-builds what changed.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR="$ROOT/build"
+BUILD_TYPE=Release
+DO_BUILD=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-build) DO_BUILD=0 ;;
+    --build-dir) BUILD_DIR=$(realpath -m "$2"); shift ;;
+    --build-type) BUILD_TYPE=$2; shift ;;
+    -h | --help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+say() { printf '[setup] %s\n' "$*"; }
+
+# --- 1. Debian packages -------------------------------------------------------------------------
+APT_PACKAGES=(
+  g++ cmake ninja-build ccache pkg-config git python3 python3-venv python3-dev
+  libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
+  libsndfile1-dev libsoxr-dev libyaml-cpp-dev
+  libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev
+  clang libclang-rt-14-dev
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing Debian packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  apt_log=$(mktemp)
+  if ! { $SUDO apt-get update -qq && \
+         $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$apt_log" 2>&1; then
+    cat "$apt_log" >&2
+    echo "setup.sh: installing Debian packages failed (log above)" >&2
+    exit 1
+  fi
+  rm -f "$apt_log"
+else
+  say "Debian packages: all ${#APT_PACKAGES[@]} present"
+fi
+
+# --- 2. Python venv keyed by the pins -----------------------------------------------------------
+PYTHON=${ATTNZOO_BASE_PYTHON:-python3}
+REQS="$ROOT/tools/requirements.txt"
+key=$({ "$PYTHON" -c 'import sys; print(sys.version)'; cat "$REQS"; } | sha256sum | cut -c1-12)
+CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/attnzoo"
+VENV="$CACHE_ROOT/venv-$key"
+if [ ! -f "$VENV/.attnzoo-complete" ]; then
+  say "creating venv $VENV from tools/requirements.txt (a few minutes, once per set of pins)"
+  mkdir -p "$CACHE_ROOT"
+  rm -rf "$VENV" # an interrupted earlier attempt: start over (pip's cache keeps the downloads)
+  "$PYTHON" -m venv "$VENV"
+  # Plain progress lines rather than bars: this is often read from a log.
+  "$VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q -r "$REQS"
+  touch "$VENV/.attnzoo-complete"
+else
+  say "venv ready: $VENV"
+fi
+VPY="$VENV/bin/python"
+TORCH_PREFIX=$("$VPY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+
+# --- 3. Configure and build ---------------------------------------------------------------------
+[ "$DO_BUILD" -eq 1 ] || { say "skipping the build (--no-build)"; exit 0; }
+cached_python=""
+if [ -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  cached_python=$(sed -n 's/^ATTNZOO_PYTHON:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
+fi
+if [ ! -f "$BUILD_DIR/build.ninja" ] || [ "$cached_python" != "$VPY" ]; then
+  say "configuring $BUILD_DIR ($BUILD_TYPE)"
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja \
+    -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
+    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
+    -DATTNZOO_PYTHON="$VPY" \
+    ${ATTNZOO_CMAKE_ARGS:-}
+fi
+# Two cores and LibTorch's heavy headers: more than two jobs only adds memory pressure.
+JOBS=${ATTNZOO_JOBS:-$(nproc)}
+say "building with $JOBS jobs"
+cmake --build "$BUILD_DIR" -j "$JOBS"
+say "done: $BUILD_DIR/attnzoo"
