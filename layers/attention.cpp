@@ -1,0 +1,212 @@
+#include "layers/attention.h"
+
+#include "layers/init.h"
+
+#include <torch/nn/init.h>
+
+#include <cmath>
+
+namespace attnzoo {
+namespace {
+
+constexpr const char* kWho = "MultiheadAttention";
+
+// Xavier-uniform on rows [begin, begin + rows) of `weight`, as if that slice were its own layer
+// (fan_out = rows): the fused projection must initialise like separate q, k, v layers.
+void xavier_uniform_rows(const torch::Tensor& weight, int64_t begin, int64_t rows) {
+  const double fan_in = static_cast<double>(weight.size(1));
+  const double bound = std::sqrt(6.0 / (fan_in + static_cast<double>(rows)));
+  weight.narrow(0, begin, rows).uniform_(-bound, bound);
+}
+
+void zero_bias(const torch::nn::Linear& layer) {
+  if (layer->bias.defined()) layer->bias.zero_();
+}
+
+}  // namespace
+
+MultiheadAttentionImpl::MultiheadAttentionImpl(MultiheadAttentionOptions options_)
+    : options(std::move(options_)) {
+  reset();
+}
+
+void MultiheadAttentionImpl::reset() {
+  const auto& o = options;
+  TORCH_CHECK_VALUE(o.embed_dim() > 0, kWho, ": embed_dim must be > 0, got ", o.embed_dim());
+  TORCH_CHECK_VALUE(o.num_heads() > 0, kWho, ": num_heads must be > 0, got ", o.num_heads());
+  TORCH_CHECK_VALUE(o.head_dim() >= 0, kWho,
+                    ": head_dim must be >= 0 (0 = embed_dim / num_heads), got ", o.head_dim());
+  if (o.head_dim() == 0) {
+    TORCH_CHECK_VALUE(o.embed_dim() % o.num_heads() == 0, kWho, ": embed_dim ", o.embed_dim(),
+                      " is not divisible by num_heads ", o.num_heads(),
+                      "; choose another num_heads or set head_dim explicitly");
+    head_dim_ = o.embed_dim() / o.num_heads();
+  } else {
+    head_dim_ = o.head_dim();
+  }
+  TORCH_CHECK_VALUE(o.kv_dim() >= 0, kWho, ": kv_dim must be >= 0, got ", o.kv_dim());
+  TORCH_CHECK_VALUE(o.cross_attention() || o.kv_dim() == 0, kWho, ": kv_dim ", o.kv_dim(),
+                    " is set but cross_attention is off");
+  TORCH_CHECK_VALUE(o.attn_drop() >= 0.0 && o.attn_drop() < 1.0, kWho,
+                    ": attn_drop must lie in [0, 1), got ", o.attn_drop());
+  TORCH_CHECK_VALUE(o.proj_drop() >= 0.0 && o.proj_drop() < 1.0, kWho,
+                    ": proj_drop must lie in [0, 1), got ", o.proj_drop());
+  TORCH_CHECK_VALUE(!o.scale() || (std::isfinite(*o.scale()) && *o.scale() > 0.0), kWho,
+                    ": scale must be finite and > 0, got ", o.scale() ? *o.scale() : 0.0);
+  TORCH_CHECK_VALUE(o.init() == "trunc_normal" || o.init() == "xavier_qk" || o.init() == "jax",
+                    kWho, ": unknown init '", o.init(),
+                    "'; expected trunc_normal, xavier_qk or jax");
+  set_backend(o.backend());
+
+  const int64_t inner = inner_dim();
+  const auto linear = [](int64_t in, int64_t out, bool bias) {
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+  };
+  if (o.cross_attention()) {
+    const int64_t kv_dim = o.kv_dim() > 0 ? o.kv_dim() : o.embed_dim();
+    q = register_module("q", linear(o.embed_dim(), inner, o.qkv_bias()));
+    kv = register_module("kv", linear(kv_dim, 2 * inner, o.qkv_bias()));
+  } else {
+    qkv = register_module("qkv", linear(o.embed_dim(), 3 * inner, o.qkv_bias()));
+  }
+  if (o.qk_norm()) {
+    const auto norm_options = torch::nn::LayerNormOptions({head_dim_}).eps(o.norm_eps());
+    q_norm = register_module("q_norm", torch::nn::LayerNorm(norm_options));
+    k_norm = register_module("k_norm", torch::nn::LayerNorm(norm_options));
+  }
+  proj = register_module("proj", linear(inner, o.embed_dim(), o.proj_bias()));
+  proj_drop = register_module("proj_drop", torch::nn::Dropout(o.proj_drop()));
+  reset_parameters();
+}
+
+void MultiheadAttentionImpl::reset_parameters() {
+  torch::NoGradGuard no_grad;
+  const int64_t inner = inner_dim();
+  const auto& scheme = options.init();
+  // The projections as (layer, row offset, rows) slices: q, k, v in that order.
+  struct Slice {
+    torch::nn::Linear layer;
+    int64_t begin;
+  };
+  const std::vector<Slice> slices =
+      options.cross_attention() ? std::vector<Slice>{{q, 0}, {kv, 0}, {kv, inner}}
+                                : std::vector<Slice>{{qkv, 0}, {qkv, inner}, {qkv, 2 * inner}};
+  if (scheme == "trunc_normal") {
+    for (auto* layer : {&qkv, &q, &kv, &proj}) {
+      if (!*layer) continue;
+      init::trunc_normal_((*layer)->weight, 0.0, 0.02);
+      zero_bias(*layer);
+    }
+  } else {
+    // xavier_qk (the design notes' advice) and jax differ only in v: a small normal draw keeps
+    // the initial values close to zero there, whereas JAX's ViT draws v like q and k.
+    xavier_uniform_rows(slices[0].layer->weight, slices[0].begin, inner);
+    xavier_uniform_rows(slices[1].layer->weight, slices[1].begin, inner);
+    if (scheme == "xavier_qk") {
+      slices[2].layer->weight.narrow(0, slices[2].begin, inner).normal_(0.0, options.v_init_std());
+    } else {
+      xavier_uniform_rows(slices[2].layer->weight, slices[2].begin, inner);
+    }
+    torch::nn::init::xavier_uniform_(proj->weight);
+    for (auto* layer : {&qkv, &q, &kv, &proj}) {
+      if (*layer) zero_bias(*layer);
+    }
+  }
+  for (auto* norm : {&q_norm, &k_norm}) {
+    if (*norm) (*norm)->reset_parameters();
+  }
+}
+
+void MultiheadAttentionImpl::set_backend(const std::string& backend) {
+  if (!is_attention_backend(backend)) {
+    std::string known = "auto";
+    for (const auto& name : attention_backend_names()) known += ", " + name;
+    TORCH_CHECK_VALUE(false, kWho, ": unknown attention backend '", backend,
+                      "'; known backends: ", known);
+  }
+  options.backend(backend);
+}
+
+void MultiheadAttentionImpl::pretty_print(std::ostream& stream) const {
+  stream << "attnzoo::MultiheadAttention(embed_dim=" << options.embed_dim()
+         << ", num_heads=" << options.num_heads() << ", head_dim=" << head_dim_
+         << (options.cross_attention() ? ", cross_attention" : "")
+         << ", backend=" << options.backend() << ")";
+}
+
+torch::Tensor MultiheadAttentionImpl::forward(const torch::Tensor& x, const AttentionMask& mask) {
+  return run(x, torch::Tensor(), mask, /*need_weights=*/false).output;
+}
+
+torch::Tensor MultiheadAttentionImpl::forward_cross(const torch::Tensor& query,
+                                                    const torch::Tensor& memory,
+                                                    const AttentionMask& mask) {
+  TORCH_CHECK_VALUE(memory.defined(), kWho, ": forward_cross needs a memory tensor");
+  return run(query, memory, mask, /*need_weights=*/false).output;
+}
+
+AttentionOutput MultiheadAttentionImpl::forward_with_weights(const torch::Tensor& query,
+                                                             const torch::Tensor& memory,
+                                                             const AttentionMask& mask) {
+  auto result = run(query, memory, mask, /*need_weights=*/true);
+  return {result.output, result.weights};
+}
+
+AttentionResult MultiheadAttentionImpl::run(const torch::Tensor& query, const torch::Tensor& memory,
+                                            const AttentionMask& mask, bool need_weights) {
+  const auto& o = options;
+  const int64_t heads = o.num_heads();
+  const int64_t e = head_dim_;
+  const int64_t inner = inner_dim();
+  TORCH_CHECK_VALUE(query.defined() && query.dim() == 3 && query.size(2) == o.embed_dim(), kWho,
+                    ": query must be [B, L, embed_dim = ", o.embed_dim(), "], got ",
+                    query.defined() ? shape_string(query.sizes()) : "an undefined tensor");
+  TORCH_CHECK_VALUE(query.is_floating_point(), kWho, ": query must be floating point, got ",
+                    query.scalar_type());
+  const int64_t batch = query.size(0);
+  const int64_t query_len = query.size(1);
+
+  AttentionProblem problem;
+  if (o.cross_attention()) {
+    const int64_t kv_dim = o.kv_dim() > 0 ? o.kv_dim() : o.embed_dim();
+    TORCH_CHECK_VALUE(memory.defined(), kWho,
+                      ": this layer is a cross-attention layer; call forward_cross(query, memory)");
+    TORCH_CHECK_VALUE(memory.dim() == 3 && memory.size(2) == kv_dim, kWho,
+                      ": memory must be [B, S, kv_dim = ", kv_dim, "], got ",
+                      shape_string(memory.sizes()));
+    TORCH_CHECK_VALUE(memory.size(0) == batch, kWho, ": batch mismatch: query has B = ", batch,
+                      ", memory has B = ", memory.size(0));
+    const int64_t key_len = memory.size(1);
+    // [B, L, H·E] -> [B, H, L, E] and [B, S, 2·H·E] -> 2 × [B, H, S, E], all views.
+    problem.query = q(query).view({batch, query_len, heads, e}).transpose(1, 2);
+    auto kv_heads = kv(memory).view({batch, key_len, 2, heads, e}).permute({2, 0, 3, 1, 4});
+    problem.key = kv_heads[0];
+    problem.value = kv_heads[1];
+  } else {
+    TORCH_CHECK_VALUE(!memory.defined(), kWho,
+                      ": this layer is a self-attention layer; set cross_attention(true) in its "
+                      "options to attend to a memory sequence");
+    // [B, L, 3·H·E] -> 3 × [B, H, L, E], all views of the one projection output.
+    auto qkv_heads = qkv(query).view({batch, query_len, 3, heads, e}).permute({2, 0, 3, 1, 4});
+    problem.query = qkv_heads[0];
+    problem.key = qkv_heads[1];
+    problem.value = qkv_heads[2];
+  }
+  if (q_norm) {
+    problem.query = q_norm(problem.query);
+    problem.key = k_norm(problem.key);
+  }
+  problem.mask = mask;
+  problem.scale = o.scale() ? *o.scale() : 1.0 / std::sqrt(static_cast<double>(e));
+  problem.dropout_p = is_training() ? o.attn_drop() : 0.0;
+  problem.need_weights = need_weights;
+
+  auto result =
+      scaled_dot_product_attention(std::move(problem), need_weights ? "math" : o.backend());
+  // [B, H, L, E] -> [B, L, H·E]
+  auto merged = result.output.transpose(1, 2).reshape({batch, query_len, inner});
+  result.output = proj_drop(proj(merged));
+  return result;
+}
+
+}  // namespace attnzoo

@@ -1,0 +1,112 @@
+// Multi-head attention (Vaswani et al. 2017, "Attention Is All You Need", section 3.2.2), the one
+// attention layer that both ViT and Conformer are built on.
+//
+// Self-attention projects q, k and v with one fused [3·H·E, D] linear layer (timm's `qkv`) and
+// splits its output into heads by views; cross-attention projects the queries with `q` and the
+// keys and values with one fused [2·H·E, D_kv] layer `kv`. The attention itself runs on a backend
+// chosen by name (attention_backend.h): `math`, `sdpa`, or `auto`.
+#pragma once
+
+#include "layers/attention_backend.h"
+#include "layers/attention_mask.h"
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/any_module_holder.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include <optional>
+#include <string>
+
+namespace attnzoo {
+
+struct MultiheadAttentionOptions {
+  MultiheadAttentionOptions(int64_t embed_dim, int64_t num_heads)
+      : embed_dim_(embed_dim), num_heads_(num_heads) {}
+
+  // Model width D: input and output feature size.
+  TORCH_ARG(int64_t, embed_dim);
+  TORCH_ARG(int64_t, num_heads);
+  // Per-head width E; 0 = embed_dim / num_heads (which must then divide evenly).
+  TORCH_ARG(int64_t, head_dim) = 0;
+  // Cross-attention: queries from one sequence, keys and values from another of width kv_dim
+  // (0 = embed_dim). Self-attention otherwise.
+  TORCH_ARG(bool, cross_attention) = false;
+  TORCH_ARG(int64_t, kv_dim) = 0;
+  // Biases of the q/k/v projection(s) and of the output projection.
+  TORCH_ARG(bool, qkv_bias) = true;
+  TORCH_ARG(bool, proj_bias) = true;
+  // LayerNorm over head_dim on q and k before the product (timm's qk_norm; ViT-22B).
+  TORCH_ARG(bool, qk_norm) = false;
+  TORCH_ARG(double, norm_eps) = 1e-6;
+  // Scores scale; std::nullopt = 1/sqrt(head_dim).
+  TORCH_ARG(std::optional<double>, scale) = std::nullopt;
+  // Dropout on the attention probabilities and after the output projection (training only).
+  TORCH_ARG(double, attn_drop) = 0.0;
+  TORCH_ARG(double, proj_drop) = 0.0;
+  // "auto", "math", "sdpa", or any registered backend (attention_backend_names()).
+  TORCH_ARG(std::string, backend) = "auto";
+  // Parameter initialisation: "trunc_normal" (timm: std 0.02, zero biases), "xavier_qk"
+  // (Xavier-uniform q and k, normal(0, v_init_std) v, Xavier-uniform output, zero biases) or "jax"
+  // (Xavier-uniform on each of q, k, v and the output, zero biases).
+  TORCH_ARG(std::string, init) = "trunc_normal";
+  TORCH_ARG(double, v_init_std) = 0.02;
+};
+
+// What forward_with_weights returns.
+struct AttentionOutput {
+  torch::Tensor output;   // [B, L, D]
+  torch::Tensor weights;  // [B, H, L, S], per-head probabilities (before dropout)
+};
+
+class MultiheadAttentionImpl : public torch::nn::Cloneable<MultiheadAttentionImpl> {
+ public:
+  MultiheadAttentionImpl(int64_t embed_dim, int64_t num_heads)
+      : MultiheadAttentionImpl(MultiheadAttentionOptions(embed_dim, num_heads)) {}
+  explicit MultiheadAttentionImpl(MultiheadAttentionOptions options);
+
+  void reset() override;
+  // Re-draws every parameter with options.init().
+  void reset_parameters();
+  void pretty_print(std::ostream& stream) const override;
+
+  // Self-attention. x: [B, L, D] -> [B, L, D]
+  torch::Tensor forward(const torch::Tensor& x, const AttentionMask& mask = {});
+  // Cross-attention. query: [B, L, D], memory: [B, S, kv_dim] -> [B, L, D]
+  // (A name of its own: LibTorch's module holder cannot call an overloaded forward.)
+  torch::Tensor forward_cross(const torch::Tensor& query, const torch::Tensor& memory,
+                              const AttentionMask& mask = {});
+  // Either (memory undefined = self-attention), with per-head probabilities [B, H, L, S]. Runs
+  // on the math backend, whatever options.backend() says, as only it materialises them.
+  AttentionOutput forward_with_weights(const torch::Tensor& query, const torch::Tensor& memory = {},
+                                       const AttentionMask& mask = {});
+
+  // The per-head width E and the total projected width H·E.
+  int64_t head_dim() const { return head_dim_; }
+  int64_t inner_dim() const { return head_dim_ * options.num_heads(); }
+  // Switches the backend of a built layer (e.g. from a YAML override); validated.
+  void set_backend(const std::string& backend);
+
+  MultiheadAttentionOptions options;
+
+  // Self-attention: qkv [3·H·E, D]. Cross-attention: q [H·E, D] and kv [2·H·E, kv_dim].
+  torch::nn::Linear qkv{nullptr};
+  torch::nn::Linear q{nullptr};
+  torch::nn::Linear kv{nullptr};
+  torch::nn::LayerNorm q_norm{nullptr};  // over E, when qk_norm
+  torch::nn::LayerNorm k_norm{nullptr};
+  torch::nn::Linear proj{nullptr};  // [D, H·E]
+  torch::nn::Dropout proj_drop{nullptr};
+
+ private:
+  AttentionResult run(const torch::Tensor& query, const torch::Tensor& memory,
+                      const AttentionMask& mask, bool need_weights);
+
+  int64_t head_dim_ = 0;
+};
+
+TORCH_MODULE(MultiheadAttention);
+
+}  // namespace attnzoo
