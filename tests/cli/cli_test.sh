@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# cli_test.sh CASE ATTNZOO_BINARY: runs one scenario and checks its exit status and output.
+set -u
+case_name=$1
+bin=$2
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+run() { # run EXPECTED_STATUS ARGS...: runs the binary, keeps stdout/stderr, checks the status
+  local expected=$1
+  shift
+  "$bin" "$@" >"$out/stdout" 2>"$out/stderr"
+  local status=$?
+  if [ "$status" -ne "$expected" ]; then
+    echo "FAIL: attnzoo $* exited $status, expected $expected"
+    sed 's/^/  stdout: /' "$out/stdout"
+    sed 's/^/  stderr: /' "$out/stderr"
+    exit 1
+  fi
+}
+expect() { # expect FILE REGEX: FILE (stdout|stderr) must match REGEX
+  if ! grep -Eq -- "$2" "$out/$1"; then
+    echo "FAIL: $1 does not match /$2/:"
+    sed 's/^/  /' "$out/$1"
+    exit 1
+  fi
+}
+lines() { # lines FILE N: FILE has exactly N lines
+  local n
+  n=$(wc -l <"$out/$1")
+  [ "$n" -eq "$2" ] || { echo "FAIL: $1 has $n lines, expected $2"; cat "$out/$1"; exit 1; }
+}
+
+case "$case_name" in
+  version)
+    run 0 version
+    expect stdout '^attnzoo [0-9]+\.[0-9]+\.[0-9]+$'
+    expect stdout '^LibTorch 2\.11\.0'
+    expect stdout '^LibTorch CUDA build: (no|CUDA [0-9]+\.[0-9]+); CUDA devices: (none|[0-9]+)$'
+    expect stdout '^CUDA kernels: '
+    expect stdout '^OpenCV 4\.'
+    expect stdout '^libsndfile-1\.'
+    expect stdout '^libsoxr-0\.'
+    expect stdout '^yaml-cpp 0\.'
+    ;;
+  models)
+    run 0 models
+    expect stdout 'no models registered'
+    ;;
+  unknown_command)
+    run 2 frobnicate
+    lines stderr 1
+    expect stderr "^attnzoo: unknown command 'frobnicate'"
+    ;;
+  bad_flag)
+    run 2 version --no-such-flag
+    lines stderr 1
+    expect stderr '^attnzoo: .*--no-such-flag'
+    ;;
+  missing_subcommand)
+    run 2
+    lines stderr 1
+    expect stderr '^attnzoo: .*subcommand'
+    ;;
+  help)
+    run 0 --help
+    expect stdout 'version'
+    expect stdout 'models'
+    expect stdout 'demo'
+    ;;
+  demo)
+    run 0 demo --length 32 --dim 64 --heads 4 --png "$out/map.png"
+    expect stdout 'all checks passed'
+    expect stdout 'backend sdpa: max \|out - math\|'
+    # A real PNG: the signature, then an IHDR chunk.
+    head -c 16 "$out/map.png" | od -An -tx1 | tr -d ' \n' | grep -q '^89504e470d0a1a0a0000000d49484452' ||
+      { echo "FAIL: $out/map.png is not a PNG"; exit 1; }
+    ;;
+  demo_bad_value)
+    run 1 demo --dim 30 --heads 4
+    lines stderr 1
+    expect stderr '^attnzoo demo: --heads must divide --dim'
+    run 2 demo --length abc
+    expect stderr '--length'
+    ;;
+  *)
+    echo "unknown case $case_name"
+    exit 1
+    ;;
+esac
+echo "PASS: $case_name"

@@ -1,0 +1,55 @@
+// `attnzoo version`: what this binary was built with and what it finds at run time.
+#include "tools/cli/commands.h"
+
+#include "kernels/ops.h"
+
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <sndfile.h>
+#include <soxr.h>
+#include <torch/cuda.h>
+#include <torch/headeronly/version.h>
+#include <opencv2/core/utility.hpp>
+
+#include <iostream>
+#include <sstream>
+
+namespace attnzoo::cli {
+namespace {
+
+std::string cuda_summary() {
+  std::ostringstream out;
+  out << "LibTorch CUDA build: ";
+  try {
+    // Throws when this LibTorch has no CUDA library loaded (a CPU-only build).
+    const long version = at::detail::getCUDAHooks().versionCUDART();
+    out << "CUDA " << version / 1000 << "." << (version % 1000) / 10;
+  } catch (const c10::Error&) {
+    out << "no";
+  }
+  const auto devices = torch::cuda::device_count();
+  out << "; CUDA devices: " << (devices > 0 ? std::to_string(devices) : std::string("none"));
+  return out.str();
+}
+
+int run_version() {
+  std::cout << "attnzoo " << ATTNZOO_VERSION << "\n"
+            << "LibTorch " << TORCH_VERSION << "\n"
+            << cuda_summary() << "\n"
+            << kernels::build_info() << "\n"
+            << "OpenCV " << cv::getVersionString() << " (headers " << ATTNZOO_OPENCV_VERSION
+            << ")\n"
+            << sf_version_string() << "\n"
+            << soxr_version() << "\n"
+            << "yaml-cpp " << ATTNZOO_YAML_CPP_VERSION << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Command add_version_command(CLI::App& app) {
+  auto* sub = app.add_subcommand(
+      "version", "Print the versions of attnzoo, LibTorch, CUDA and the frontend libraries");
+  return {sub, run_version};
+}
+
+}  // namespace attnzoo::cli
