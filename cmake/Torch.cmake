@@ -46,6 +46,11 @@ else()
   set(ATTNZOO_TORCH_HAS_CUDA OFF)
   set(Torch_VERSION "unknown")
 endif()
+# libtorch.so of the PyPI wheel exports its own (statically linked) copy of std::filesystem, which
+# precedes libstdc++ in the search order of anything linked against it and crashes there
+# (std::filesystem::remove_all jumps to address 0). Naming libstdc++ ahead of every object and
+# library puts the system's implementation first.
+target_link_options(attnzoo_torch INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
 add_library(attnzoo::torch ALIAS attnzoo_torch)
 
 # The CUDA decision.
