@@ -74,6 +74,9 @@ void MultiheadAttentionImpl::reset() {
     q_norm = register_module("q_norm", torch::nn::LayerNorm(norm_options));
     k_norm = register_module("k_norm", torch::nn::LayerNorm(norm_options));
   }
+  if (o.head_gating()) {
+    head_gate = register_module("head_gate", linear(o.embed_dim(), o.num_heads(), true));
+  }
   proj = register_module("proj", linear(inner, o.embed_dim(), o.proj_bias()));
   proj_drop = register_module("proj_drop", torch::nn::Dropout(o.proj_drop()));
   reset_parameters();
@@ -112,6 +115,11 @@ void MultiheadAttentionImpl::reset_parameters() {
       if (*layer) zero_bias(*layer);
     }
   }
+  if (head_gate) {
+    // Zero logits: uniform gates, so a freshly built gated layer computes what an ungated one does.
+    head_gate->weight.zero_();
+    head_gate->bias.zero_();
+  }
   for (auto* norm : {&q_norm, &k_norm}) {
     if (*norm) (*norm)->reset_parameters();
   }
@@ -131,7 +139,8 @@ void MultiheadAttentionImpl::pretty_print(std::ostream& stream) const {
   stream << "attnzoo::MultiheadAttention(embed_dim=" << options.embed_dim()
          << ", num_heads=" << options.num_heads() << ", head_dim=" << head_dim_
          << (options.cross_attention() ? ", cross_attention" : "")
-         << ", backend=" << options.backend() << ")";
+         << (options.head_gating() ? ", head_gating" : "") << ", backend=" << options.backend()
+         << ")";
 }
 
 torch::Tensor MultiheadAttentionImpl::forward(const torch::Tensor& x, const AttentionMask& mask) {
@@ -148,11 +157,33 @@ torch::Tensor MultiheadAttentionImpl::forward_cross(const torch::Tensor& query,
 AttentionOutput MultiheadAttentionImpl::forward_with_weights(const torch::Tensor& query,
                                                              const torch::Tensor& memory,
                                                              const AttentionMask& mask) {
-  auto result = run(query, memory, mask, /*need_weights=*/true);
-  return {result.output, result.weights};
+  return run(query, memory, mask, /*need_weights=*/true);
 }
 
-AttentionResult MultiheadAttentionImpl::run(const torch::Tensor& query, const torch::Tensor& memory,
+torch::Tensor MultiheadAttentionImpl::head_gates(const torch::Tensor& query,
+                                                 const torch::Tensor& memory,
+                                                 const AttentionMask& mask) {
+  torch::Tensor pooled;  // [B, D]
+  // In self-attention the key padding describes the query sequence too: pool its valid positions
+  // only, so that padding does not change the gates (the design notes' x.mean(1) would).
+  std::optional<torch::Tensor> valid;
+  if (!memory.defined() && (mask.key_lengths().defined() || mask.key_padding_mask().defined())) {
+    const int64_t length = query.size(1);
+    valid = AttentionMask()
+                .key_lengths(mask.key_lengths())
+                .key_padding_mask(mask.key_padding_mask())
+                .allowed(length, length, query.device());
+  }
+  if (valid) {
+    const auto weights = valid->view({query.size(0), query.size(1), 1}).to(query.scalar_type());
+    pooled = (query * weights).sum(1) / weights.sum(1).clamp_min(1.0);
+  } else {
+    pooled = query.mean(1);
+  }
+  return torch::softmax(head_gate(pooled), -1);
+}
+
+AttentionOutput MultiheadAttentionImpl::run(const torch::Tensor& query, const torch::Tensor& memory,
                                             const AttentionMask& mask, bool need_weights) {
   const auto& o = options;
   const int64_t heads = o.num_heads();
@@ -200,11 +231,32 @@ AttentionResult MultiheadAttentionImpl::run(const torch::Tensor& query, const to
   problem.scale = o.scale() ? *o.scale() : 1.0 / std::sqrt(static_cast<double>(e));
   problem.dropout_p = is_training() ? o.attn_drop() : 0.0;
   problem.need_weights = need_weights;
+  problem.options = o.backend_options();
 
-  auto result =
+  if (need_weights && o.backend() != "math") {
+    // The probabilities come from math, under the mask that makes it compute what the configured
+    // backend computes (block_local: its pattern); an approximation has none to show.
+    auto as_configured = problem;
+    as_configured.need_weights = false;
+    const auto equivalent =
+        select_attention_backend(o.backend(), as_configured).math_equivalent(as_configured);
+    TORCH_CHECK_VALUE(equivalent, kWho, ": backend '", o.backend(),
+                      "' approximates softmax attention and has no attention probabilities to "
+                      "return (need_weights)");
+    problem.mask = *equivalent;
+  }
+  const auto attended =
       scaled_dot_product_attention(std::move(problem), need_weights ? "math" : o.backend());
+  AttentionOutput result;
+  result.weights = attended.weights;
+  auto heads_out = attended.output;  // [B, H, L, E]
+  if (head_gate) {
+    result.head_gates = head_gates(query, memory, mask);
+    heads_out =
+        heads_out * (static_cast<double>(heads) * result.head_gates).view({batch, heads, 1, 1});
+  }
   // [B, H, L, E] -> [B, L, H·E]
-  auto merged = result.output.transpose(1, 2).reshape({batch, query_len, inner});
+  auto merged = heads_out.transpose(1, 2).reshape({batch, query_len, inner});
   result.output = proj_drop(proj(merged));
   return result;
 }

@@ -46,8 +46,15 @@ struct MultiheadAttentionOptions {
   // Dropout on the attention probabilities and after the output projection (training only).
   TORCH_ARG(double, attn_drop) = 0.0;
   TORCH_ARG(double, proj_drop) = 0.0;
-  // "auto", "math", "sdpa", or any registered backend (attention_backend_names()).
+  // "auto", "math", "sdpa", "chunked", "block_local", "linear", or any registered backend
+  // (attention_backend_names()), and the settings of those that take any.
   TORCH_ARG(std::string, backend) = "auto";
+  TORCH_ARG(AttentionBackendOptions, backend_options) = {};
+  // Dynamic head gating: per-sample softmax gates over the heads, computed from the mean of the
+  // query sequence over its valid positions by a linear layer `head_gate` [H, D], scale each head's
+  // output before the output projection. Gates are multiplied by H so that uniform gates leave the
+  // layer unchanged; `head_gate` starts at zero, i.e. uniform.
+  TORCH_ARG(bool, head_gating) = false;
   // Parameter initialisation: "trunc_normal" (timm: std 0.02, zero biases), "xavier_qk"
   // (Xavier-uniform q and k, normal(0, v_init_std) v, Xavier-uniform output, zero biases) or "jax"
   // (Xavier-uniform on each of q, k, v and the output, zero biases).
@@ -57,8 +64,9 @@ struct MultiheadAttentionOptions {
 
 // What forward_with_weights returns.
 struct AttentionOutput {
-  torch::Tensor output;   // [B, L, D]
-  torch::Tensor weights;  // [B, H, L, S], per-head probabilities (before dropout)
+  torch::Tensor output;      // [B, L, D]
+  torch::Tensor weights;     // [B, H, L, S], per-head probabilities (before dropout)
+  torch::Tensor head_gates;  // [B, H], softmax gates (sum to 1) when head_gating, else undefined
 };
 
 class MultiheadAttentionImpl : public torch::nn::Cloneable<MultiheadAttentionImpl> {
@@ -97,12 +105,16 @@ class MultiheadAttentionImpl : public torch::nn::Cloneable<MultiheadAttentionImp
   torch::nn::Linear kv{nullptr};
   torch::nn::LayerNorm q_norm{nullptr};  // over E, when qk_norm
   torch::nn::LayerNorm k_norm{nullptr};
-  torch::nn::Linear proj{nullptr};  // [D, H·E]
+  torch::nn::Linear head_gate{nullptr};  // [H, D], when head_gating
+  torch::nn::Linear proj{nullptr};       // [D, H·E]
   torch::nn::Dropout proj_drop{nullptr};
 
  private:
-  AttentionResult run(const torch::Tensor& query, const torch::Tensor& memory,
+  AttentionOutput run(const torch::Tensor& query, const torch::Tensor& memory,
                       const AttentionMask& mask, bool need_weights);
+  // Softmax gates [B, H] from the mean of query [B, L, D] over its valid positions.
+  torch::Tensor head_gates(const torch::Tensor& query, const torch::Tensor& memory,
+                           const AttentionMask& mask);
 
   int64_t head_dim_ = 0;
 };

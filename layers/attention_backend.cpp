@@ -33,6 +33,9 @@ void add_locked(Registry& registry, std::unique_ptr<AttentionBackend> backend) {
 void register_builtin_attention_backends(Registry& registry) {
   add_locked(registry, make_math_attention_backend());
   add_locked(registry, make_sdpa_attention_backend());
+  add_locked(registry, make_chunked_attention_backend());
+  add_locked(registry, make_block_local_attention_backend());
+  add_locked(registry, make_linear_attention_backend());
 }
 
 Registry& registry() {
@@ -73,6 +76,13 @@ bool is_attention_backend(const std::string& name) {
   return name == "auto" || r.backends.count(name) > 0;
 }
 
+bool is_exact_attention_backend(const std::string& name) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const auto it = r.backends.find(name);
+  return name == "auto" || (it != r.backends.end() && it->second->exact());
+}
+
 const AttentionBackend& select_attention_backend(const std::string& requested,
                                                  const AttentionProblem& problem) {
   auto& r = registry();
@@ -80,6 +90,7 @@ const AttentionBackend& select_attention_backend(const std::string& requested,
   if (requested == "auto") {
     std::ostringstream reasons;
     for (const auto* b : r.by_priority) {
+      if (!b->exact()) continue;
       const std::string why = b->unsupported_reason(problem);
       if (why.empty()) return *b;
       reasons << "\n  " << b->name() << ": " << why;
@@ -131,6 +142,12 @@ AttentionResult scaled_dot_product_attention(AttentionProblem problem, const std
                     ": dropout must lie in [0, 1), got ", problem.dropout_p);
   TORCH_CHECK_VALUE(std::isfinite(problem.scale) && problem.scale >= 0.0, who,
                     ": scale must be finite and >= 0 (0 = 1/sqrt(head_dim)), got ", problem.scale);
+  const auto& bo = problem.options;
+  TORCH_CHECK_VALUE(bo.chunk_size() >= 1, who, ": chunk_size must be >= 1, got ", bo.chunk_size());
+  TORCH_CHECK_VALUE(bo.block_size() >= 1, who, ": block_size must be >= 1, got ", bo.block_size());
+  TORCH_CHECK_VALUE(bo.window() >= 0, who, ": window must be >= 0, got ", bo.window());
+  TORCH_CHECK_VALUE(bo.global_tokens() >= 0, who, ": global_tokens must be >= 0, got ",
+                    bo.global_tokens());
   if (problem.scale == 0.0) problem.scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   problem.mask.validate(problem.batch(), problem.heads(), problem.query_len(), problem.key_len(),
                         who);

@@ -2,6 +2,10 @@
 // fully masked rows, awkward sizes and dtypes.
 #include "attention_test_util.h"
 
+#include "layers/attention_block_local.h"
+
+#include <gmock/gmock.h>
+
 #include <cmath>
 #include <limits>
 
@@ -225,7 +229,7 @@ TEST_F(Backends, AutoPicksSdpaButMathForWeights) {
   p.need_weights = true;
   EXPECT_EQ(select_attention_backend("auto", p).name(), "math");
   const auto names = attention_backend_names();
-  EXPECT_EQ(names, (std::vector<std::string>{"sdpa", "math"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"sdpa", "chunked", "math", "block_local", "linear"}));
 }
 
 TEST_F(Backends, LayerBackendsAgreeWithQkNormAndExplicitHeadDim) {
@@ -244,6 +248,21 @@ TEST_F(Backends, LayerBackendsAgreeWithQkNormAndExplicitHeadDim) {
   EXPECT_LE(max_abs_diff(a, b), 1e-5);
   // Batch entry 2 has no keys: attention yields zeros, so the layer yields the projection bias.
   EXPECT_LE(max_abs_diff(a[2], math->proj->bias.expand({11, 48})), 1e-6);
+}
+
+TEST_F(Backends, WeightsFollowTheConfiguredBackendsPattern) {
+  const auto options = AttentionBackendOptions().block_size(3).window(1);
+  MultiheadAttention layer(
+      MultiheadAttentionOptions(16, 2).backend("block_local").backend_options(options));
+  const auto x = torch::randn({2, 8, 16});
+  const auto mask = AttentionMask().key_lengths(torch::tensor({8L, 5L}));
+  const auto with_weights = layer->forward_with_weights(x, {}, mask);
+  EXPECT_LE(max_abs_diff(with_weights.output, layer(x, mask)), 1e-5);
+  const auto outside = block_local_pattern(8, options).logical_not();
+  EXPECT_EQ((with_weights.weights * outside).abs().max().item<double>(), 0.0);
+  layer->set_backend("linear");
+  EXPECT_THAT(testing::error_message([&] { layer->forward_with_weights(x); }),
+              ::testing::HasSubstr("no attention probabilities"));
 }
 
 TEST_F(Backends, DropoutActsInTrainingOnlyAndWeightsArePreDropout) {

@@ -1,0 +1,69 @@
+#include "layers/transformer_parts.h"
+
+#include <torch/nn/functional/activation.h>
+
+namespace attnzoo {
+
+MlpImpl::MlpImpl(MlpOptions options_) : options(std::move(options_)) { reset(); }
+
+void MlpImpl::reset() {
+  const auto& o = options;
+  TORCH_CHECK_VALUE(o.in_features() > 0 && o.hidden_features() > 0 && o.out_features() >= 0,
+                    "Mlp: feature sizes must be positive, got in ", o.in_features(), ", hidden ",
+                    o.hidden_features(), ", out ", o.out_features());
+  TORCH_CHECK_VALUE(o.activation() == "gelu" || o.activation() == "gelu_tanh",
+                    "Mlp: unknown activation '", o.activation(), "'; expected gelu or gelu_tanh");
+  const int64_t out = o.out_features() > 0 ? o.out_features() : o.in_features();
+  fc1 = register_module(
+      "fc1", torch::nn::Linear(
+                 torch::nn::LinearOptions(o.in_features(), o.hidden_features()).bias(o.bias())));
+  fc2 = register_module(
+      "fc2", torch::nn::Linear(torch::nn::LinearOptions(o.hidden_features(), out).bias(o.bias())));
+  drop = register_module("drop", torch::nn::Dropout(o.drop()));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  auto h = torch::gelu(fc1(x), options.activation() == "gelu_tanh" ? "tanh" : "none");
+  return drop(fc2(drop(h)));
+}
+
+void LayerScaleImpl::reset() {
+  gamma = register_parameter("gamma", torch::full({dim_}, init_values_));
+}
+
+PatchEmbedImpl::PatchEmbedImpl(PatchEmbedOptions options_) : options(std::move(options_)) {
+  reset();
+}
+
+void PatchEmbedImpl::reset() {
+  const auto& o = options;
+  TORCH_CHECK_VALUE(o.in_chans() > 0 && o.embed_dim() > 0 && o.patch_size() > 0,
+                    "PatchEmbed: sizes must be positive, got in_chans ", o.in_chans(),
+                    ", embed_dim ", o.embed_dim(), ", patch_size ", o.patch_size());
+  proj = register_module("proj", torch::nn::Conv2d(torch::nn::Conv2dOptions(
+                                                       o.in_chans(), o.embed_dim(), o.patch_size())
+                                                       .stride(o.patch_size())
+                                                       .bias(o.bias())));
+}
+
+torch::Tensor PatchEmbedImpl::forward(const torch::Tensor& images) {
+  const int64_t p = options.patch_size();
+  TORCH_CHECK_VALUE(images.dim() == 4 && images.size(1) == options.in_chans(),
+                    "PatchEmbed: images must be [B, C = ", options.in_chans(), ", H, W], got ",
+                    images.sizes());
+  TORCH_CHECK_VALUE(images.size(2) % p == 0 && images.size(3) % p == 0, "PatchEmbed: image size ",
+                    images.size(2), "x", images.size(3), " is not a multiple of the patch size ",
+                    p);
+  return proj(images).permute({0, 2, 3, 1});
+}
+
+torch::Tensor drop_path(const torch::Tensor& x, double p, bool training) {
+  if (!training || p <= 0.0) return x;
+  TORCH_CHECK_VALUE(p < 1.0, "drop_path: probability must be < 1, got ", p);
+  std::vector<int64_t> shape(x.dim(), 1);
+  shape[0] = x.size(0);
+  const auto keep = torch::empty(shape, x.options()).bernoulli_(1.0 - p);
+  return x * keep / (1.0 - p);
+}
+
+}  // namespace attnzoo
