@@ -20,5 +20,6 @@ struct Command {
 Command add_version_command(CLI::App& app);
 Command add_models_command(CLI::App& app);
 Command add_demo_command(CLI::App& app);
+Command add_bench_command(CLI::App& app);
 
 }  // namespace attnzoo::cli

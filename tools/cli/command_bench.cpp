@@ -1,0 +1,77 @@
+// `attnzoo bench`: cost benchmarks. `bench attention` measures the attention backends' time and
+// peak memory against sequence length (bench_attention.h); `bench memcheck` checks that the peak
+// memory those figures rest on is really measured.
+#include "tools/cli/bench_attention.h"
+#include "tools/cli/commands.h"
+
+#include <memory>
+
+namespace attnzoo::cli {
+
+Command add_bench_command(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks: cost of the attention backends");
+  bench->require_subcommand(1, 1);
+
+  auto o = std::make_shared<AttentionBenchOptions>();
+  auto* attention = bench->add_subcommand(
+      "attention",
+      "Time and peak memory of each attention backend against sequence length N, next to the "
+      "design notes' cost table, with fitted N^k exponents");
+  attention
+      ->add_option("--backends", o->backends,
+                   "comma-separated backends to measure (default: every registered backend)")
+      ->delimiter(',');
+  attention->add_option("--lengths", o->lengths, "comma-separated sequence lengths N")
+      ->delimiter(',')
+      ->capture_default_str();
+  attention->add_option("--batch", o->batch, "batch size B")->capture_default_str();
+  attention->add_option("--heads", o->heads, "number of heads H")->capture_default_str();
+  attention->add_option("--dim", o->dim, "model width d_model (head_dim = dim / heads)")
+      ->capture_default_str();
+  attention->add_option("--dtype", o->dtype, "fp32, bf16, fp16 or fp64")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp64"}))
+      ->capture_default_str();
+  attention->add_option("--device", o->device, "cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  attention->add_flag("--backward", o->backward,
+                      "time forward + backward (gradient of sum(out * g) w.r.t. q, k, v)");
+  attention->add_flag("--causal", o->causal, "causal mask");
+  attention->add_flag("--padding", o->padding,
+                      "key padding: batch entries 0, 2, ... keep 75% of their keys");
+  attention->add_option("--repeats", o->repeats, "timed calls per (backend, N); median and min")
+      ->capture_default_str();
+  attention->add_option("--warmup", o->warmup, "untimed calls before them")->capture_default_str();
+  attention
+      ->add_option("--max-memory-gb", o->max_memory_gb,
+                   "skip a (backend, N) whose predicted peak memory exceeds this")
+      ->capture_default_str();
+  attention
+      ->add_option("--max-seconds", o->max_seconds,
+                   "once a call takes longer, skip larger N for that backend")
+      ->capture_default_str();
+  attention->add_option("--threads", o->threads, "CPU threads (0: LibTorch's default)")
+      ->capture_default_str();
+  attention->add_option("--seed", o->seed, "seed of the random inputs")->capture_default_str();
+  attention->add_option("--chunk-size", o->chunk_size, "chunked backend: chunk size")
+      ->capture_default_str();
+  attention->add_option("--block-size", o->block_size, "block_local backend: block size")
+      ->capture_default_str();
+  attention->add_option("--window", o->window, "block_local backend: keys on each side of a block")
+      ->capture_default_str();
+  attention->add_option("--json", o->json, "write every measurement and the machine to this file");
+  attention->add_option("--plot", o->plot,
+                        "write time and peak memory against N (log-log) to this PNG");
+
+  auto megabytes = std::make_shared<int64_t>(100);
+  auto* memcheck = bench->add_subcommand(
+      "memcheck", "Check that peak-memory tracking sees LibTorch's CPU allocations");
+  memcheck->add_option("--mb", *megabytes, "size of the test tensor in MiB")->capture_default_str();
+
+  return {bench, [o, megabytes, attention] {
+            if (attention->parsed()) return run_attention_bench(*o);
+            return run_memory_tracking_check(*megabytes);
+          }};
+}
+
+}  // namespace attnzoo::cli

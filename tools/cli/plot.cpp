@@ -1,0 +1,342 @@
+#include "tools/cli/plot.h"
+
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <set>
+#include <stdexcept>
+
+namespace attnzoo::cli {
+namespace {
+
+constexpr int kFont = cv::FONT_HERSHEY_SIMPLEX;
+constexpr double kTextScale = 0.5;
+const cv::Scalar kBlack(0, 0, 0);
+const cv::Scalar kGrid(225, 225, 225);
+const cv::Scalar kAxis(90, 90, 90);
+
+bool drawable(double x, double y) { return std::isfinite(x) && std::isfinite(y) && x > 0 && y > 0; }
+
+// Compact tick labels: 0.5, 2, 512, 16384, 1e+06 -> "1e6".
+std::string tick_label(double v) {
+  char buffer[32];
+  if (v >= 1e5 || v < 1e-3) {
+    const int exponent = static_cast<int>(std::floor(std::log10(v) + 1e-9));
+    const double mantissa = v / std::pow(10.0, exponent);
+    if (std::fabs(mantissa - 1.0) < 1e-6) {
+      std::snprintf(buffer, sizeof(buffer), "1e%d", exponent);
+    } else {
+      std::snprintf(buffer, sizeof(buffer), "%.0fe%d", mantissa, exponent);
+    }
+  } else {
+    std::snprintf(buffer, sizeof(buffer), "%g", v);
+  }
+  return buffer;
+}
+
+cv::Size text_size(const std::string& text, double scale = kTextScale, int thickness = 1) {
+  int baseline = 0;
+  return cv::getTextSize(text, kFont, scale, thickness, &baseline);
+}
+
+void put_text(cv::Mat& canvas, const std::string& text, cv::Point origin, double scale = kTextScale,
+              int thickness = 1, cv::Scalar color = kBlack) {
+  cv::putText(canvas, text, origin, kFont, scale, color, thickness, cv::LINE_AA);
+}
+
+// A log axis: data range -> pixel range.
+struct LogAxis {
+  double lo = 0, hi = 1;  // log10 bounds
+  double p0 = 0, p1 = 1;  // pixels of lo and hi
+  double operator()(double v) const { return p0 + (std::log10(v) - lo) / (hi - lo) * (p1 - p0); }
+};
+
+// Log10 bounds of the positive values, padded so that points do not sit on the frame.
+std::pair<double, double> log_bounds(const std::vector<double>& values) {
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (const double v : values) {
+    if (!(std::isfinite(v) && v > 0)) continue;
+    lo = std::min(lo, std::log10(v));
+    hi = std::max(hi, std::log10(v));
+  }
+  if (!std::isfinite(lo)) return {0.0, 1.0};
+  if (hi - lo < 0.5) {
+    const double middle = 0.5 * (lo + hi);
+    lo = middle - 0.25;
+    hi = middle + 0.25;
+  }
+  const double pad = 0.06 * (hi - lo);
+  return {lo - pad, hi + pad};
+}
+
+// Major ticks (labelled) and minor ticks on a log axis spanning [lo, hi] (log10).
+void decade_ticks(double lo, double hi, std::vector<double>& major, std::vector<double>& minor) {
+  const bool dense = hi - lo < 2.6;  // few decades: label 1, 2, 5 of each
+  for (int e = static_cast<int>(std::floor(lo)); e <= static_cast<int>(std::ceil(hi)); ++e) {
+    for (int m = 1; m <= 9; ++m) {
+      const double v = m * std::pow(10.0, e);
+      const double lv = std::log10(v);
+      if (lv < lo || lv > hi) continue;
+      if (m == 1 || (dense && (m == 2 || m == 5))) {
+        major.push_back(v);
+      } else {
+        minor.push_back(v);
+      }
+    }
+  }
+}
+
+void draw_dashed(cv::Mat& canvas, const std::vector<cv::Point2d>& points, cv::Scalar color,
+                 int thickness) {
+  const double on = 10, off = 7;
+  double phase = 0;  // distance into the current dash period, carried across segments
+  for (size_t i = 1; i < points.size(); ++i) {
+    const cv::Point2d a = points[i - 1], b = points[i];
+    const double length = std::hypot(b.x - a.x, b.y - a.y);
+    double t = 0;
+    while (t < length) {
+      const double in_period = std::fmod(phase + t, on + off);
+      const double step = in_period < on ? on - in_period : on + off - in_period;
+      const double t_end = std::min(length, t + step);
+      if (in_period < on) {
+        const auto p = a + (b - a) * (t / length);
+        const auto q = a + (b - a) * (t_end / length);
+        cv::line(canvas, cv::Point(cvRound(p.x), cvRound(p.y)),
+                 cv::Point(cvRound(q.x), cvRound(q.y)), color, thickness, cv::LINE_AA);
+      }
+      t = t_end;
+    }
+    phase = std::fmod(phase + length, on + off);
+  }
+}
+
+}  // namespace
+
+cv::Scalar plot_color(size_t index) {
+  // Okabe–Ito's colour-blind safe palette (BGR), without its yellow (poor on white).
+  static const cv::Scalar kPalette[] = {
+      {178, 114, 0},    // blue
+      {0, 94, 213},     // vermillion
+      {115, 158, 0},    // bluish green
+      {167, 121, 204},  // reddish purple
+      {0, 159, 230},    // orange
+      {233, 180, 86},   // sky blue
+      {40, 40, 40},     // near black
+  };
+  return kPalette[index % (sizeof(kPalette) / sizeof(kPalette[0]))];
+}
+
+// Where the legend goes: inside the frame, in a corner that hides no line, when there is one;
+// otherwise in a grid below the axis, so that it never covers data.
+struct LegendLayout {
+  bool inside = true;
+  cv::Rect box;                  // the frame drawn around an inside legend
+  std::vector<cv::Point> items;  // top left of each entry
+};
+
+cv::Mat render_log_log_panel(const PlotPanel& panel, int width, int height) {
+  cv::Mat canvas(height, width, CV_8UC3, cv::Scalar(255, 255, 255));
+  const int left = 86, right = 18, top = 40, bottom = 58;
+
+  std::vector<double> xs, ys;
+  std::set<double> distinct_x;
+  for (const auto& s : panel.series) {
+    for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i) {
+      if (!drawable(s.x[i], s.y[i])) continue;
+      xs.push_back(s.x[i]);
+      ys.push_back(s.y[i]);
+      distinct_x.insert(s.x[i]);
+    }
+  }
+  const auto [xlo, xhi] = log_bounds(xs);
+  const auto [ylo, yhi] = log_bounds(ys);
+  const auto axes = [&, xlo = xlo, xhi = xhi, ylo = ylo, yhi = yhi](const cv::Rect& f) {
+    return std::make_pair(
+        LogAxis{xlo, xhi, static_cast<double>(f.x), static_cast<double>(f.x + f.width)},
+        LogAxis{ylo, yhi, static_cast<double>(f.y + f.height), static_cast<double>(f.y)});
+  };
+  // Each series in canvas pixels; points off the log scale are dropped.
+  const auto project = [&](const cv::Rect& f) {
+    const auto [xa, ya] = axes(f);
+    std::vector<std::vector<cv::Point2d>> lines;
+    for (const auto& s : panel.series) {
+      std::vector<cv::Point2d> points;
+      for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i) {
+        if (drawable(s.x[i], s.y[i])) points.emplace_back(xa(s.x[i]), ya(s.y[i]));
+      }
+      lines.push_back(std::move(points));
+    }
+    return lines;
+  };
+
+  // Legend size, then its place.
+  std::vector<const PlotSeries*> shown;
+  int label_width = 0;
+  for (const auto& s : panel.series) {
+    if (s.label.empty()) continue;
+    shown.push_back(&s);
+    label_width = std::max(label_width, text_size(s.label).width);
+  }
+  const int row = 20, sample = 34, item_width = label_width + sample + 22;
+  cv::Rect frame(left, top, width - left - right, height - top - bottom);
+  LegendLayout legend;
+  if (!shown.empty()) {
+    const cv::Size size(item_width, row * static_cast<int>(shown.size()) + 10);
+    const int x0 = frame.x + 10, x1 = frame.x + frame.width - 10 - size.width;
+    const int y0 = frame.y + 10, y1 = frame.y + frame.height - 10 - size.height;
+    const auto lines = project(frame);
+    legend.inside = false;
+    for (const cv::Point corner :
+         {cv::Point(x0, y0), cv::Point(x1, y1), cv::Point(x1, y0), cv::Point(x0, y1)}) {
+      const cv::Rect candidate(corner, size);
+      bool hides = false;
+      for (const auto& points : lines) {
+        // Samples along each segment, so a line crossing the box counts, not only its markers.
+        for (size_t i = 0; i < points.size() && !hides; ++i) {
+          const auto& from = i ? points[i - 1] : points[i];
+          for (int k = 0; k <= 24 && !hides; ++k) {
+            hides = candidate.contains(from + (points[i] - from) * (k / 24.0));
+          }
+        }
+      }
+      if (!hides) {
+        legend.inside = true;
+        legend.box = candidate;
+        for (size_t i = 0; i < shown.size(); ++i) {
+          legend.items.push_back(corner + cv::Point(0, row * static_cast<int>(i)));
+        }
+        break;
+      }
+    }
+    if (!legend.inside) {
+      // Entries flow left to right below the axis label, wrapping at the panel's width.
+      std::vector<cv::Point> flow;
+      int x = 0, y = 0;
+      for (const auto* entry : shown) {
+        const int w = text_size(entry->label).width + sample + 30;
+        if (x > 0 && x + w > width - left - right) x = 0, y += row;
+        flow.emplace_back(x, y);
+        x += w;
+      }
+      const int legend_height = y + row + 6;
+      frame.height -= legend_height + 4;
+      const cv::Point origin(left, frame.y + frame.height + bottom - 4);
+      for (const auto& p : flow) legend.items.push_back(origin + p);
+    }
+  }
+  const auto [x_axis, y_axis] = axes(frame);
+
+  // Ticks and grid.
+  std::vector<double> x_major, x_minor, y_major, y_minor;
+  if (panel.x_ticks_at_data && !distinct_x.empty() && distinct_x.size() <= 12) {
+    x_major.assign(distinct_x.begin(), distinct_x.end());
+  } else {
+    decade_ticks(xlo, xhi, x_major, x_minor);
+  }
+  decade_ticks(ylo, yhi, y_major, y_minor);
+  const int x_base = frame.y + frame.height, y_base = frame.x;
+  for (const double v : x_major) {
+    const int px = cvRound(x_axis(v));
+    cv::line(canvas, {px, frame.y}, {px, x_base}, kGrid, 1);
+    cv::line(canvas, {px, x_base}, {px, x_base + 6}, kAxis, 1);
+    const std::string label = tick_label(v);
+    const auto size = text_size(label);
+    put_text(canvas, label, {px - size.width / 2, x_base + 10 + size.height});
+  }
+  for (const double v : x_minor) {
+    const int px = cvRound(x_axis(v));
+    cv::line(canvas, {px, x_base}, {px, x_base + 3}, kAxis, 1);
+  }
+  for (const double v : y_major) {
+    const int py = cvRound(y_axis(v));
+    cv::line(canvas, {frame.x, py}, {frame.x + frame.width, py}, kGrid, 1);
+    cv::line(canvas, {y_base - 6, py}, {y_base, py}, kAxis, 1);
+    const std::string label = tick_label(v);
+    const auto size = text_size(label);
+    put_text(canvas, label, {y_base - 10 - size.width, py + size.height / 2});
+  }
+  for (const double v : y_minor) {
+    const int py = cvRound(y_axis(v));
+    cv::line(canvas, {y_base - 3, py}, {y_base, py}, kAxis, 1);
+  }
+  cv::rectangle(canvas, frame, kAxis, 1);
+
+  // Series, clipped to the frame.
+  cv::Mat plot_area = canvas(frame);
+  const cv::Point2d offset(frame.x, frame.y);
+  const auto lines = project(frame);
+  for (size_t j = 0; j < panel.series.size(); ++j) {
+    const auto& s = panel.series[j];
+    std::vector<cv::Point2d> points;
+    for (const auto& p : lines[j]) points.push_back(p - offset);
+    const int thickness = 2;
+    if (s.dashed) {
+      draw_dashed(plot_area, points, s.color, thickness);
+    } else {
+      for (size_t i = 1; i < points.size(); ++i) {
+        cv::line(plot_area, points[i - 1], points[i], s.color, thickness, cv::LINE_AA);
+      }
+    }
+    if (s.markers) {
+      for (const auto& p : points) cv::circle(plot_area, p, 4, s.color, cv::FILLED, cv::LINE_AA);
+    }
+  }
+
+  // Title, axis labels (y rotated).
+  const auto title_size = text_size(panel.title, 0.6, 1);
+  put_text(canvas, panel.title, {(width - title_size.width) / 2, 26}, 0.6, 1);
+  const auto x_label_size = text_size(panel.x_label);
+  put_text(
+      canvas, panel.x_label,
+      {frame.x + (frame.width - x_label_size.width) / 2, frame.y + frame.height + bottom - 12});
+  if (!panel.y_label.empty()) {
+    const auto size = text_size(panel.y_label);
+    cv::Mat label(size.height + 8, size.width + 4, CV_8UC3, cv::Scalar(255, 255, 255));
+    put_text(label, panel.y_label, {2, size.height + 2});
+    cv::Mat rotated;
+    cv::rotate(label, rotated, cv::ROTATE_90_COUNTERCLOCKWISE);
+    const int y0 = std::max(0, frame.y + (frame.height - rotated.rows) / 2);
+    const int rows = std::min(rotated.rows, height - y0);
+    rotated(cv::Rect(0, 0, rotated.cols, rows)).copyTo(canvas(cv::Rect(6, y0, rotated.cols, rows)));
+  }
+
+  if (!shown.empty()) {
+    const cv::Rect& box = legend.box;
+    if (legend.inside) {
+      cv::rectangle(canvas, box, cv::Scalar(255, 255, 255), cv::FILLED);
+      cv::rectangle(canvas, box, kAxis, 1);
+    }
+    for (size_t i = 0; i < shown.size(); ++i) {
+      const int x = legend.items[i].x, y = legend.items[i].y + 15;
+      const cv::Point2d a(x + 8, y), b(x + 8 + sample, y);
+      if (shown[i]->dashed) {
+        draw_dashed(canvas, {a, b}, shown[i]->color, 2);
+      } else {
+        cv::line(canvas, a, b, shown[i]->color, 2, cv::LINE_AA);
+      }
+      if (shown[i]->markers) {
+        cv::circle(canvas, (a + b) * 0.5, 4, shown[i]->color, cv::FILLED, cv::LINE_AA);
+      }
+      put_text(canvas, shown[i]->label, {x + 14 + sample, y + 5});
+    }
+  }
+  return canvas;
+}
+
+void write_log_log_plot(const std::vector<PlotPanel>& panels, const std::string& path,
+                        int panel_width, int panel_height) {
+  if (panels.empty()) throw std::invalid_argument("plot: no panels to write");
+  std::vector<cv::Mat> rendered;
+  for (const auto& panel : panels) {
+    rendered.push_back(render_log_log_panel(panel, panel_width, panel_height));
+  }
+  cv::Mat canvas;
+  cv::hconcat(rendered, canvas);
+  if (!cv::imwrite(path, canvas)) throw std::runtime_error("could not write PNG '" + path + "'");
+}
+
+}  // namespace attnzoo::cli
