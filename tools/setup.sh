@@ -4,8 +4,9 @@
 #   tools/setup.sh [--no-build] [--build-dir DIR] [--build-type Release|Debug|RelWithDebInfo]
 #
 # 1. Debian packages (only the missing ones are installed; needs root or sudo).
-# 2. A Python venv with the pins of tools/requirements.txt, kept outside the checkout in
-#    ${XDG_CACHE_HOME:-~/.cache}/attnzoo/venv-<hash of the pins>, so every clone on this machine
+# 2. A Python venv with exactly the packages of tools/requirements.lock (the pins of
+#    tools/requirements.txt and everything they pull in), kept outside the checkout in
+#    ${XDG_CACHE_HOME:-~/.cache}/attnzoo/venv-<hash of the lock>, so every clone on this machine
 #    (CI included) reuses it. pip's own cache makes a rebuilt venv cheap.
 # 3. CMake + Ninja configure (ccache on) and an incremental build.
 # Idempotent: a re-run on a ready machine only checks and re-builds what changed.
@@ -34,7 +35,7 @@ APT_PACKAGES=(
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
   libsndfile1-dev libsoxr-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev
-  clang libclang-rt-14-dev
+  clang clang-format libclang-rt-14-dev
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -59,17 +60,17 @@ fi
 
 # --- 2. Python venv keyed by the pins -----------------------------------------------------------
 PYTHON=${ATTNZOO_BASE_PYTHON:-python3}
-REQS="$ROOT/tools/requirements.txt"
+REQS="$ROOT/tools/requirements.lock"
 key=$({ "$PYTHON" -c 'import sys; print(sys.version)'; cat "$REQS"; } | sha256sum | cut -c1-12)
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/attnzoo"
 VENV="$CACHE_ROOT/venv-$key"
 if [ ! -f "$VENV/.attnzoo-complete" ]; then
-  say "creating venv $VENV from tools/requirements.txt (a few minutes, once per set of pins)"
+  say "creating venv $VENV from tools/requirements.lock (a few minutes, once per set of pins)"
   mkdir -p "$CACHE_ROOT"
   rm -rf "$VENV" # an interrupted earlier attempt: start over (pip's cache keeps the downloads)
   "$PYTHON" -m venv "$VENV"
   # Plain progress lines rather than bars: this is often read from a log.
-  "$VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q -r "$REQS"
+  "$VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q --no-deps -r "$REQS"
   touch "$VENV/.attnzoo-complete"
 else
   say "venv ready: $VENV"
@@ -85,6 +86,8 @@ if [ -f "$BUILD_DIR/CMakeCache.txt" ]; then
 fi
 if [ ! -f "$BUILD_DIR/build.ninja" ] || [ "$cached_python" != "$VPY" ]; then
   say "configuring $BUILD_DIR ($BUILD_TYPE)"
+  # Another venv: LibTorch's cached locations (Torch_DIR, Caffe2_DIR, ...) point into the old one.
+  [ -z "$cached_python" ] || rm -f "$BUILD_DIR/CMakeCache.txt"
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja \
     -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
