@@ -1,0 +1,66 @@
+#include "models/checkpoint.h"
+
+#include <sstream>
+
+namespace attnzoo {
+namespace {
+
+std::string shape_of(const torch::Tensor& t) {
+  std::ostringstream out;
+  out << t.sizes();
+  return out.str();
+}
+
+}  // namespace
+
+io::TensorDict state_dict(const torch::nn::Module& module) {
+  io::TensorDict out;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    out.insert(item.key(), item.value().detach());
+  }
+  for (const auto& item : module.named_buffers(/*recurse=*/true)) {
+    out.insert(item.key(), item.value().detach());
+  }
+  return out;
+}
+
+void load_state_dict(torch::nn::Module& module, const io::TensorDict& tensors,
+                     const LoadOptions& options) {
+  auto targets = state_dict(module);
+  std::vector<std::string> missing, mismatched, unexpected;
+  for (const auto& item : targets) {
+    const auto* source = tensors.find(item.key());
+    if (!source) {
+      if (!options.optional.count(item.key())) missing.push_back(item.key());
+      continue;
+    }
+    if (source->sizes() != item.value().sizes()) {
+      mismatched.push_back(item.key() + " (checkpoint " + shape_of(*source) + ", model " +
+                           shape_of(item.value()) + ")");
+    }
+  }
+  for (const auto& item : tensors) {
+    if (!targets.contains(item.key()) && !options.ignore.count(item.key())) {
+      unexpected.push_back(item.key());
+    }
+  }
+  if (!missing.empty() || !mismatched.empty() || !unexpected.empty()) {
+    std::ostringstream message;
+    message << options.source << ": the weights do not fit the model";
+    const auto list = [&](const char* what, const std::vector<std::string>& names) {
+      if (names.empty()) return;
+      message << "\n  " << what << " (" << names.size() << "):";
+      for (const auto& n : names) message << "\n    " << n;
+    };
+    list("missing", missing);
+    list("wrong shape", mismatched);
+    list("unexpected", unexpected);
+    throw CheckpointError(message.str());
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& item : targets) {
+    if (const auto* source = tensors.find(item.key())) item.value().copy_(*source);
+  }
+}
+
+}  // namespace attnzoo

@@ -1,0 +1,231 @@
+#include "models/vit.h"
+
+#include "layers/init.h"
+
+#include <torch/nn/functional/upsampling.h>
+
+namespace attnzoo {
+namespace {
+
+constexpr const char* kWho = "VisionTransformer";
+
+bool uses_fc_norm(const ViTOptions& o) {
+  if (o.fc_norm()) return *o.fc_norm();
+  return o.global_pool() == "avg" || o.global_pool() == "max" || o.global_pool() == "avgmax";
+}
+
+torch::nn::LayerNorm layer_norm(int64_t dim, double eps) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(eps));
+}
+
+}  // namespace
+
+ViTBlockImpl::ViTBlockImpl(const ViTOptions& options, double drop_path_rate)
+    : options_(options), drop_path_rate_(drop_path_rate) {
+  reset();
+}
+
+void ViTBlockImpl::reset() {
+  const auto& o = options_;
+  const int64_t d = o.embed_dim();
+  norm1 = register_module("norm1", layer_norm(d, o.norm_eps()));
+  attn = register_module("attn", MultiheadAttention(MultiheadAttentionOptions(d, o.num_heads())
+                                                        .qkv_bias(o.qkv_bias())
+                                                        .proj_bias(o.proj_bias())
+                                                        .qk_norm(o.qk_norm())
+                                                        .norm_eps(o.norm_eps())
+                                                        .attn_drop(o.attn_drop_rate())
+                                                        .proj_drop(o.proj_drop_rate())
+                                                        .backend(o.attention_backend())
+                                                        .backend_options(o.attention_options())));
+  norm2 = register_module("norm2", layer_norm(d, o.norm_eps()));
+  const auto hidden = static_cast<int64_t>(static_cast<double>(d) * o.mlp_ratio());
+  mlp = register_module(
+      "mlp", Mlp(MlpOptions(d, hidden).activation(o.activation()).drop(o.proj_drop_rate())));
+  if (o.init_values()) {
+    ls1 = register_module("ls1", LayerScale(d, *o.init_values()));
+    ls2 = register_module("ls2", LayerScale(d, *o.init_values()));
+  }
+}
+
+torch::Tensor ViTBlockImpl::forward(const torch::Tensor& x, torch::Tensor* weights) {
+  const bool training = is_training();
+  torch::Tensor a;
+  if (weights) {
+    auto out = attn->forward_with_weights(norm1(x));
+    a = out.output;
+    *weights = out.weights;
+  } else {
+    a = attn(norm1(x));
+  }
+  if (ls1) a = ls1(a);
+  auto y = x + drop_path(a, drop_path_rate_, training);
+  auto m = mlp(norm2(y));
+  if (ls2) m = ls2(m);
+  return y + drop_path(m, drop_path_rate_, training);
+}
+
+VisionTransformerImpl::VisionTransformerImpl(ViTOptions options_) : options(std::move(options_)) {
+  reset();
+}
+
+int64_t VisionTransformerImpl::num_prefix_tokens() const {
+  return (options.class_token() ? 1 : 0) + options.reg_tokens();
+}
+
+void VisionTransformerImpl::reset() {
+  const auto& o = options;
+  TORCH_CHECK_VALUE(o.img_size() > 0 && o.patch_size() > 0, kWho,
+                    ": img_size and patch_size must be > 0, got ", o.img_size(), " and ",
+                    o.patch_size());
+  TORCH_CHECK_VALUE(o.img_size() % o.patch_size() == 0, kWho, ": img_size ", o.img_size(),
+                    " is not divisible by patch_size ", o.patch_size());
+  TORCH_CHECK_VALUE(o.embed_dim() > 0 && o.depth() > 0 && o.num_heads() > 0, kWho,
+                    ": embed_dim, depth and num_heads must be > 0, got ", o.embed_dim(), ", ",
+                    o.depth(), ", ", o.num_heads());
+  TORCH_CHECK_VALUE(o.embed_dim() % o.num_heads() == 0, kWho, ": embed_dim ", o.embed_dim(),
+                    " is not divisible by num_heads ", o.num_heads());
+  TORCH_CHECK_VALUE(o.mlp_ratio() > 0.0, kWho, ": mlp_ratio must be > 0, got ", o.mlp_ratio());
+  TORCH_CHECK_VALUE(o.num_classes() >= 0 && o.reg_tokens() >= 0, kWho,
+                    ": num_classes and reg_tokens must be >= 0");
+  const auto& pool = o.global_pool();
+  TORCH_CHECK_VALUE(
+      pool == "token" || pool == "avg" || pool == "max" || pool == "avgmax" || pool == "none", kWho,
+      ": unknown global_pool '", pool, "'; expected token, avg, max, avgmax or none");
+  TORCH_CHECK_VALUE(pool != "token" || o.class_token(), kWho,
+                    ": global_pool 'token' needs class_token");
+  TORCH_CHECK_VALUE(o.drop_path_rate() >= 0.0 && o.drop_path_rate() < 1.0, kWho,
+                    ": drop_path_rate must lie in [0, 1), got ", o.drop_path_rate());
+
+  const int64_t d = o.embed_dim();
+  patch_embed = register_module(
+      "patch_embed",
+      PatchEmbed(PatchEmbedOptions(o.in_chans(), d, o.patch_size()).bias(!o.pre_norm())));
+  if (o.class_token()) cls_token = register_parameter("cls_token", torch::zeros({1, 1, d}));
+  if (o.reg_tokens() > 0) {
+    reg_token = register_parameter("reg_token", torch::zeros({1, o.reg_tokens(), d}));
+  }
+  const int64_t patches = grid_size() * grid_size();
+  const int64_t embed_len = o.no_embed_class() ? patches : patches + num_prefix_tokens();
+  pos_embed = register_parameter("pos_embed", torch::zeros({1, embed_len, d}));
+  if (o.pre_norm()) norm_pre = register_module("norm_pre", layer_norm(d, o.norm_eps()));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < o.depth(); ++i) {
+    // Stochastic depth grows linearly with depth (Huang et al. 2016; timm's dpr).
+    const double rate =
+        o.depth() > 1 ? o.drop_path_rate() * static_cast<double>(i) / (o.depth() - 1) : 0.0;
+    blocks->push_back(ViTBlock(o, rate));
+  }
+  const bool fc = uses_fc_norm(o);
+  if (o.final_norm() && !fc) norm = register_module("norm", layer_norm(d, o.norm_eps()));
+  if (o.final_norm() && fc) fc_norm = register_module("fc_norm", layer_norm(d, o.norm_eps()));
+  if (o.num_classes() > 0) {
+    head = register_module("head", torch::nn::Linear(d, o.num_classes()));
+  }
+  reset_parameters();
+}
+
+void VisionTransformerImpl::reset_parameters() {
+  torch::NoGradGuard no_grad;
+  init::trunc_normal_(pos_embed, 0.0, 0.02);
+  if (cls_token.defined()) cls_token.normal_(0.0, 1e-6);
+  if (reg_token.defined()) reg_token.normal_(0.0, 1e-6);
+  for (auto& module : modules(/*include_self=*/false)) {
+    if (auto* linear = module->as<torch::nn::Linear>()) {
+      init::trunc_normal_(linear->weight, 0.0, 0.02);
+      if (linear->bias.defined()) linear->bias.zero_();
+    } else if (auto* norm_layer = module->as<torch::nn::LayerNorm>()) {
+      norm_layer->reset_parameters();
+    }
+  }
+  // The patch projection keeps LibTorch's Conv2d init (kaiming-uniform), as timm does for 'timm'.
+}
+
+torch::Tensor resample_pos_embed(const torch::Tensor& pos_embed, int64_t num_prefix,
+                                 int64_t old_rows, int64_t old_cols, int64_t new_rows,
+                                 int64_t new_cols) {
+  TORCH_CHECK_VALUE(pos_embed.dim() == 3 && pos_embed.size(0) == 1 &&
+                        pos_embed.size(1) == num_prefix + old_rows * old_cols,
+                    "resample_pos_embed: expected [1, ", num_prefix, " + ", old_rows, "·", old_cols,
+                    ", D], got ", pos_embed.sizes());
+  if (old_rows == new_rows && old_cols == new_cols) return pos_embed;
+  const int64_t d = pos_embed.size(2);
+  const auto prefix = pos_embed.narrow(1, 0, num_prefix);
+  auto grid = pos_embed.narrow(1, num_prefix, old_rows * old_cols)
+                  .to(torch::kFloat)
+                  .reshape({1, old_rows, old_cols, d})
+                  .permute({0, 3, 1, 2});
+  namespace F = torch::nn::functional;
+  grid = F::interpolate(grid, F::InterpolateFuncOptions()
+                                  .size(std::vector<int64_t>{new_rows, new_cols})
+                                  .mode(torch::kBicubic)
+                                  .align_corners(false)
+                                  .antialias(true));
+  grid = grid.permute({0, 2, 3, 1}).reshape({1, new_rows * new_cols, d}).to(pos_embed.dtype());
+  return num_prefix > 0 ? torch::cat({prefix, grid}, 1) : grid;
+}
+
+torch::Tensor VisionTransformerImpl::resampled_pos_embed(int64_t rows, int64_t cols) const {
+  return resample_pos_embed(pos_embed, options.no_embed_class() ? 0 : num_prefix_tokens(),
+                            grid_size(), grid_size(), rows, cols);
+}
+
+torch::Tensor VisionTransformerImpl::forward_features(const torch::Tensor& images,
+                                                      ViTIntermediates* intermediates,
+                                                      bool attention_weights) {
+  auto grid = patch_embed(images);  // [B, rows, cols, D]
+  const int64_t batch = grid.size(0), rows = grid.size(1), cols = grid.size(2);
+  auto x = grid.reshape({batch, rows * cols, options.embed_dim()});
+  const auto pos = resampled_pos_embed(rows, cols);
+  std::vector<torch::Tensor> prefix;
+  if (cls_token.defined()) prefix.push_back(cls_token.expand({batch, -1, -1}));
+  if (reg_token.defined()) prefix.push_back(reg_token.expand({batch, -1, -1}));
+  if (options.no_embed_class()) {
+    x = x + pos;
+    if (!prefix.empty()) x = torch::cat({torch::cat(prefix, 1), x}, 1);
+  } else {
+    if (!prefix.empty()) x = torch::cat({torch::cat(prefix, 1), x}, 1);
+    x = x + pos;
+  }
+  x = torch::dropout(x, options.pos_drop_rate(), is_training());
+  if (norm_pre) x = norm_pre(x);
+  for (const auto& module : *blocks) {
+    auto& block = *module->as<ViTBlockImpl>();
+    torch::Tensor weights;
+    x = block.forward(x, intermediates && attention_weights ? &weights : nullptr);
+    if (intermediates) {
+      intermediates->blocks.push_back(x);
+      if (attention_weights) intermediates->attention.push_back(weights);
+    }
+  }
+  if (norm) x = norm(x);
+  return x;
+}
+
+torch::Tensor VisionTransformerImpl::forward_head(const torch::Tensor& tokens, bool pre_logits) {
+  const auto& pool = options.global_pool();
+  torch::Tensor x;
+  const int64_t prefix = num_prefix_tokens();
+  if (pool == "token") {
+    x = tokens.select(1, 0);
+  } else if (pool == "avg") {
+    x = tokens.narrow(1, prefix, tokens.size(1) - prefix).mean(1);
+  } else if (pool == "max") {
+    x = std::get<0>(tokens.narrow(1, prefix, tokens.size(1) - prefix).max(1));
+  } else if (pool == "avgmax") {
+    const auto patches = tokens.narrow(1, prefix, tokens.size(1) - prefix);
+    x = 0.5 * (patches.mean(1) + std::get<0>(patches.max(1)));
+  } else {
+    x = tokens;  // "none"
+  }
+  if (fc_norm) x = fc_norm(x);
+  x = torch::dropout(x, options.drop_rate(), is_training());
+  if (pre_logits || !head) return x;
+  return head(x);
+}
+
+torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {
+  return forward_head(forward_features(images));
+}
+
+}  // namespace attnzoo

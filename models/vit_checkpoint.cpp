@@ -1,0 +1,160 @@
+#include "models/vit_checkpoint.h"
+
+#include <torch/torch.h>
+
+#include <map>
+#include <regex>
+
+namespace attnzoo {
+namespace {
+
+bool has_prefix(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+
+// Exact renames and per-block renames ("{i}" stands for the block index).
+struct Rule {
+  std::regex pattern;
+  std::string replacement;
+};
+
+std::string rename_with(const std::vector<Rule>& rules, const std::string& name) {
+  for (const auto& rule : rules) {
+    if (std::regex_match(name, rule.pattern)) {
+      return std::regex_replace(name, rule.pattern, rule.replacement);
+    }
+  }
+  return name;
+}
+
+MappedCheckpoint from_torchvision(const io::TensorDict& tensors) {
+  static const std::vector<Rule> rules = {
+      {std::regex(R"(class_token)"), "cls_token"},
+      {std::regex(R"(conv_proj\.(weight|bias))"), "patch_embed.proj.$1"},
+      {std::regex(R"(encoder\.pos_embedding)"), "pos_embed"},
+      {std::regex(R"(encoder\.layers\.encoder_layer_(\d+)\.ln_1\.(weight|bias))"),
+       "blocks.$1.norm1.$2"},
+      {std::regex(R"(encoder\.layers\.encoder_layer_(\d+)\.ln_2\.(weight|bias))"),
+       "blocks.$1.norm2.$2"},
+      {std::regex(R"(encoder\.layers\.encoder_layer_(\d+)\.self_attention\.in_proj_(weight|bias))"),
+       "blocks.$1.attn.qkv.$2"},
+      {std::regex(
+           R"(encoder\.layers\.encoder_layer_(\d+)\.self_attention\.out_proj\.(weight|bias))"),
+       "blocks.$1.attn.proj.$2"},
+      {std::regex(R"(encoder\.layers\.encoder_layer_(\d+)\.mlp\.0\.(weight|bias))"),
+       "blocks.$1.mlp.fc1.$2"},
+      {std::regex(R"(encoder\.layers\.encoder_layer_(\d+)\.mlp\.3\.(weight|bias))"),
+       "blocks.$1.mlp.fc2.$2"},
+      {std::regex(R"(encoder\.ln\.(weight|bias))"), "norm.$1"},
+      {std::regex(R"(heads\.head\.(weight|bias))"), "head.$1"},
+  };
+  MappedCheckpoint out;
+  for (const auto& item : tensors) out.tensors.insert(rename_with(rules, item.key()), item.value());
+  return out;
+}
+
+MappedCheckpoint from_hugging_face(const io::TensorDict& tensors) {
+  static const std::vector<Rule> rules = {
+      {std::regex(R"(embeddings\.cls_token)"), "cls_token"},
+      {std::regex(R"(embeddings\.position_embeddings)"), "pos_embed"},
+      {std::regex(R"(embeddings\.patch_embeddings\.projection\.(weight|bias))"),
+       "patch_embed.proj.$1"},
+      {std::regex(R"(encoder\.layer\.(\d+)\.layernorm_before\.(weight|bias))"),
+       "blocks.$1.norm1.$2"},
+      {std::regex(R"(encoder\.layer\.(\d+)\.layernorm_after\.(weight|bias))"),
+       "blocks.$1.norm2.$2"},
+      {std::regex(R"(encoder\.layer\.(\d+)\.attention\.output\.dense\.(weight|bias))"),
+       "blocks.$1.attn.proj.$2"},
+      {std::regex(R"(encoder\.layer\.(\d+)\.intermediate\.dense\.(weight|bias))"),
+       "blocks.$1.mlp.fc1.$2"},
+      {std::regex(R"(encoder\.layer\.(\d+)\.output\.dense\.(weight|bias))"),
+       "blocks.$1.mlp.fc2.$2"},
+      // transformers >= 5 names its ViT modules like its language models (state_dict layout);
+      // checkpoint files on the Hub keep the 4.x names above.
+      {std::regex(R"(layers\.(\d+)\.layernorm_before\.(weight|bias))"), "blocks.$1.norm1.$2"},
+      {std::regex(R"(layers\.(\d+)\.layernorm_after\.(weight|bias))"), "blocks.$1.norm2.$2"},
+      {std::regex(R"(layers\.(\d+)\.attention\.o_proj\.(weight|bias))"), "blocks.$1.attn.proj.$2"},
+      {std::regex(R"(layers\.(\d+)\.mlp\.(fc1|fc2)\.(weight|bias))"), "blocks.$1.mlp.$2.$3"},
+      {std::regex(R"(layernorm\.(weight|bias))"), "norm.$1"},
+      {std::regex(R"(classifier\.(weight|bias))"), "head.$1"},
+  };
+  static const std::regex qkv_part(
+      R"(encoder\.layer\.(\d+)\.attention\.attention\.(query|key|value)\.(weight|bias))");
+  static const std::regex qkv_part_v5(R"(layers\.(\d+)\.attention\.(q|k|v)_proj\.(weight|bias))");
+  MappedCheckpoint out;
+  // ViTForImageClassification nests the backbone under "vit."; ViTModel does not.
+  std::map<std::string, std::map<std::string, torch::Tensor>> qkv;  // "blocks.i.attn.qkv.weight"
+  for (const auto& item : tensors) {
+    std::string name = item.key();
+    if (has_prefix(name, "vit.")) name = name.substr(4);
+    std::smatch m;
+    if (std::regex_match(name, m, qkv_part) || std::regex_match(name, m, qkv_part_v5)) {
+      const auto part = m[2].str().substr(0, 1);  // q, k or v
+      qkv["blocks." + m[1].str() + ".attn.qkv." + m[3].str()][part] = item.value();
+      continue;
+    }
+    if (has_prefix(name, "pooler.") || name == "embeddings.mask_token") {
+      out.ignored.insert(item.key());  // ViTModel's pooler and MAE's mask token: not part of ViT
+      continue;
+    }
+    out.tensors.insert(rename_with(rules, name), item.value());
+  }
+  for (const auto& [name, parts] : qkv) {
+    if (parts.size() == 3) {
+      out.tensors.insert(name, torch::cat({parts.at("q"), parts.at("k"), parts.at("v")}, 0));
+    } else {
+      // An incomplete set stays under its own names, for the loader to report.
+      for (const auto& [which, tensor] : parts) out.tensors.insert(name + "." + which, tensor);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+ViTCheckpointFormat parse_vit_format(const std::string& name) {
+  if (name == "timm") return ViTCheckpointFormat::kTimm;
+  if (name == "torchvision") return ViTCheckpointFormat::kTorchvision;
+  if (name == "hf") return ViTCheckpointFormat::kHuggingFace;
+  TORCH_CHECK_VALUE(false, "unknown checkpoint format '", name,
+                    "'; expected timm, torchvision or hf");
+}
+
+const char* vit_format_name(ViTCheckpointFormat format) {
+  switch (format) {
+    case ViTCheckpointFormat::kTimm:
+      return "timm";
+    case ViTCheckpointFormat::kTorchvision:
+      return "torchvision";
+    case ViTCheckpointFormat::kHuggingFace:
+      return "hf";
+  }
+  return "?";
+}
+
+ViTCheckpointFormat detect_vit_format(const io::TensorDict& tensors) {
+  for (const auto& item : tensors) {
+    const auto& name = item.key();
+    if (name == "conv_proj.weight" || has_prefix(name, "encoder.layers.encoder_layer_")) {
+      return ViTCheckpointFormat::kTorchvision;
+    }
+    if (has_prefix(name, "vit.embeddings.") || has_prefix(name, "embeddings.patch_embeddings.")) {
+      return ViTCheckpointFormat::kHuggingFace;
+    }
+  }
+  return ViTCheckpointFormat::kTimm;
+}
+
+MappedCheckpoint to_timm_layout(const io::TensorDict& tensors, ViTCheckpointFormat format) {
+  switch (format) {
+    case ViTCheckpointFormat::kTimm:
+      return {tensors, {}};
+    case ViTCheckpointFormat::kTorchvision:
+      return from_torchvision(tensors);
+    case ViTCheckpointFormat::kHuggingFace:
+      return from_hugging_face(tensors);
+  }
+  return {tensors, {}};
+}
+
+}  // namespace attnzoo

@@ -1,0 +1,36 @@
+// ViT checkpoints in the three layouts users bring, mapped onto timm's names (the model's own):
+//   timm          blocks.{i}.attn.qkv.weight, ... (canonical: loaded as is)
+//   torchvision   conv_proj, encoder.layers.encoder_layer_{i}.self_attention.in_proj_weight, ...
+//   hf            (vit.)embeddings.patch_embeddings.projection, encoder.layer.{i}.attention.
+//                 attention.{query,key,value} (separate: fused into qkv as rows [q; k; v]), ...
+//                 as in the Hub's files, or layers.{i}.attention.{q,k,v,o}_proj, mlp.fc1, ... as
+//                 transformers >= 5 names its state_dict
+// This is the one place where those layouts are known.
+#pragma once
+
+#include "io/safetensors.h"
+
+#include <set>
+#include <string>
+
+namespace attnzoo {
+
+enum class ViTCheckpointFormat { kTimm, kTorchvision, kHuggingFace };
+
+// "timm" | "torchvision" | "hf"; throws naming the accepted names.
+ViTCheckpointFormat parse_vit_format(const std::string& name);
+const char* vit_format_name(ViTCheckpointFormat format);
+
+// Guesses the layout from the tensor names.
+ViTCheckpointFormat detect_vit_format(const io::TensorDict& tensors);
+
+struct MappedCheckpoint {
+  io::TensorDict tensors;         // timm names
+  std::set<std::string> ignored;  // source tensors with no counterpart (e.g. HF's pooler)
+};
+
+// Renames (and for Hugging Face fuses q, k, v) into timm's layout. Unknown names are kept as they
+// are, so that the strict loader reports them.
+MappedCheckpoint to_timm_layout(const io::TensorDict& tensors, ViTCheckpointFormat format);
+
+}  // namespace attnzoo
