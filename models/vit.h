@@ -1,6 +1,7 @@
 // Vision Transformer (Dosovitskiy et al. 2020, "An Image is Worth 16x16 Words"), with the options
 // of timm's VisionTransformer that checkpoints rely on, and timm's parameter names: a timm
-// state_dict loads by name; torchvision and Hugging Face layouts are mapped in models/checkpoint.
+// state_dict loads by name; torchvision and Hugging Face layouts are mapped in
+// models/vit_checkpoint.h.
 //
 //   x = patch_embed(img) (+ class / register tokens) + pos_embed   [B, N, D]
 //   x = x + drop_path(ls1(attn(norm1(x))))                          per block (pre-norm)

@@ -7,6 +7,8 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace attnzoo::testing {
 
@@ -49,6 +51,52 @@ inline AttentionResult run_backend(const Qkv& t, const AttentionMask& mask,
   p.mask = mask;
   p.need_weights = need_weights;
   return scaled_dot_product_attention(p, backend);
+}
+
+// Every mask kind alone and combined, with biases of several broadcast shapes, for a problem of
+// B × H × L queries and S keys; `dtype` is that of the biases. Some cases leave query rows with no
+// key at all. Shared by the backends' tests, so that every backend meets the same cases.
+using MaskCases = std::vector<std::pair<std::string, AttentionMask>>;
+inline MaskCases all_mask_cases(int64_t b, int64_t h, int64_t l, int64_t s,
+                                torch::Dtype dtype = torch::kFloat) {
+  const auto f = torch::TensorOptions().dtype(dtype);
+  const auto lengths = torch::randint(1, s + 1, {b}, torch::kLong);
+  const auto lengths_with_zero = lengths.clone().index_fill_(0, torch::tensor({0L}), 0);
+  const auto padding = torch::arange(s).unsqueeze(0) >= lengths.unsqueeze(1);
+  const auto attn2d = torch::rand({l, s}) < 0.3;
+  auto attn4d = torch::rand({b, h, l, s}) < 0.4;
+  attn4d.select(2, l - 1).fill_(true);  // the last query of every head sees nothing
+  return {
+      {"none", AttentionMask()},
+      {"key_lengths", AttentionMask().key_lengths(lengths)},
+      {"key_lengths_with_zero", AttentionMask().key_lengths(lengths_with_zero)},
+      {"key_padding_mask", AttentionMask().key_padding_mask(padding)},
+      {"attn_mask_2d", AttentionMask().attn_mask(attn2d)},
+      {"attn_mask_4d_fully_masked_rows", AttentionMask().attn_mask(attn4d)},
+      {"attn_mask_b1ls", AttentionMask().attn_mask(attn4d.select(1, 0).unsqueeze(1))},
+      {"attn_mask_1h1s", AttentionMask().attn_mask(torch::rand({1, h, 1, s}) < 0.3)},
+      {"causal_top_left", AttentionMask().causal()},
+      {"causal_bottom_right", AttentionMask().causal(true, CausalAlignment::kBottomRight)},
+      {"bias_1hls", AttentionMask().bias(torch::randn({1, h, l, s}, f))},
+      {"bias_ls", AttentionMask().bias(torch::randn({l, s}, f))},
+      {"bias_bhls", AttentionMask().bias(torch::randn({b, h, l, s}, f))},
+      {"bias_b11s", AttentionMask().bias(torch::randn({b, 1, 1, s}, f))},
+      {"bias_and_lengths",
+       AttentionMask().bias(torch::randn({b, h, l, s}, f)).key_lengths(lengths)},
+      {"causal_and_bias", AttentionMask().causal().bias(torch::randn({h, l, s}, f))},
+      {"everything_bottom_right", AttentionMask()
+                                      .key_lengths(lengths_with_zero)
+                                      .key_padding_mask(padding)
+                                      .attn_mask(attn2d)
+                                      .bias(torch::randn({b, 1, l, s}, f))
+                                      .causal(true, CausalAlignment::kBottomRight)},
+      {"everything_top_left", AttentionMask()
+                                  .key_lengths(lengths)
+                                  .key_padding_mask(padding)
+                                  .attn_mask(attn4d)
+                                  .bias(torch::randn({1, h, l, s}, f))
+                                  .causal()},
+  };
 }
 
 }  // namespace attnzoo::testing

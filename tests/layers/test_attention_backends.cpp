@@ -29,37 +29,9 @@ std::string describe(const Size& z) {
 const std::vector<Size> kSizes = {
     {1, 1, 1, 1, 8}, {2, 3, 5, 7, 36}, {7, 2, 16, 16, 40}, {3, 4, 33, 17, 64}, {1, 2, 1, 9, 16}};
 
-// Every mask kind, alone and combined. Some cases leave query rows with no key at all.
+// Every mask kind, alone and combined (attention_test_util.h).
 std::vector<std::pair<std::string, AttentionMask>> mask_cases(const Size& z) {
-  const auto lengths = torch::randint(1, z.s + 1, {z.b}, torch::kLong);
-  const auto lengths_with_zero = lengths.clone().index_fill_(0, torch::tensor({0L}), 0);
-  const auto padding = torch::arange(z.s).unsqueeze(0) >= lengths.unsqueeze(1);
-  auto attn2d = torch::rand({z.l, z.s}) < 0.3;
-  auto attn4d = torch::rand({z.b, z.h, z.l, z.s}) < 0.4;
-  attn4d.select(2, z.l - 1).fill_(true);  // the last query of every head sees nothing
-  std::vector<std::pair<std::string, AttentionMask>> cases = {
-      {"none", AttentionMask()},
-      {"key_lengths", AttentionMask().key_lengths(lengths)},
-      {"key_lengths_with_zero", AttentionMask().key_lengths(lengths_with_zero)},
-      {"key_padding_mask", AttentionMask().key_padding_mask(padding)},
-      {"attn_mask_2d", AttentionMask().attn_mask(attn2d)},
-      {"attn_mask_4d_fully_masked_rows", AttentionMask().attn_mask(attn4d)},
-      {"attn_mask_b1ls", AttentionMask().attn_mask(attn4d.select(1, 0).unsqueeze(1))},
-      {"causal_top_left", AttentionMask().causal()},
-      {"causal_bottom_right", AttentionMask().causal(true, CausalAlignment::kBottomRight)},
-      {"bias_1hls", AttentionMask().bias(torch::randn({1, z.h, z.l, z.s}))},
-      {"bias_ls", AttentionMask().bias(torch::randn({z.l, z.s}))},
-      {"bias_and_lengths",
-       AttentionMask().bias(torch::randn({z.b, z.h, z.l, z.s})).key_lengths(lengths)},
-      {"causal_and_bias", AttentionMask().causal().bias(torch::randn({z.h, z.l, z.s}))},
-      {"everything", AttentionMask()
-                         .key_lengths(lengths_with_zero)
-                         .key_padding_mask(padding)
-                         .attn_mask(attn2d)
-                         .bias(torch::randn({z.b, 1, z.l, z.s}))
-                         .causal(true, CausalAlignment::kBottomRight)},
-  };
-  return cases;
+  return testing::all_mask_cases(z.b, z.h, z.l, z.s);
 }
 
 // softmax(q·kᵀ·scale + bias) v over the allowed keys, row by row in float64 with plain loops; a row

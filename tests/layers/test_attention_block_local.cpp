@@ -76,36 +76,11 @@ AttentionResult run(const Qkv& t, const AttentionMask& mask, const std::string& 
   return scaled_dot_product_attention(p, backend);
 }
 
-// Every mask kind alone and all combined, for a self-attention problem of B × H × L.
+// Every mask kind alone and all combined, for a self-attention problem of B × H × L
+// (attention_test_util.h).
 std::vector<std::pair<std::string, AttentionMask>> mask_cases(int64_t b, int64_t h, int64_t l,
                                                               torch::Dtype dtype) {
-  const auto lengths = torch::randint(1, l + 1, {b}, torch::kLong);
-  const auto lengths_with_zero = lengths.clone().index_fill_(0, torch::tensor({0L}), 0);
-  const auto padding = torch::rand({b, l}) < 0.3;
-  const auto attn2d = torch::rand({l, l}) < 0.3;
-  auto attn4d = torch::rand({b, h, l, l}) < 0.4;
-  attn4d.select(2, l - 1).fill_(true);  // the last query of every head sees nothing
-  const auto fo = torch::dtype(dtype);
-  return {
-      {"none", AttentionMask()},
-      {"key_lengths", AttentionMask().key_lengths(lengths)},
-      {"key_lengths_with_zero", AttentionMask().key_lengths(lengths_with_zero)},
-      {"key_padding_mask", AttentionMask().key_padding_mask(padding)},
-      {"attn_mask_2d", AttentionMask().attn_mask(attn2d)},
-      {"attn_mask_4d", AttentionMask().attn_mask(attn4d)},
-      {"attn_mask_b1ll", AttentionMask().attn_mask(attn4d.select(1, 0).unsqueeze(1))},
-      {"bias_1hll", AttentionMask().bias(torch::randn({1, h, l, l}, fo))},
-      {"bias_bhll", AttentionMask().bias(torch::randn({b, h, l, l}, fo))},
-      {"bias_1h1l", AttentionMask().bias(torch::randn({1, h, 1, l}, fo))},
-      {"causal_top_left", AttentionMask().causal()},
-      {"causal_bottom_right", AttentionMask().causal(true, CausalAlignment::kBottomRight)},
-      {"everything", AttentionMask()
-                         .key_lengths(lengths_with_zero)
-                         .key_padding_mask(padding)
-                         .attn_mask(attn2d)
-                         .bias(torch::randn({b, h, l, l}, fo))
-                         .causal()},
-  };
+  return testing::all_mask_cases(b, h, l, l, dtype);
 }
 
 class BlockLocal : public ::testing::Test {

@@ -4,9 +4,8 @@
 // measured through c10's CPU allocator.
 #include "attention_test_util.h"
 
-#include <c10/core/CPUAllocator.h>
+#include "tools/memory/memory_tracking.h"
 
-#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -47,48 +46,9 @@ AttentionResult run(const Qkv& t, const AttentionMask& mask, const std::string& 
   return scaled_dot_product_attention(p, backend);
 }
 
-// Every mask kind alone and combined, with biases of several broadcast shapes. Some cases leave
-// query rows with no key at all. `dtype` is that of the biases.
 std::vector<std::pair<std::string, AttentionMask>> mask_cases(const Size& z,
                                                               torch::Dtype dtype = torch::kFloat) {
-  const auto f = torch::TensorOptions().dtype(dtype);
-  const auto lengths = torch::randint(1, z.s + 1, {z.b}, torch::kLong);
-  const auto lengths_with_zero = lengths.clone().index_fill_(0, torch::tensor({0L}), 0);
-  const auto padding = torch::arange(z.s).unsqueeze(0) >= lengths.unsqueeze(1);
-  const auto attn2d = torch::rand({z.l, z.s}) < 0.3;
-  auto attn4d = torch::rand({z.b, z.h, z.l, z.s}) < 0.4;
-  attn4d.select(2, z.l - 1).fill_(true);  // the last query of every head sees nothing
-  return {
-      {"none", AttentionMask()},
-      {"key_lengths", AttentionMask().key_lengths(lengths)},
-      {"key_lengths_with_zero", AttentionMask().key_lengths(lengths_with_zero)},
-      {"key_padding_mask", AttentionMask().key_padding_mask(padding)},
-      {"attn_mask_2d", AttentionMask().attn_mask(attn2d)},
-      {"attn_mask_4d_fully_masked_rows", AttentionMask().attn_mask(attn4d)},
-      {"attn_mask_b1ls", AttentionMask().attn_mask(attn4d.select(1, 0).unsqueeze(1))},
-      {"attn_mask_1h1s", AttentionMask().attn_mask(torch::rand({1, z.h, 1, z.s}) < 0.3)},
-      {"causal_top_left", AttentionMask().causal()},
-      {"causal_bottom_right", AttentionMask().causal(true, CausalAlignment::kBottomRight)},
-      {"bias_1hls", AttentionMask().bias(torch::randn({1, z.h, z.l, z.s}, f))},
-      {"bias_ls", AttentionMask().bias(torch::randn({z.l, z.s}, f))},
-      {"bias_bhls", AttentionMask().bias(torch::randn({z.b, z.h, z.l, z.s}, f))},
-      {"bias_b11s", AttentionMask().bias(torch::randn({z.b, 1, 1, z.s}, f))},
-      {"bias_and_lengths",
-       AttentionMask().bias(torch::randn({z.b, z.h, z.l, z.s}, f)).key_lengths(lengths)},
-      {"causal_and_bias", AttentionMask().causal().bias(torch::randn({z.h, z.l, z.s}, f))},
-      {"everything_bottom_right", AttentionMask()
-                                      .key_lengths(lengths_with_zero)
-                                      .key_padding_mask(padding)
-                                      .attn_mask(attn2d)
-                                      .bias(torch::randn({z.b, 1, z.l, z.s}, f))
-                                      .causal(true, CausalAlignment::kBottomRight)},
-      {"everything_top_left", AttentionMask()
-                                  .key_lengths(lengths)
-                                  .key_padding_mask(padding)
-                                  .attn_mask(attn4d)
-                                  .bias(torch::randn({1, z.h, z.l, z.s}, f))
-                                  .causal()},
-  };
+  return testing::all_mask_cases(z.b, z.h, z.l, z.s, dtype);
 }
 
 class Chunked : public ::testing::Test {
@@ -349,65 +309,19 @@ TEST_F(Chunked, DoubleBackwardIsRefusedWithAMessage) {
 
 // Peak memory ----------------------------------------------------------------------------------
 
-// The bytes allocated through c10's CPU allocator while installed, and the peak of those still
-// live. Installed for one scope (the previous allocator comes back at its end); memory allocated
-// meanwhile is freed through the original allocator whenever it is released, even later.
-class PeakCpuMemory final : public c10::Allocator {
- public:
-  PeakCpuMemory() : base_(c10::GetCPUAllocator()) {
-    live_ = 0;
-    peak_ = 0;
-    c10::SetCPUAllocator(this, kPriority);
-  }
-  ~PeakCpuMemory() override { c10::SetCPUAllocator(base_, kPriority); }
-  PeakCpuMemory(const PeakCpuMemory&) = delete;
-  PeakCpuMemory& operator=(const PeakCpuMemory&) = delete;
-
-  bool installed() const { return c10::GetCPUAllocator() == this; }
-  static int64_t peak_bytes() { return peak_; }
-
-  c10::DataPtr allocate(size_t n) override {
-    auto* block = new Block{base_->allocate(n), static_cast<int64_t>(n)};
-    const int64_t now = live_ += block->bytes;
-    int64_t seen = peak_;
-    while (now > seen && !peak_.compare_exchange_weak(seen, now)) {
-    }
-    return {block->data.get(), block, &release, block->data.device()};
-  }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
-
- private:
-  struct Block {
-    c10::DataPtr data;
-    int64_t bytes;
-  };
-  static void release(void* context) {
-    auto* block = static_cast<Block*>(context);
-    live_ -= block->bytes;
-    delete block;  // frees the memory through the original allocator's deleter
-  }
-  // SetCPUAllocator replaces the allocator only at a priority >= the current one's.
-  static constexpr uint8_t kPriority = 100;
-  c10::Allocator* base_;
-  static inline std::atomic<int64_t> live_{0};
-  static inline std::atomic<int64_t> peak_{0};
-};
-
 // Peak bytes newly allocated while computing attention (and its backward when `backward`).
 int64_t peak_bytes(const Qkv& t, const AttentionMask& mask, const std::string& backend,
                    bool backward) {
   const auto q = t.q.detach().requires_grad_(backward);
   const auto k = t.k.detach().requires_grad_(backward);
   const auto v = t.v.detach().requires_grad_(backward);
-  PeakCpuMemory tracker;
-  EXPECT_TRUE(tracker.installed());
+  install_cpu_memory_tracking();
+  PeakMemoryScope scope(torch::kCPU);
   {
     const auto out = run({q, k, v}, mask, backend, /*chunk=*/256).output;
     if (backward) out.sum().backward();
   }
-  return PeakCpuMemory::peak_bytes();
+  return scope.peak_above_start();
 }
 
 TEST_F(Chunked, PeakMemoryStaysFarBelowTheScoreMatrix) {

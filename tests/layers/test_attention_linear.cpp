@@ -5,9 +5,8 @@
 // the refusals, and the peak memory of the causal form.
 #include "attention_test_util.h"
 
-#include <c10/core/CPUAllocator.h>
+#include "tools/memory/memory_tracking.h"
 
-#include <atomic>
 #include <cmath>
 #include <string>
 #include <tuple>
@@ -302,53 +301,6 @@ TEST_F(Linear, IsAnApproximationThatIgnoresTheScale) {
 
 // Peak memory ----------------------------------------------------------------------------------
 
-// The bytes allocated through c10's CPU allocator while installed, and the peak of those still
-// live. Installed for one scope (the previous allocator comes back at its end); memory allocated
-// meanwhile is freed through the original allocator whenever it is released, even later.
-// (The same helper as in test_attention_chunked.cpp; a candidate for attention_test_util.h.)
-class PeakCpuMemory final : public c10::Allocator {
- public:
-  PeakCpuMemory() : base_(c10::GetCPUAllocator()) {
-    live_ = 0;
-    peak_ = 0;
-    c10::SetCPUAllocator(this, kPriority);
-  }
-  ~PeakCpuMemory() override { c10::SetCPUAllocator(base_, kPriority); }
-  PeakCpuMemory(const PeakCpuMemory&) = delete;
-  PeakCpuMemory& operator=(const PeakCpuMemory&) = delete;
-
-  bool installed() const { return c10::GetCPUAllocator() == this; }
-  static int64_t peak_bytes() { return peak_; }
-
-  c10::DataPtr allocate(size_t n) override {
-    auto* block = new Block{base_->allocate(n), static_cast<int64_t>(n)};
-    const int64_t now = live_ += block->bytes;
-    int64_t seen = peak_;
-    while (now > seen && !peak_.compare_exchange_weak(seen, now)) {
-    }
-    return {block->data.get(), block, &release, block->data.device()};
-  }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
-
- private:
-  struct Block {
-    c10::DataPtr data;
-    int64_t bytes;
-  };
-  static void release(void* context) {
-    auto* block = static_cast<Block*>(context);
-    live_ -= block->bytes;
-    delete block;  // frees the memory through the original allocator's deleter
-  }
-  // SetCPUAllocator replaces the allocator only at a priority >= the current one's.
-  static constexpr uint8_t kPriority = 100;
-  c10::Allocator* base_;
-  static inline std::atomic<int64_t> live_{0};
-  static inline std::atomic<int64_t> peak_{0};
-};
-
 TEST_F(Linear, CausalPeakMemoryHoldsNeitherScoresNorPerPositionStates) {
   // L = S = 4096, E = Ev = 64: the [L, S] weights would take 64 MiB, and so would a
   // cumulative-sum state per position, [L, E, Ev]; q, k, v take 1 MiB each.
@@ -363,13 +315,13 @@ TEST_F(Linear, CausalPeakMemoryHoldsNeitherScoresNorPerPositionStates) {
     const auto v = t.v.detach().requires_grad_(backward);
     int64_t math = 0, linear = 0;
     for (const char* backend : {"math", "linear"}) {
-      PeakCpuMemory tracker;
-      ASSERT_TRUE(tracker.installed());
+      install_cpu_memory_tracking();
+      PeakMemoryScope scope(torch::kCPU);
       {
         const auto out = run({q, k, v}, mask, /*chunk=*/256, backend).output;
         if (backward) out.sum().backward();
       }
-      (std::string(backend) == "math" ? math : linear) = PeakCpuMemory::peak_bytes();
+      (std::string(backend) == "math" ? math : linear) = scope.peak_above_start();
     }
     const std::string stage = backward ? "_forward_backward" : "_forward";
     RecordProperty("math_peak_bytes" + stage, std::to_string(math));

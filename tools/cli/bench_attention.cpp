@@ -1,8 +1,8 @@
 #include "tools/cli/bench_attention.h"
 
 #include "layers/attention_backend.h"
-#include "tools/cli/memory_tracking.h"
 #include "tools/cli/plot.h"
+#include "tools/memory/memory_tracking.h"
 
 #include <torch/cuda.h>
 #include <torch/headeronly/version.h>

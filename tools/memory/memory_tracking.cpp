@@ -1,4 +1,4 @@
-#include "tools/cli/memory_tracking.h"
+#include "tools/memory/memory_tracking.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
@@ -12,7 +12,7 @@
 #include <cstring>
 #include <mutex>
 
-namespace attnzoo::cli {
+namespace attnzoo {
 namespace {
 
 // Each block is allocated from the wrapped allocator `kHeader` bytes larger than asked, and its
@@ -150,4 +150,4 @@ int64_t PeakMemoryScope::peak_above_start() const {
 #endif
 }
 
-}  // namespace attnzoo::cli
+}  // namespace attnzoo

@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-namespace attnzoo::cli {
+namespace attnzoo {
 
 struct CpuMemoryStats {
   int64_t live_bytes = 0;  // allocated through the tracking allocator and not yet freed
@@ -49,4 +49,4 @@ class PeakMemoryScope {
 // True when this binary can read CUDA allocator statistics (built with CUDA).
 bool cuda_memory_stats_available();
 
-}  // namespace attnzoo::cli
+}  // namespace attnzoo
