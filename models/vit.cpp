@@ -36,6 +36,7 @@ void ViTBlockImpl::reset() {
                                                         .norm_eps(o.norm_eps())
                                                         .attn_drop(o.attn_drop_rate())
                                                         .proj_drop(o.proj_drop_rate())
+                                                        .head_gating(o.head_gating())
                                                         .backend(o.attention_backend())
                                                         .backend_options(o.attention_options())));
   norm2 = register_module("norm2", layer_norm(d, o.norm_eps()));
@@ -138,12 +139,19 @@ void VisionTransformerImpl::reset_parameters() {
       norm_layer->reset_parameters();
     }
   }
+  // Head gates start uniform (zero logits), so gating starts as the ungated model.
+  for (const auto& block : *blocks) {
+    if (auto& gate = block->as<ViTBlockImpl>()->attn->head_gate) {
+      gate->weight.zero_();
+      gate->bias.zero_();
+    }
+  }
   // The patch projection keeps LibTorch's Conv2d init (kaiming-uniform), as timm does for 'timm'.
 }
 
 torch::Tensor resample_pos_embed(const torch::Tensor& pos_embed, int64_t num_prefix,
                                  int64_t old_rows, int64_t old_cols, int64_t new_rows,
-                                 int64_t new_cols) {
+                                 int64_t new_cols, PosEmbedResampling rule) {
   TORCH_CHECK_VALUE(pos_embed.dim() == 3 && pos_embed.size(0) == 1 &&
                         pos_embed.size(1) == num_prefix + old_rows * old_cols,
                     "resample_pos_embed: expected [1, ", num_prefix, " + ", old_rows, "·", old_cols,
@@ -159,8 +167,8 @@ torch::Tensor resample_pos_embed(const torch::Tensor& pos_embed, int64_t num_pre
   grid = F::interpolate(grid, F::InterpolateFuncOptions()
                                   .size(std::vector<int64_t>{new_rows, new_cols})
                                   .mode(torch::kBicubic)
-                                  .align_corners(false)
-                                  .antialias(true));
+                                  .align_corners(rule == PosEmbedResampling::kTorchvision)
+                                  .antialias(rule == PosEmbedResampling::kTimm));
   grid = grid.permute({0, 2, 3, 1}).reshape({1, new_rows * new_cols, d}).to(pos_embed.dtype());
   return num_prefix > 0 ? torch::cat({prefix, grid}, 1) : grid;
 }

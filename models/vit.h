@@ -57,6 +57,8 @@ struct ViTOptions {
   TORCH_ARG(double, proj_drop_rate) = 0.0;  // after the attention and MLP projections
   TORCH_ARG(double, attn_drop_rate) = 0.0;
   TORCH_ARG(double, drop_path_rate) = 0.0;  // stochastic depth, linear from 0 to this over depth
+  // Dynamic head gating in every block's attention (MultiheadAttentionOptions::head_gating).
+  TORCH_ARG(bool, head_gating) = false;
   // The attention backend ("auto", "math", "sdpa", ...) and its settings.
   TORCH_ARG(std::string, attention_backend) = "auto";
   TORCH_ARG(AttentionBackendOptions, attention_options) = {};
@@ -127,11 +129,16 @@ class VisionTransformerImpl : public torch::nn::Cloneable<VisionTransformerImpl>
 };
 TORCH_MODULE(VisionTransformer);
 
+// How a position embedding grid is resized: timm's rule (bicubic, antialiased, align_corners
+// false: resample_abs_pos_embed) or torchvision's (bicubic, align_corners true, no antialiasing:
+// interpolate_embeddings).
+enum class PosEmbedResampling { kTimm, kTorchvision };
+
 // Resamples an absolute position embedding [1, prefix + rows·cols, D] from an old grid to a new
-// one, keeping the first `num_prefix` rows (class/register tokens) as they are: bicubic with
-// antialiasing, in float32 (timm's resample_abs_pos_embed).
+// one, keeping the first `num_prefix` rows (class/register tokens) as they are; in float32.
 torch::Tensor resample_pos_embed(const torch::Tensor& pos_embed, int64_t num_prefix,
                                  int64_t old_rows, int64_t old_cols, int64_t new_rows,
-                                 int64_t new_cols);
+                                 int64_t new_cols,
+                                 PosEmbedResampling rule = PosEmbedResampling::kTimm);
 
 }  // namespace attnzoo

@@ -1,7 +1,10 @@
 #include "models/vit_checkpoint.h"
 
+#include "models/checkpoint.h"
+
 #include <torch/torch.h>
 
+#include <cmath>
 #include <map>
 #include <regex>
 
@@ -155,6 +158,39 @@ MappedCheckpoint to_timm_layout(const io::TensorDict& tensors, ViTCheckpointForm
       return from_hugging_face(tensors);
   }
   return {tensors, {}};
+}
+
+ViTLoadReport load_vit_checkpoint(VisionTransformerImpl& model, const io::TensorDict& tensors,
+                                  std::optional<ViTCheckpointFormat> format,
+                                  const std::string& source,
+                                  const std::set<std::string>& optional) {
+  ViTLoadReport report;
+  report.format = format ? *format : detect_vit_format(tensors);
+  auto mapped = to_timm_layout(tensors, report.format);
+  report.ignored = mapped.ignored;
+  if (auto* pos = mapped.tensors.find("pos_embed")) {
+    const auto want = model.pos_embed.sizes();
+    if (pos->dim() == 3 && pos->size(2) == want[2] && pos->size(1) != want[1]) {
+      // Trained at another resolution: resize the patch grid (square, as checkpoints are).
+      const int64_t prefix = model.options.no_embed_class() ? 0 : model.num_prefix_tokens();
+      const int64_t patches = pos->size(1) - prefix;
+      const auto side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(patches))));
+      if (patches > 0 && side * side == patches) {
+        const auto rule = report.format == ViTCheckpointFormat::kTorchvision
+                              ? PosEmbedResampling::kTorchvision
+                              : PosEmbedResampling::kTimm;
+        *pos = resample_pos_embed(*pos, prefix, side, side, model.grid_size(), model.grid_size(),
+                                  rule);
+        report.pos_embed_resampled = true;
+      }
+      // Otherwise the strict loader reports the shape mismatch.
+    }
+  }
+  LoadOptions options;
+  options.optional = optional;
+  options.source = source;
+  load_state_dict(model, mapped.tensors, options);
+  return report;
 }
 
 }  // namespace attnzoo

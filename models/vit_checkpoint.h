@@ -9,6 +9,9 @@
 #pragma once
 
 #include "io/safetensors.h"
+#include "models/vit.h"
+
+#include <optional>
 
 #include <set>
 #include <string>
@@ -32,5 +35,21 @@ struct MappedCheckpoint {
 // Renames (and for Hugging Face fuses q, k, v) into timm's layout. Unknown names are kept as they
 // are, so that the strict loader reports them.
 MappedCheckpoint to_timm_layout(const io::TensorDict& tensors, ViTCheckpointFormat format);
+
+struct ViTLoadReport {
+  ViTCheckpointFormat format;
+  std::set<std::string> ignored;  // source tensors without a counterpart
+  bool pos_embed_resampled = false;
+};
+
+// Loads a checkpoint of any supported layout into `model`: the layout is `format` or detected,
+// mapped onto timm's names, the position embedding resampled when the checkpoint was trained at
+// another resolution (with the rule of the library that wrote it), then loaded strictly (`optional`
+// names may be absent, e.g. the classifier when fine-tuning). Throws CheckpointError naming
+// `source` and every problem.
+ViTLoadReport load_vit_checkpoint(VisionTransformerImpl& model, const io::TensorDict& tensors,
+                                  std::optional<ViTCheckpointFormat> format,
+                                  const std::string& source,
+                                  const std::set<std::string>& optional = {});
 
 }  // namespace attnzoo

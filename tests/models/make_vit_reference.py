@@ -51,6 +51,39 @@ def other_layouts():
     yield "hf_vit", hf, (2, 3, 32, 32), lambda m, x: m(pixel_values=x).logits
 
 
+def resolution_changes(out: Path) -> None:
+    """Checkpoints trained at 64x64 loaded into models configured for 96x96: timm resamples the
+    position embedding in checkpoint_filter_fn (bicubic, antialiased), torchvision in
+    interpolate_embeddings (bicubic, align_corners=True)."""
+    import torchvision
+    from timm.models.vision_transformer import checkpoint_filter_fn
+
+    small = VisionTransformer(img_size=64, patch_size=16, embed_dim=64, depth=2, num_heads=2,
+                              num_classes=7)
+    large = VisionTransformer(img_size=96, patch_size=16, embed_dim=64, depth=2, num_heads=2,
+                              num_classes=7)
+    tv_small = torchvision.models.VisionTransformer(image_size=64, patch_size=16, num_layers=2,
+                                                    num_heads=2, hidden_dim=32, mlp_dim=64,
+                                                    num_classes=5)
+    tv_large = torchvision.models.VisionTransformer(image_size=96, patch_size=16, num_layers=2,
+                                                    num_heads=2, hidden_dim=32, mlp_dim=64,
+                                                    num_classes=5)
+    with torch.no_grad():
+        for model in (small, tv_small):
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+        large.load_state_dict(checkpoint_filter_fn(small.state_dict(), large))
+        tv_state = torchvision.models.vision_transformer.interpolate_embeddings(
+            96, 16, tv_small.state_dict())
+        tv_large.load_state_dict(tv_state)
+        pixels = torch.randn(2, 3, 96, 96)
+        for name, source, target in (("timm_64_to_96", small, large),
+                                     ("torchvision_64_to_96", tv_small, tv_large)):
+            target.eval()
+            save_state_dict(source, out / f"{name}.weights.safetensors")
+            save_file({"pixels": pixels, "logits": target(pixels)}, str(out / f"{name}.io.safetensors"))
+
+
 def hf_v4_name(name: str) -> str:
     """transformers 5.x ViT state_dict name -> the 4.x name used by checkpoint files."""
     import re
@@ -89,6 +122,7 @@ def main() -> None:
         save_state_dict(model, out / f"{name}.weights.safetensors", metadata={"source": "timm"})
         save_file({"pixels": pixels, "features": features.contiguous(), "logits": logits},
                   str(out / f"{name}.io.safetensors"))
+    resolution_changes(out)
     for name, model, shape, forward in other_layouts():
         model.eval()
         with torch.no_grad():

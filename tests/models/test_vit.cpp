@@ -132,6 +132,47 @@ TEST(ViT, LoadsHubFilesInTheTransformers4Layout) {
   }
 }
 
+// A checkpoint trained at 64×64 loaded into a model configured for 96×96.
+void check_resolution_change(const std::string& name, ViTCheckpointFormat format,
+                             const ViTOptions& options) {
+  SCOPED_TRACE(name);
+  const auto ref = reference(name);
+  VisionTransformer model(options);
+  model->eval();
+  const auto report = load_vit_checkpoint(*model, ref.weights.tensors, std::nullopt, name);
+  EXPECT_EQ(report.format, format);
+  EXPECT_TRUE(report.pos_embed_resampled);
+  torch::NoGradGuard no_grad;
+  EXPECT_LE(max_abs_diff(model(ref.io.tensors["pixels"]), ref.io.tensors["logits"]), 1e-4);
+}
+
+TEST(ViT, CheckpointsOfAnotherResolutionAreResampledAsTheirLibraryDoes) {
+  check_resolution_change(
+      "timm_64_to_96", ViTCheckpointFormat::kTimm,
+      ViTOptions().img_size(96).embed_dim(64).depth(2).num_heads(2).num_classes(7));
+  check_resolution_change(
+      "torchvision_64_to_96", ViTCheckpointFormat::kTorchvision,
+      ViTOptions().img_size(96).embed_dim(32).depth(2).num_heads(2).mlp_ratio(2.0).num_classes(5));
+}
+
+TEST(ViT, HeadGatingReachesEveryBlock) {
+  VisionTransformer model(
+      ViTOptions().img_size(32).embed_dim(32).depth(2).num_heads(4).head_gating(true));
+  const auto params = model->named_parameters();
+  EXPECT_TRUE(params.contains("blocks.1.attn.head_gate.weight"));
+  VisionTransformer plain(ViTOptions().img_size(32).embed_dim(32).depth(2).num_heads(4));
+  load_state_dict(*plain, state_dict(*model),
+                  {{},
+                   {"blocks.0.attn.head_gate.weight", "blocks.0.attn.head_gate.bias",
+                    "blocks.1.attn.head_gate.weight", "blocks.1.attn.head_gate.bias"},
+                   "gated"});
+  model->eval();
+  plain->eval();
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({2, 3, 32, 32});
+  EXPECT_LE(max_abs_diff(model(x), plain(x)), 1e-5);  // zero-initialised gates are uniform
+}
+
 TEST(ViT, TimmCheckpointsAreDetectedAsTimm) {
   EXPECT_EQ(detect_vit_format(reference("vit_tiny").weights.tensors), ViTCheckpointFormat::kTimm);
   EXPECT_EQ(parse_vit_format("hf"), ViTCheckpointFormat::kHuggingFace);
