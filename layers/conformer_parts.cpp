@@ -1,0 +1,294 @@
+#include "layers/conformer_parts.h"
+
+#include <torch/nn/init.h>
+
+#include <cmath>
+
+namespace attnzoo {
+namespace {
+
+torch::nn::LayerNorm layer_norm(int64_t dim, double eps) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(eps));
+}
+
+void check_rate(double p, const char* who, const char* what) {
+  TORCH_CHECK_VALUE(p >= 0.0 && p < 1.0, who, ": ", what, " must lie in [0, 1), got ", p);
+}
+
+}  // namespace
+
+torch::Tensor valid_frames(const torch::Tensor& lengths, int64_t num_frames) {
+  if (!lengths.defined()) return {};
+  const auto positions = torch::arange(num_frames, lengths.options().dtype(torch::kLong));
+  return positions.unsqueeze(0) < lengths.to(torch::kLong).unsqueeze(1);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+ConformerFeedForwardImpl::ConformerFeedForwardImpl(ConformerFeedForwardOptions options_)
+    : options(std::move(options_)) {
+  reset();
+}
+
+void ConformerFeedForwardImpl::reset() {
+  const auto& o = options;
+  TORCH_CHECK_VALUE(o.dim() > 0 && o.hidden_dim() > 0,
+                    "ConformerFeedForward: dim and hidden_dim must be > 0, got ", o.dim(), " and ",
+                    o.hidden_dim());
+  check_rate(o.dropout(), "ConformerFeedForward", "dropout");
+  norm = register_module("norm", layer_norm(o.dim(), o.norm_eps()));
+  linear1 = register_module("linear1", torch::nn::Linear(o.dim(), o.hidden_dim()));
+  linear2 = register_module("linear2", torch::nn::Linear(o.hidden_dim(), o.dim()));
+  dropout = register_module("dropout", torch::nn::Dropout(o.dropout()));
+}
+
+torch::Tensor ConformerFeedForwardImpl::forward(const torch::Tensor& x) {
+  // Swish = SiLU (Ramachandran et al. 2017), as the paper's figure 4.
+  return dropout(linear2(dropout(torch::silu(linear1(norm(x))))));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+ConvNormImpl::ConvNormImpl(ConvNormOptions options_) : options(std::move(options_)) { reset(); }
+
+void ConvNormImpl::reset() {
+  const auto& o = options;
+  TORCH_CHECK_VALUE(o.channels() > 0, "ConvNorm: channels must be > 0, got ", o.channels());
+  TORCH_CHECK_VALUE(
+      o.kind() == "batch_norm" || o.kind() == "group_norm" || o.kind() == "layer_norm",
+      "ConvNorm: unknown kind '", o.kind(), "'; expected batch_norm, group_norm or layer_norm");
+  TORCH_CHECK_VALUE(o.eps() > 0.0, "ConvNorm: eps must be > 0, got ", o.eps());
+  TORCH_CHECK_VALUE(o.momentum() >= 0.0 && o.momentum() <= 1.0,
+                    "ConvNorm: momentum must lie in [0, 1], got ", o.momentum());
+  const int64_t c = o.channels();
+  weight = register_parameter("weight", torch::ones({c}));
+  bias = register_parameter("bias", torch::zeros({c}));
+  if (o.kind() == "batch_norm") {
+    running_mean = register_buffer("running_mean", torch::zeros({c}));
+    running_var = register_buffer("running_var", torch::ones({c}));
+    num_batches_tracked = register_buffer("num_batches_tracked", torch::zeros({}, torch::kLong));
+  }
+}
+
+torch::Tensor ConvNormImpl::forward(const torch::Tensor& x, const torch::Tensor& valid) {
+  const int64_t c = options.channels();
+  TORCH_CHECK_VALUE(x.dim() == 3 && x.size(1) == c, "ConvNorm: x must be [B, C = ", c, ", T], got ",
+                    shape_string(x.sizes()));
+  TORCH_CHECK_VALUE(!valid.defined() || (valid.scalar_type() == torch::kBool &&
+                                         valid.sizes() == torch::IntArrayRef{x.size(0), x.size(2)}),
+                    "ConvNorm: valid must be bool [B, T] = ", shape_string({x.size(0), x.size(2)}),
+                    ", got ", valid.defined() ? shape_string(valid.sizes()) : "");
+  const double eps = options.eps();
+  const auto per_channel = [](const torch::Tensor& t) { return t.view({1, -1, 1}); };
+  if (options.kind() == "layer_norm") {
+    return torch::layer_norm(x.transpose(1, 2), {c}, weight, bias, eps).transpose(1, 2);
+  }
+  // [B, 1, T] weights of the frames in the statistics: 1 valid, 0 padding.
+  const auto frames = valid.defined() ? valid.unsqueeze(1).to(x.scalar_type())
+                                      : torch::ones_like(x.select(1, 0)).unsqueeze(1);
+  if (options.kind() == "group_norm") {
+    // GroupNorm(1): one mean and variance per utterance over all channels of its valid frames.
+    const auto count =
+        (frames.sum(torch::IntArrayRef{1, 2}, /*keepdim=*/true) * c).clamp_min(1.0);  // [B, 1, 1]
+    const auto mean = (x * frames).sum(torch::IntArrayRef{1, 2}, true) / count;
+    const auto var = ((x - mean).square() * frames).sum(torch::IntArrayRef{1, 2}, true) / count;
+    return (x - mean) * torch::rsqrt(var + eps) * per_channel(weight) + per_channel(bias);
+  }
+  if (!is_training()) {
+    // Evaluation: the running statistics, which no padding can reach.
+    return (x - per_channel(running_mean)) * torch::rsqrt(per_channel(running_var) + eps) *
+               per_channel(weight) +
+           per_channel(bias);
+  }
+  // Training: BatchNorm1d over (B, T) restricted to the valid frames, i.e. what BatchNorm1d
+  // computes on the valid frames of all utterances concatenated; normalised with the biased
+  // variance, the running variance updated with the unbiased one (as torch.nn.BatchNorm1d).
+  const auto count = frames.sum();  // scalar: valid frames in the batch
+  const auto mean = (x * frames).sum(torch::IntArrayRef{0, 2}, true) / count.clamp_min(1.0);
+  const auto var =
+      ((x - mean).square() * frames).sum(torch::IntArrayRef{0, 2}, true) / count.clamp_min(1.0);
+  {
+    torch::NoGradGuard no_grad;
+    const double m = options.momentum();
+    const auto unbiased = var.flatten() * count / (count - 1.0).clamp_min(1.0);
+    running_mean.mul_(1.0 - m).add_(mean.flatten().detach(), m);
+    running_var.mul_(1.0 - m).add_(unbiased.detach(), m);
+    num_batches_tracked.add_(1);
+  }
+  return (x - mean) * torch::rsqrt(var + eps) * per_channel(weight) + per_channel(bias);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+ConformerConvModuleImpl::ConformerConvModuleImpl(ConformerConvModuleOptions options_)
+    : options(std::move(options_)) {
+  reset();
+}
+
+int64_t ConformerConvModuleImpl::left_padding() const {
+  const int64_t k = options.kernel_size();
+  return options.causal() ? k - 1 : (k - 1) / 2;
+}
+
+int64_t ConformerConvModuleImpl::right_padding() const {
+  return options.causal() ? 0 : options.kernel_size() / 2;
+}
+
+void ConformerConvModuleImpl::reset() {
+  const auto& o = options;
+  const int64_t d = o.dim();
+  TORCH_CHECK_VALUE(d > 0, "ConformerConvModule: dim must be > 0, got ", d);
+  TORCH_CHECK_VALUE(o.kernel_size() > 0,
+                    "ConformerConvModule: depthwise kernel_size must be > 0, got ",
+                    o.kernel_size());
+  check_rate(o.dropout(), "ConformerConvModule", "dropout");
+  const auto conv = [&](int64_t in, int64_t out, int64_t k, int64_t groups) {
+    return torch::nn::Conv1d(torch::nn::Conv1dOptions(in, out, k).groups(groups).bias(o.bias()));
+  };
+  norm = register_module("norm", layer_norm(d, o.norm_eps()));
+  pointwise_conv1 = register_module("pointwise_conv1", conv(d, 2 * d, 1, 1));
+  depthwise_conv = register_module("depthwise_conv", conv(d, d, o.kernel_size(), d));
+  conv_norm =
+      register_module("conv_norm", ConvNorm(ConvNormOptions(d).kind(o.norm()).eps(o.norm_eps())));
+  pointwise_conv2 = register_module("pointwise_conv2", conv(d, d, 1, 1));
+  dropout = register_module("dropout", torch::nn::Dropout(o.dropout()));
+}
+
+torch::Tensor ConformerConvModuleImpl::forward(const torch::Tensor& x, const torch::Tensor& valid) {
+  auto y = pointwise_conv1(norm(x).transpose(1, 2));  // [B, 2D, T]
+  y = torch::glu(y, 1);                               // [B, D, T]
+  if (valid.defined()) {
+    // Padding frames carry the pointwise convolution's bias (and whatever the input held); zero
+    // them, or the depthwise convolution would carry them into the valid frames near the end.
+    y = y.masked_fill(valid.logical_not().unsqueeze(1), 0.0);
+  }
+  y = torch::constant_pad_nd(y, {left_padding(), right_padding()}, 0.0);
+  y = depthwise_conv(y);  // [B, D, T]
+  y = torch::silu(conv_norm(y, valid));
+  return dropout(pointwise_conv2(y)).transpose(1, 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+bool is_conformer_position_mode(const std::string& mode) {
+  return mode == "none" || mode == "rel_pos" || mode == "rel_pos_wenet";
+}
+
+torch::Tensor relative_position_encoding(int64_t num_frames, int64_t dim, const std::string& mode,
+                                         const torch::TensorOptions& options) {
+  TORCH_CHECK_VALUE(mode == "rel_pos" || mode == "rel_pos_wenet",
+                    "relative_position_encoding: mode must be rel_pos or rel_pos_wenet, got '",
+                    mode, "'");
+  TORCH_CHECK_VALUE(num_frames > 0, "relative_position_encoding: num_frames must be > 0, got ",
+                    num_frames);
+  TORCH_CHECK_VALUE(dim > 0 && dim % 2 == 0,
+                    "relative_position_encoding: dim must be even and > 0, got ", dim);
+  // Computed in float64 and rounded once, so every dtype sees the same encodings.
+  const auto f64 = torch::TensorOptions().dtype(torch::kDouble).device(options.device());
+  const auto positions =
+      mode == "rel_pos" ? torch::arange(num_frames - 1, -num_frames, -1, f64)  // T−1 ... −(T−1)
+                        : torch::arange(num_frames, f64);                      // 0 ... T−1
+  const auto frequencies =
+      torch::exp(torch::arange(0, dim, 2, f64) * (-std::log(10000.0) / static_cast<double>(dim)));
+  const auto angles = positions.unsqueeze(1) * frequencies.unsqueeze(0);  // [P, dim/2]
+  // Interleaved: sin at even features, cos at odd ones.
+  const auto encoding = torch::stack({angles.sin(), angles.cos()}, -1).view({1, -1, dim});
+  return encoding.to(options.dtype_opt().value_or(torch::get_default_dtype()));
+}
+
+torch::Tensor rel_shift(const torch::Tensor& scores) {
+  TORCH_CHECK_VALUE(scores.dim() == 4 && scores.size(3) == 2 * scores.size(2) - 1,
+                    "rel_shift: scores must be [B, H, L, 2L - 1], got ",
+                    shape_string(scores.sizes()));
+  const int64_t b = scores.size(0), h = scores.size(1), l = scores.size(2);
+  // A zero column in front makes each row 2L long; read as 2L rows of L, dropping the first,
+  // row i then starts at column L − 1 − i of the original row i.
+  const auto padded = torch::constant_pad_nd(scores, {1, 0}, 0.0);  // [B, H, L, 2L]
+  return padded.view({b, h, 2 * l, l})
+      .narrow(2, 1, 2 * l - 1)
+      .reshape({b, h, l, 2 * l - 1})
+      .narrow(3, 0, l);
+}
+
+ConformerAttentionImpl::ConformerAttentionImpl(ConformerAttentionOptions options_)
+    : options(std::move(options_)) {
+  reset();
+}
+
+void ConformerAttentionImpl::reset() {
+  const auto& o = options;
+  TORCH_CHECK_VALUE(is_conformer_position_mode(o.position()),
+                    "ConformerAttention: unknown position mode '", o.position(),
+                    "'; expected none, rel_pos or rel_pos_wenet");
+  check_rate(o.dropout(), "ConformerAttention", "dropout");
+  mha = register_module("mha",
+                        MultiheadAttention(MultiheadAttentionOptions(o.embed_dim(), o.num_heads())
+                                               .attn_drop(o.dropout())
+                                               .proj_drop(o.dropout())
+                                               .backend(o.backend())
+                                               .backend_options(o.backend_options())
+                                               .init("jax")));
+  if (o.position() != "none") {
+    TORCH_CHECK_VALUE(o.embed_dim() % 2 == 0, "ConformerAttention: embed_dim must be even for ",
+                      o.position(), " (sinusoidal encodings), got ", o.embed_dim());
+    const int64_t heads = o.num_heads(), e = mha->head_dim();
+    linear_pos = register_module(
+        "linear_pos",
+        torch::nn::Linear(torch::nn::LinearOptions(o.embed_dim(), heads * e).bias(false)));
+    pos_bias_u = register_parameter("pos_bias_u", torch::empty({heads, e}));
+    pos_bias_v = register_parameter("pos_bias_v", torch::empty({heads, e}));
+    torch::NoGradGuard no_grad;
+    torch::nn::init::xavier_uniform_(pos_bias_u);
+    torch::nn::init::xavier_uniform_(pos_bias_v);
+  }
+}
+
+torch::Tensor ConformerAttentionImpl::forward(const torch::Tensor& x, const AttentionMask& mask,
+                                              const torch::Tensor& pos_emb) {
+  const auto& o = options;
+  if (o.position() == "none") return mha(x, mask);
+  TORCH_CHECK_VALUE(x.dim() == 3 && x.size(2) == o.embed_dim(),
+                    "ConformerAttention: x must be [B, T, embed_dim = ", o.embed_dim(), "], got ",
+                    shape_string(x.sizes()));
+  const int64_t batch = x.size(0), frames = x.size(1);
+  const int64_t heads = o.num_heads(), e = mha->head_dim();
+  const int64_t positions = o.position() == "rel_pos" ? 2 * frames - 1 : frames;
+  const auto pos = pos_emb.defined() ? pos_emb
+                                     : relative_position_encoding(frames, o.embed_dim(),
+                                                                  o.position(), x.options());
+  TORCH_CHECK_VALUE(pos.dim() == 3 && (pos.size(0) == 1 || pos.size(0) == batch) &&
+                        pos.size(1) == positions && pos.size(2) == o.embed_dim(),
+                    "ConformerAttention: pos_emb must be [1 or B, ", positions, " (", o.position(),
+                    " for T = ", frames, "), embed_dim = ", o.embed_dim(), "], got ",
+                    shape_string(pos.sizes()));
+
+  // [B, T, 3·H·E] -> 3 × [B, H, T, E], views of the one projection.
+  const auto qkv = mha->qkv(x).view({batch, frames, 3, heads, e}).permute({2, 0, 3, 1, 4});
+  const auto q = qkv[0], k = qkv[1];
+  const auto p = linear_pos(pos).view({pos.size(0), positions, heads, e}).transpose(1, 2);
+  const auto u = pos_bias_u.view({1, heads, 1, e});
+  const auto v = pos_bias_v.view({1, heads, 1, e});
+  // Term (c), u·k_j: one row per head, broadcast over the queries: [B, H, 1, T].
+  const auto content_bias = torch::matmul(u, k.transpose(-2, -1));
+  // Terms (b)+(d), (q_i + v)·p: [B, H, T, P], then aligned to the keys.
+  auto position_scores = torch::matmul(q + v, p.transpose(-2, -1));
+  if (o.position() == "rel_pos") position_scores = rel_shift(position_scores);
+
+  AttentionProblem problem;
+  problem.query = q;
+  problem.key = k;
+  problem.value = qkv[2];
+  problem.scale = 1.0 / std::sqrt(static_cast<double>(e));
+  auto bias = problem.scale * (content_bias + position_scores);  // [B, H, T, T]
+  if (mask.bias().defined()) bias = bias + mask.bias();
+  problem.mask = mask;
+  problem.mask.bias(bias);
+  problem.dropout_p = is_training() ? o.dropout() : 0.0;
+  problem.options = o.backend_options();
+  const auto attended = scaled_dot_product_attention(std::move(problem), mha->options.backend());
+  // [B, H, T, E] -> [B, T, H·E]
+  const auto merged = attended.output.transpose(1, 2).reshape({batch, frames, heads * e});
+  return mha->proj_drop(mha->proj(merged));
+}
+
+}  // namespace attnzoo

@@ -1,0 +1,191 @@
+// The parts of a Conformer block (Gulati et al. 2020, "Conformer: Convolution-augmented
+// Transformer for Speech Recognition", arXiv 2005.08100, section 2): the macaron feed-forward
+// module, the convolution module, and self-attention with relative sinusoidal positions
+// (Transformer-XL, Dai et al. 2019, section 3.3) on the shared attention layer.
+//
+// Padding never leaks: every part that mixes frames (the depthwise convolution, the batch and group
+// normalisation statistics, attention) sees only the valid frames of each utterance, so a batch of
+// unequal lengths computes on its valid frames what each utterance computes alone.
+#pragma once
+
+#include "layers/attention.h"
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include <string>
+
+namespace attnzoo {
+
+// true where frame t of utterance b is valid (t < lengths[b]): [B, T] bool; undefined when
+// lengths is undefined (every frame valid). lengths: [B], integral.
+torch::Tensor valid_frames(const torch::Tensor& lengths, int64_t num_frames);
+
+// ---------------------------------------------------------------------------------------------
+// Feed-forward module (paper section 2.3): LayerNorm → Linear(D, ffn) → Swish → dropout →
+// Linear(ffn, D) → dropout. The block adds it with a ½ weight (macaron).
+struct ConformerFeedForwardOptions {
+  ConformerFeedForwardOptions(int64_t dim, int64_t hidden_dim)
+      : dim_(dim), hidden_dim_(hidden_dim) {}
+  TORCH_ARG(int64_t, dim);
+  TORCH_ARG(int64_t, hidden_dim);
+  TORCH_ARG(double, dropout) = 0.0;
+  TORCH_ARG(double, norm_eps) = 1e-5;
+};
+
+class ConformerFeedForwardImpl : public torch::nn::Cloneable<ConformerFeedForwardImpl> {
+ public:
+  explicit ConformerFeedForwardImpl(ConformerFeedForwardOptions options);
+  void reset() override;
+  // x: [..., D] -> [..., D]
+  torch::Tensor forward(const torch::Tensor& x);
+
+  ConformerFeedForwardOptions options;
+  torch::nn::LayerNorm norm{nullptr};
+  torch::nn::Linear linear1{nullptr};  // [ffn, D]
+  torch::nn::Linear linear2{nullptr};  // [D, ffn]
+  torch::nn::Dropout dropout{nullptr};
+};
+TORCH_MODULE(ConformerFeedForward);
+
+// ---------------------------------------------------------------------------------------------
+// The normalisation after the depthwise convolution, over valid frames only:
+//   "batch_norm"  per channel over (B, valid T); running statistics in evaluation (BatchNorm1d's
+//                 parameters and buffers, updated in training from the valid frames only)
+//   "group_norm"  GroupNorm(1): per utterance over (C, its valid T) (torchaudio's use_group_norm)
+//   "layer_norm"  per frame over C (WeNet's option), which no padding can reach.
+// Parameters are named as torch.nn's norms name them (weight, bias, running_mean, running_var,
+// num_batches_tracked), so checkpoints map onto them one to one.
+struct ConvNormOptions {
+  explicit ConvNormOptions(int64_t channels) : channels_(channels) {}
+  TORCH_ARG(int64_t, channels);
+  TORCH_ARG(std::string, kind) = "batch_norm";
+  TORCH_ARG(double, eps) = 1e-5;
+  // BatchNorm's running-statistics momentum: running = (1 − m)·running + m·batch.
+  TORCH_ARG(double, momentum) = 0.1;
+};
+
+class ConvNormImpl : public torch::nn::Cloneable<ConvNormImpl> {
+ public:
+  explicit ConvNormImpl(ConvNormOptions options);
+  void reset() override;
+  // x: [B, C, T], valid: [B, T] bool or undefined (all valid) -> [B, C, T]. Values at invalid
+  // frames are normalised too but take no part in any statistic.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& valid = {});
+
+  ConvNormOptions options;
+  torch::Tensor weight;               // [C]
+  torch::Tensor bias;                 // [C]
+  torch::Tensor running_mean;         // [C], batch_norm only
+  torch::Tensor running_var;          // [C], batch_norm only
+  torch::Tensor num_batches_tracked;  // [], int64, batch_norm only
+};
+TORCH_MODULE(ConvNorm);
+
+// ---------------------------------------------------------------------------------------------
+// Convolution module (paper section 2.2, figure 2): LayerNorm → pointwise conv D→2D → GLU →
+// depthwise conv → ConvNorm → Swish → pointwise conv D→D → dropout.
+//
+// Padding of the depthwise convolution (kernel K), so that the output keeps T frames:
+//   non-causal  (K − 1) / 2 frames on the left and K / 2 on the right (integer division): "same"
+//               padding for odd K; for even K (the paper's 32) the one extra frame of context is
+//               on the right, i.e. output t sees inputs t − (K/2 − 1) ... t + K/2.
+//   causal      K − 1 frames on the left, none on the right (output t sees no future input), the
+//               layout of streaming with a convolution cache.
+// Frames beyond each utterance's length are zeroed before the depthwise convolution, so that
+// they reach valid frames exactly as the zero padding of an utterance alone would.
+struct ConformerConvModuleOptions {
+  ConformerConvModuleOptions(int64_t dim, int64_t kernel_size)
+      : dim_(dim), kernel_size_(kernel_size) {}
+  TORCH_ARG(int64_t, dim);
+  TORCH_ARG(int64_t, kernel_size);
+  TORCH_ARG(bool, causal) = false;
+  // "batch_norm", "group_norm" or "layer_norm" (ConvNorm).
+  TORCH_ARG(std::string, norm) = "batch_norm";
+  TORCH_ARG(bool, bias) = true;
+  TORCH_ARG(double, dropout) = 0.0;
+  TORCH_ARG(double, norm_eps) = 1e-5;
+};
+
+class ConformerConvModuleImpl : public torch::nn::Cloneable<ConformerConvModuleImpl> {
+ public:
+  explicit ConformerConvModuleImpl(ConformerConvModuleOptions options);
+  void reset() override;
+  // x: [B, T, D], valid: [B, T] bool or undefined (all valid) -> [B, T, D]
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& valid = {});
+
+  // Zero frames added before / after the sequence for the depthwise convolution (see above).
+  int64_t left_padding() const;
+  int64_t right_padding() const;
+
+  ConformerConvModuleOptions options;
+  torch::nn::LayerNorm norm{nullptr};
+  torch::nn::Conv1d pointwise_conv1{nullptr};  // [2D, D, 1]
+  torch::nn::Conv1d depthwise_conv{nullptr};   // [D, 1, K], groups D, no padding of its own
+  ConvNorm conv_norm{nullptr};
+  torch::nn::Conv1d pointwise_conv2{nullptr};  // [D, D, 1]
+  torch::nn::Dropout dropout{nullptr};
+};
+TORCH_MODULE(ConformerConvModule);
+
+// ---------------------------------------------------------------------------------------------
+// Positions of the self-attention:
+//   "none"           no positional term (torchaudio's Conformer: plain multi-head attention)
+//   "rel_pos"        relative sinusoidal positions, Transformer-XL / ESPnet "latest": 2T − 1
+//                    relative positions T − 1 ... −(T − 1), aligned to (i, j) by rel_shift
+//   "rel_pos_wenet"  WeNet's RelPositionMultiHeadedAttention: T encodings of the absolute
+//                    positions 0 ... T − 1 and no shift (query i, key j uses the encoding of j)
+bool is_conformer_position_mode(const std::string& mode);
+
+// The sinusoidal encodings a position mode attends with, [1, P, dim]: P = 2·T − 1 rows for
+// "rel_pos" (row r is relative position T − 1 − r), T rows for "rel_pos_wenet" (row j is position
+// j); each row is [sin(p·ω_0), cos(p·ω_0), sin(p·ω_1), ...] with ω_k = 10000^(−2k/dim)
+// (Vaswani et al. 2017, section 3.5). dim must be even.
+torch::Tensor relative_position_encoding(int64_t num_frames, int64_t dim, const std::string& mode,
+                                         const torch::TensorOptions& options = {});
+
+// Transformer-XL's shift (Dai et al. 2019, appendix B): scores over relative positions
+// [B, H, L, 2L − 1] (column c = relative position L − 1 − c) -> scores over keys [B, H, L, L]
+// with out[.., i, j] = in[.., i, L − 1 − i + j], i.e. the score of relative position i − j.
+torch::Tensor rel_shift(const torch::Tensor& scores);
+
+struct ConformerAttentionOptions {
+  ConformerAttentionOptions(int64_t embed_dim, int64_t num_heads)
+      : embed_dim_(embed_dim), num_heads_(num_heads) {}
+  TORCH_ARG(int64_t, embed_dim);
+  TORCH_ARG(int64_t, num_heads);
+  // "none", "rel_pos" or "rel_pos_wenet" (see above).
+  TORCH_ARG(std::string, position) = "none";
+  // Dropout on the attention probabilities and after the output projection (training only).
+  TORCH_ARG(double, dropout) = 0.0;
+  TORCH_ARG(std::string, backend) = "auto";
+  TORCH_ARG(AttentionBackendOptions, backend_options) = {};
+};
+
+// Multi-head self-attention with an optional relative positional term (Dai et al. 2019, eq. in
+// section 3.3, terms (a)+(c) and (b)+(d)):
+//   score(i, j) = scale · [(q_i + u)·k_j + (q_i + v)·W_pos·R_{i−j}]
+// q, k and v come from the shared layer's fused `qkv` projection; everything but scale·q_i·k_j
+// reaches the attention as its additive bias (AttentionMask::bias), so every backend serves it.
+class ConformerAttentionImpl : public torch::nn::Cloneable<ConformerAttentionImpl> {
+ public:
+  explicit ConformerAttentionImpl(ConformerAttentionOptions options);
+  void reset() override;
+  // x: [B, T, D], pos_emb: [1 or B, P, D] from relative_position_encoding (ignored for "none";
+  // computed here when undefined) -> [B, T, D]
+  torch::Tensor forward(const torch::Tensor& x, const AttentionMask& mask = {},
+                        const torch::Tensor& pos_emb = {});
+
+  ConformerAttentionOptions options;
+  MultiheadAttention mha{nullptr};        // qkv [3D, D], proj [D, D]
+  torch::nn::Linear linear_pos{nullptr};  // [D, D], no bias; relative modes only
+  torch::Tensor pos_bias_u;               // [H, E]: u of the paper, content bias
+  torch::Tensor pos_bias_v;               // [H, E]: v, position bias
+};
+TORCH_MODULE(ConformerAttention);
+
+}  // namespace attnzoo

@@ -1,0 +1,95 @@
+// Conformer encoder (Gulati et al. 2020, "Conformer: Convolution-augmented Transformer for Speech
+// Recognition", arXiv 2005.08100): a stack of blocks, each a macaron of two half-step feed-forward
+// modules around self-attention and a convolution module (section 2, equation 1):
+//
+//   x = x + ½·ffn1(x)
+//   x = x + attn(attn_norm(x), key padding, positions)   (conv first when convolution_first)
+//   x = x + conv(x)                                       (LayerNorm inside, padding zeroed)
+//   x = x + ½·ffn2(x)
+//   y = final_norm(x)
+//
+// The blocks take features already at the model width (torchaudio.models.Conformer's contract);
+// subsampling, CMVN and streaming (forward_chunk) will come in front of and beside this stack.
+// Parameter names are ours; torchaudio's layout maps onto them in models/conformer_checkpoint.h.
+#pragma once
+
+#include "layers/conformer_parts.h"
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <string>
+#include <tuple>
+
+namespace attnzoo {
+
+struct ConformerOptions {
+  ConformerOptions(int64_t input_dim, int64_t num_heads, int64_t ffn_dim, int64_t num_layers,
+                   int64_t depthwise_conv_kernel_size)
+      : input_dim_(input_dim),
+        num_heads_(num_heads),
+        ffn_dim_(ffn_dim),
+        num_layers_(num_layers),
+        depthwise_conv_kernel_size_(depthwise_conv_kernel_size) {}
+
+  // Model width D (torchaudio's name: the blocks' input is already D wide).
+  TORCH_ARG(int64_t, input_dim);
+  TORCH_ARG(int64_t, num_heads);
+  TORCH_ARG(int64_t, ffn_dim);
+  TORCH_ARG(int64_t, num_layers);
+  // Odd: "same" padding; even (the paper's 32): one more frame of right context than left; see
+  // ConformerConvModuleOptions.
+  TORCH_ARG(int64_t, depthwise_conv_kernel_size);
+  // Everywhere torchaudio applies it: feed-forward, attention probabilities and output,
+  // convolution module.
+  TORCH_ARG(double, dropout) = 0.0;
+  // "batch_norm" (paper), "group_norm" (torchaudio's use_group_norm) or "layer_norm".
+  TORCH_ARG(std::string, conv_norm) = "batch_norm";
+  // Convolution module before self-attention (torchaudio's option).
+  TORCH_ARG(bool, convolution_first) = false;
+  // Causal depthwise convolution (left padding only), for streaming.
+  TORCH_ARG(bool, causal_conv) = false;
+  // "none" (torchaudio), "rel_pos" (paper: Transformer-XL / ESPnet latest) or "rel_pos_wenet".
+  TORCH_ARG(std::string, position) = "none";
+  TORCH_ARG(double, norm_eps) = 1e-5;
+  TORCH_ARG(std::string, attention_backend) = "auto";
+  TORCH_ARG(AttentionBackendOptions, attention_options) = {};
+};
+
+class ConformerBlockImpl : public torch::nn::Cloneable<ConformerBlockImpl> {
+ public:
+  explicit ConformerBlockImpl(ConformerOptions options);
+  void reset() override;
+  // x: [B, T, D], lengths: [B] integral or undefined (all frames valid), pos_emb: [1, P, D]
+  // (relative modes; computed when undefined) -> [B, T, D]. Frames beyond lengths hold values
+  // that no valid frame depends on.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& lengths = {},
+                        const torch::Tensor& pos_emb = {});
+
+  ConformerOptions options;
+  ConformerFeedForward ffn1{nullptr};
+  torch::nn::LayerNorm attn_norm{nullptr};
+  ConformerAttention attn{nullptr};
+  ConformerConvModule conv{nullptr};
+  ConformerFeedForward ffn2{nullptr};
+  torch::nn::LayerNorm final_norm{nullptr};
+};
+TORCH_MODULE(ConformerBlock);
+
+class ConformerImpl : public torch::nn::Cloneable<ConformerImpl> {
+ public:
+  explicit ConformerImpl(ConformerOptions options);
+  void reset() override;
+
+  // x: [B, T, D], lengths: [B] integral, 0 <= lengths <= T (undefined: all T frames valid)
+  // -> (output [B, T, D], lengths [B]). Output frames beyond lengths are not meaningful.
+  std::tuple<torch::Tensor, torch::Tensor> forward(const torch::Tensor& x,
+                                                   const torch::Tensor& lengths = {});
+
+  ConformerOptions options;
+  torch::nn::ModuleList layers{nullptr};
+};
+TORCH_MODULE(Conformer);
+
+}  // namespace attnzoo

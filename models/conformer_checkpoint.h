@@ -1,0 +1,43 @@
+// Conformer checkpoints in the layouts users bring, mapped onto the model's own names
+// (models/conformer.h):
+//   attnzoo      layers.{i}.ffn1.linear1.weight, layers.{i}.attn.mha.qkv.weight, ... (as is)
+//   torchaudio   torchaudio.models.Conformer's state_dict:
+//                conformer_layers.{i}.ffn{1,2}.sequential.{0,1,4}   ->
+//                ffn{1,2}.{norm,linear1,linear2} conformer_layers.{i}.self_attn_layer_norm ->
+//                attn_norm conformer_layers.{i}.self_attn.in_proj_{weight,bias} -> attn.mha.qkv (q,
+//                k, v rows) conformer_layers.{i}.self_attn.out_proj            -> attn.mha.proj
+//                conformer_layers.{i}.conv_module.layer_norm        -> conv.norm
+//                conformer_layers.{i}.conv_module.sequential.{0,2,3,5}
+//                    -> conv.{pointwise_conv1, depthwise_conv, conv_norm, pointwise_conv2}
+//                conformer_layers.{i}.final_layer_norm              -> final_norm
+// WeNet's layout (encoder.encoders.{i}.self_attn.linear_q, ...) joins here with the front end.
+// This is the one place where those layouts are known.
+#pragma once
+
+#include "io/safetensors.h"
+
+#include <set>
+#include <string>
+
+namespace attnzoo {
+
+enum class ConformerCheckpointFormat { kAttnzoo, kTorchaudio };
+
+// "attnzoo" | "torchaudio"; throws naming the accepted names.
+ConformerCheckpointFormat parse_conformer_format(const std::string& name);
+const char* conformer_format_name(ConformerCheckpointFormat format);
+
+// Guesses the layout from the tensor names.
+ConformerCheckpointFormat detect_conformer_format(const io::TensorDict& tensors);
+
+struct MappedConformerCheckpoint {
+  io::TensorDict tensors;         // the model's names
+  std::set<std::string> ignored;  // source tensors with no counterpart
+};
+
+// Renames into the model's layout. Unknown names are kept as they are, so that the strict loader
+// reports them.
+MappedConformerCheckpoint to_conformer_layout(const io::TensorDict& tensors,
+                                              ConformerCheckpointFormat format);
+
+}  // namespace attnzoo

@@ -1,0 +1,517 @@
+// Conformer against torchaudio (weights from its state_dict, mapped), against its own per-utterance
+// output (padding must not leak), and relative-position attention against the paper's equations.
+#include "models/checkpoint.h"
+#include "models/conformer.h"
+#include "models/conformer_checkpoint.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+namespace attnzoo {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// The torchaudio fixture's architecture (make_conformer_reference.py).
+constexpr int64_t kDim = 24, kHeads = 4, kFfn = 40, kLayers = 2, kKernel = 7;
+const std::vector<int64_t> kLengths = {11, 7, 3};
+
+double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+ConformerOptions fixture_options(bool convolution_first, bool group_norm) {
+  return ConformerOptions(kDim, kHeads, kFfn, kLayers, kKernel)
+      .convolution_first(convolution_first)
+      .conv_norm(group_norm ? "group_norm" : "batch_norm");
+}
+
+struct Reference {
+  io::Safetensors weights;
+  io::Safetensors io;
+};
+
+Reference reference(bool convolution_first, bool group_norm) {
+  const std::string dir = ATTNZOO_MODELS_REFERENCE_DIR;
+  const std::string name = dir + "/torchaudio_conformer_cf" +
+                           std::to_string(int(convolution_first)) + "_gn" +
+                           std::to_string(int(group_norm));
+  return {io::load_safetensors(name + ".weights.safetensors"),
+          io::load_safetensors(name + ".io.safetensors")};
+}
+
+// Utterance b of a padded batch, alone and unpadded: ([1, L, D], [1]).
+std::pair<torch::Tensor, torch::Tensor> utterance(const torch::Tensor& x,
+                                                  const torch::Tensor& lengths, int64_t b) {
+  const int64_t length = lengths[b].item<int64_t>();
+  return {x.narrow(0, b, 1).narrow(1, 0, length).contiguous(), lengths.narrow(0, b, 1)};
+}
+
+// Largest difference, over the valid frames of every utterance, between the batched output and
+// the model run on each utterance alone.
+double batched_vs_single(Conformer& model, const torch::Tensor& x, const torch::Tensor& lengths) {
+  const auto batched = std::get<0>(model->forward(x, lengths));
+  double worst = 0.0;
+  for (int64_t b = 0; b < x.size(0); ++b) {
+    const auto [one, one_length] = utterance(x, lengths, b);
+    const auto single = std::get<0>(model->forward(one, one_length));
+    worst =
+        std::max(worst, max_abs_diff(batched.narrow(0, b, 1).narrow(1, 0, one.size(1)), single));
+  }
+  return worst;
+}
+
+Conformer load_torchaudio(bool convolution_first, bool group_norm, const Reference& ref) {
+  Conformer model(fixture_options(convolution_first, group_norm));
+  EXPECT_EQ(detect_conformer_format(ref.weights.tensors), ConformerCheckpointFormat::kTorchaudio);
+  const auto mapped =
+      to_conformer_layout(ref.weights.tensors, ConformerCheckpointFormat::kTorchaudio);
+  load_state_dict(*model, mapped.tensors, {{}, {}, "torchaudio"});
+  model->eval();
+  return model;
+}
+
+class TorchaudioParity : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+
+TEST_P(TorchaudioParity, MatchesEachUtteranceAloneOnValidFrames) {
+  const auto [convolution_first, group_norm] = GetParam();
+  const auto ref = reference(convolution_first, group_norm);
+  auto model = load_torchaudio(convolution_first, group_norm, ref);
+  torch::NoGradGuard no_grad;
+  const auto& x = ref.io.tensors["input"];
+  const auto& lengths = ref.io.tensors["lengths"];
+  const auto [out, out_lengths] = model->forward(x, lengths);
+  EXPECT_EQ(out.sizes(), x.sizes());
+  EXPECT_TRUE(torch::equal(out_lengths, lengths));
+  for (int64_t b = 0; b < x.size(0); ++b) {
+    SCOPED_TRACE("utterance " + std::to_string(b));
+    const auto& single = ref.io.tensors["single_" + std::to_string(b)];
+    const int64_t length = kLengths[b];
+    ASSERT_EQ(single.size(1), length);
+    EXPECT_LE(max_abs_diff(out.narrow(0, b, 1).narrow(1, 0, length), single), 1e-4);
+  }
+}
+
+TEST_P(TorchaudioParity, TorchaudioLeaksPaddingWeDoNot) {
+  const auto [convolution_first, group_norm] = GetParam();
+  const auto ref = reference(convolution_first, group_norm);
+  auto model = load_torchaudio(convolution_first, group_norm, ref);
+  torch::NoGradGuard no_grad;
+  const auto& x = ref.io.tensors["input"];
+  const auto& lengths = ref.io.tensors["lengths"];
+  // torchaudio on the padded batch differs from torchaudio on each shorter utterance alone
+  // (pytorch/audio#4205): the padding reaches valid frames through the convolution module.
+  const auto& theirs = ref.io.tensors["batched"];
+  for (int64_t b = 1; b < x.size(0); ++b) {
+    const auto& single = ref.io.tensors["single_" + std::to_string(b)];
+    EXPECT_GT(max_abs_diff(theirs.narrow(0, b, 1).narrow(1, 0, kLengths[b]), single), 1e-2)
+        << "utterance " << b;
+  }
+  // The longest utterance has no padding: there torchaudio's batch is right, and so are we.
+  EXPECT_LE(max_abs_diff(theirs.narrow(0, 0, 1), ref.io.tensors["single_0"]), 1e-5);
+  EXPECT_LE(batched_vs_single(model, x, lengths), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Conformer, TorchaudioParity,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "ConvFirst" : "AttnFirst") +
+                                  (std::get<1>(info.param) ? "GroupNorm" : "BatchNorm");
+                         });
+
+// Random inputs with garbage (large values) in the padding.
+std::pair<torch::Tensor, torch::Tensor> padded_batch(int64_t dim, std::vector<int64_t> lengths,
+                                                     int64_t extra_frames = 0) {
+  const int64_t frames = *std::max_element(lengths.begin(), lengths.end()) + extra_frames;
+  auto x = torch::randn({static_cast<int64_t>(lengths.size()), frames, dim});
+  const auto length_tensor = torch::tensor(lengths, torch::kLong);
+  const auto padding = torch::arange(frames).unsqueeze(0) >= length_tensor.unsqueeze(1);
+  x = torch::where(padding.unsqueeze(-1), 100.0 * torch::randn_like(x), x);
+  return {x, length_tensor};
+}
+
+void perturb(torch::nn::Module& module, double scale = 0.1) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : module.parameters()) p.add_(scale * torch::randn_like(p));
+}
+
+TEST(Conformer, BatchedEqualsPerUtteranceInTrainingForEveryNormAndPosition) {
+  // Training mode (dropout 0): GroupNorm and LayerNorm statistics are per utterance, so each
+  // utterance must compute alone what it computes in the batch.
+  torch::manual_seed(1);
+  for (const char* norm : {"group_norm", "layer_norm"}) {
+    for (const char* position : {"none", "rel_pos", "rel_pos_wenet"}) {
+      SCOPED_TRACE(std::string(norm) + " " + position);
+      Conformer model(ConformerOptions(16, 2, 32, 2, 5).conv_norm(norm).position(position));
+      perturb(*model);
+      model->train();
+      const auto [x, lengths] = padded_batch(16, {9, 4, 1, 6});
+      EXPECT_LE(batched_vs_single(model, x, lengths), 1e-5);
+    }
+  }
+}
+
+TEST(Conformer, EvalBatchedEqualsPerUtteranceWithRelativePositionsAndCausalConv) {
+  torch::manual_seed(2);
+  for (const char* position : {"rel_pos", "rel_pos_wenet"}) {
+    for (const bool causal : {false, true}) {
+      SCOPED_TRACE(std::string(position) + (causal ? " causal" : ""));
+      Conformer model(
+          ConformerOptions(16, 4, 32, 2, 4).position(position).causal_conv(causal));  // even K
+      perturb(*model);
+      model->eval();
+      torch::NoGradGuard no_grad;
+      const auto [x, lengths] = padded_batch(16, {8, 5, 2});
+      EXPECT_LE(batched_vs_single(model, x, lengths), 1e-5);
+    }
+  }
+}
+
+TEST(Conformer, BatchNormTrainingStatisticsUseValidFramesOnly) {
+  torch::manual_seed(3);
+  // The masked norm equals torch's BatchNorm1d on the valid frames of all utterances concatenated:
+  // output and running statistics.
+  ConvNorm ours(ConvNormOptions(6));
+  torch::nn::BatchNorm1d theirs(6);
+  perturb(*ours);
+  {
+    torch::NoGradGuard no_grad;
+    theirs->weight.copy_(ours->weight);
+    theirs->bias.copy_(ours->bias);
+  }
+  ours->train();
+  theirs->train();
+  const std::vector<int64_t> lengths = {7, 3, 5};
+  auto x = torch::randn({3, 6, 7});
+  const auto valid = valid_frames(torch::tensor(lengths), 7);
+  x = torch::where(valid.unsqueeze(1), x, 1e3 * torch::ones_like(x));  // loud padding
+  const auto y = ours(x, valid);
+  std::vector<torch::Tensor> frames;
+  for (int64_t b = 0; b < 3; ++b) frames.push_back(x[b].narrow(1, 0, lengths[b]));
+  const auto expected = theirs(torch::cat(frames, 1).unsqueeze(0))[0];  // [C, sum L]
+  int64_t offset = 0;
+  for (int64_t b = 0; b < 3; ++b) {
+    EXPECT_LE(max_abs_diff(y[b].narrow(1, 0, lengths[b]), expected.narrow(1, offset, lengths[b])),
+              1e-5);
+    offset += lengths[b];
+  }
+  EXPECT_LE(max_abs_diff(ours->running_mean, theirs->running_mean), 1e-6);
+  EXPECT_LE(max_abs_diff(ours->running_var, theirs->running_var), 1e-6);
+  EXPECT_EQ(ours->num_batches_tracked.item<int64_t>(), 1);
+
+  // The whole model in training: more (and louder) padding changes neither the valid outputs nor
+  // the running statistics.
+  Conformer model(ConformerOptions(16, 2, 32, 2, 5));
+  perturb(*model);
+  auto twin = std::dynamic_pointer_cast<ConformerImpl>(model->clone());
+  model->train();
+  twin->train();
+  const auto [tight, tight_lengths] = padded_batch(16, {9, 4, 6});
+  auto loose = torch::cat({tight, 100.0 * torch::randn({3, 4, 16})}, 1);
+  const auto a = std::get<0>(model->forward(tight, tight_lengths));
+  const auto b = std::get<0>(twin->forward(loose, tight_lengths));
+  const auto padding = ~valid_frames(tight_lengths, 9).unsqueeze(-1);
+  EXPECT_LE(max_abs_diff(a.masked_fill(padding, 0.0), b.narrow(1, 0, 9).masked_fill(padding, 0.0)),
+            1e-5);
+  const auto running = [](torch::nn::Module& m) {
+    std::vector<torch::Tensor> out;
+    for (const auto& item : m.named_buffers()) {
+      if (item.key().find("running_") != std::string::npos) out.push_back(item.value());
+    }
+    return torch::cat(out);
+  };
+  EXPECT_LE(max_abs_diff(running(*model), running(*twin)), 1e-6);
+  EXPECT_GT(max_abs_diff(running(*model), torch::zeros_like(running(*model))), 0.0);
+}
+
+// The paper's equations in float64, with the encoding R_r of relative position r written out
+// (Vaswani et al. 2017 sinusoids) and indexed directly by i − j: no rel_shift, no [L, 2L − 1]
+// matrix. For WeNet's variant the encoding index is the key position j.
+torch::Tensor paper_attention(ConformerAttentionImpl& attn, const torch::Tensor& x,
+                              const std::vector<int64_t>& lengths, bool wenet) {
+  const int64_t batch = x.size(0), frames = x.size(1), dim = x.size(2);
+  const int64_t heads = attn.options.num_heads(), e = dim / heads;
+  const auto& w = attn.mha->qkv->weight;  // [3D, D]: q, k, v rows
+  const auto& bqkv = attn.mha->qkv->bias;
+  const auto q_all = torch::matmul(x, w.narrow(0, 0, dim).t()) + bqkv.narrow(0, 0, dim);
+  const auto k_all = torch::matmul(x, w.narrow(0, dim, dim).t()) + bqkv.narrow(0, dim, dim);
+  const auto v_all = torch::matmul(x, w.narrow(0, 2 * dim, dim).t()) + bqkv.narrow(0, 2 * dim, dim);
+  const auto encoding = [&](double r) {
+    auto out = torch::empty({dim}, torch::kDouble);
+    for (int64_t k = 0; k < dim / 2; ++k) {
+      const double omega = std::pow(10000.0, -2.0 * k / static_cast<double>(dim));
+      out[2 * k] = std::sin(r * omega);
+      out[2 * k + 1] = std::cos(r * omega);
+    }
+    return out;
+  };
+  const double scale = 1.0 / std::sqrt(static_cast<double>(e));
+  auto merged = torch::zeros({batch, frames, dim}, torch::kDouble);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const auto u = attn.pos_bias_u[h], v = attn.pos_bias_v[h];
+      for (int64_t i = 0; i < frames; ++i) {
+        const auto q = q_all[b][i].narrow(0, h * e, e);
+        auto scores = torch::full({frames}, -INFINITY, torch::kDouble);
+        for (int64_t j = 0; j < lengths[b]; ++j) {
+          const auto k = k_all[b][j].narrow(0, h * e, e);
+          const auto p =
+              torch::matmul(attn.linear_pos->weight, encoding(wenet ? double(j) : double(i - j)))
+                  .narrow(0, h * e, e);
+          scores[j] = scale * ((q + u).dot(k) + (q + v).dot(p));
+        }
+        const auto probs = torch::softmax(scores, 0);
+        const auto values = v_all[b].narrow(1, h * e, e);  // [T, E]
+        merged[b][i].narrow(0, h * e, e).copy_(torch::matmul(probs, values));
+      }
+    }
+  }
+  return attn.mha->proj(merged);
+}
+
+TEST(ConformerAttention, RelativePositionsMatchThePaperEquationsInFloat64) {
+  torch::manual_seed(4);
+  for (const char* position : {"rel_pos", "rel_pos_wenet"}) {
+    SCOPED_TRACE(position);
+    ConformerAttention attn(ConformerAttentionOptions(12, 3).position(position).backend("math"));
+    perturb(*attn, 0.3);
+    attn->to(torch::kDouble);
+    attn->eval();
+    torch::NoGradGuard no_grad;
+    const std::vector<int64_t> lengths = {7, 4};
+    const auto x = torch::randn({2, 7, 12}, torch::kDouble);
+    const auto ours = attn(x, AttentionMask().key_lengths(torch::tensor(lengths)));
+    const auto expected =
+        paper_attention(*attn, x, lengths, std::string(position) == "rel_pos_wenet");
+    EXPECT_LE(max_abs_diff(ours, expected), 1e-10);
+    // The positional term matters: without it the output differs.
+    const auto plain = attn->mha(x, AttentionMask().key_lengths(torch::tensor(lengths)));
+    EXPECT_GT(max_abs_diff(plain, expected), 1e-3);
+  }
+}
+
+TEST(ConformerAttention, EncodingsAndShiftLayout) {
+  const auto rel = relative_position_encoding(4, 6, "rel_pos", torch::kDouble);
+  ASSERT_EQ(rel.sizes(), (std::vector<int64_t>{1, 7, 6}));
+  // Row r is relative position T − 1 − r: row 3 is position 0, i.e. [0, 1, 0, 1, 0, 1].
+  EXPECT_LE(max_abs_diff(rel[0][3], torch::tensor({0.0, 1.0, 0.0, 1.0, 0.0, 1.0})), 1e-12);
+  EXPECT_NEAR(rel[0][0][0].item<double>(), std::sin(3.0), 1e-12);
+  EXPECT_NEAR(rel[0][6][0].item<double>(), std::sin(-3.0), 1e-12);
+  const auto wenet = relative_position_encoding(4, 6, "rel_pos_wenet", torch::kDouble);
+  EXPECT_LE(max_abs_diff(wenet[0], rel[0].narrow(0, 0, 4).flip(0)), 1e-12);
+  const auto scores = torch::arange(3 * 5, torch::kDouble).view({1, 1, 3, 5});
+  const auto shifted = rel_shift(scores);
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int64_t j = 0; j < 3; ++j) {
+      EXPECT_EQ(shifted[0][0][i][j].item<double>(), scores[0][0][i][2 - i + j].item<double>());
+    }
+  }
+}
+
+TEST(Conformer, RelativePositionsGiveTheSameOutputOnEveryBackend) {
+  torch::manual_seed(5);
+  const auto [x, lengths] = padded_batch(24, {13, 6, 1});
+  for (const char* position : {"rel_pos", "rel_pos_wenet"}) {
+    SCOPED_TRACE(position);
+    torch::Tensor expected;
+    Conformer base(ConformerOptions(24, 4, 32, 2, 5).position(position).attention_backend("math"));
+    perturb(*base);
+    base->eval();
+    const auto weights = state_dict(*base);
+    for (const char* backend : {"math", "sdpa", "chunked"}) {
+      Conformer model(ConformerOptions(24, 4, 32, 2, 5)
+                          .position(position)
+                          .attention_backend(backend)
+                          .attention_options(AttentionBackendOptions().chunk_size(4)));
+      load_state_dict(*model, weights);
+      model->eval();
+      torch::NoGradGuard no_grad;
+      const auto out = std::get<0>(model->forward(x, lengths));
+      if (!expected.defined()) {
+        expected = out;
+        continue;
+      }
+      const auto valid = valid_frames(lengths, x.size(1)).unsqueeze(-1);
+      EXPECT_LE(max_abs_diff(out.masked_fill(~valid, 0.0), expected.masked_fill(~valid, 0.0)), 1e-5)
+          << backend;
+    }
+  }
+}
+
+TEST(Conformer, GradientsAreFiniteAndReachEveryParameter) {
+  torch::manual_seed(6);
+  for (const char* position : {"none", "rel_pos", "rel_pos_wenet"}) {
+    SCOPED_TRACE(position);
+    Conformer model(ConformerOptions(16, 2, 32, 2, 32).position(position).dropout(0.1));
+    model->train();
+    const auto [x, lengths] = padded_batch(16, {10, 3, 1});
+    const auto valid = valid_frames(lengths, x.size(1)).unsqueeze(-1);
+    const auto xg = x.clone().requires_grad_(true);
+    const auto out = std::get<0>(model->forward(xg, lengths));
+    out.masked_fill(~valid, 0.0).square().sum().backward();
+    for (const auto& item : model->named_parameters()) {
+      ASSERT_TRUE(item.value().grad().defined()) << item.key();
+      EXPECT_TRUE(torch::isfinite(item.value().grad()).all().item<bool>()) << item.key();
+    }
+    EXPECT_TRUE(torch::isfinite(xg.grad()).all().item<bool>());
+    // The padding does not reach the valid outputs, so it gets no gradient.
+    EXPECT_EQ(xg.grad().masked_fill(valid, 0.0).abs().max().item<double>(), 0.0);
+  }
+}
+
+TEST(Conformer, AnEmptyUtteranceInTheBatchIsHarmless) {
+  // Length 0: its queries see no key (zeros from attention), its frames count in no statistic.
+  torch::manual_seed(8);
+  for (const char* norm : {"batch_norm", "group_norm"}) {
+    SCOPED_TRACE(norm);
+    Conformer model(ConformerOptions(16, 2, 32, 2, 3).conv_norm(norm).position("rel_pos"));
+    perturb(*model);
+    model->train();
+    const auto [x, lengths] = padded_batch(16, {6, 0});
+    const auto out = std::get<0>(model->forward(x, lengths));
+    EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
+    const auto alone = std::get<0>(model->forward(x.narrow(0, 0, 1), lengths.narrow(0, 0, 1)));
+    EXPECT_LE(max_abs_diff(out.narrow(0, 0, 1), alone), 1e-5);
+  }
+}
+
+// Which output frames change when input frame `s` does (eval: BatchNorm is per frame then).
+std::vector<int64_t> receptive_field(ConformerConvModule& conv, int64_t frames, int64_t s) {
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({1, frames, conv->options.dim()});
+  auto changed_x = x.clone();
+  changed_x[0][s] +=
+      torch::randn({conv->options.dim()});  // not a constant: LayerNorm removes those
+  const auto diff = (conv(changed_x) - conv(x)).abs().amax(-1)[0];
+  std::vector<int64_t> out;
+  for (int64_t t = 0; t < frames; ++t) {
+    if (diff[t].item<double>() > 0.0) out.push_back(t);
+  }
+  return out;
+}
+
+TEST(ConformerConvModule, DepthwisePaddingRule) {
+  torch::manual_seed(7);
+  struct Case {
+    int64_t kernel;
+    bool causal;
+    int64_t left, right;
+    std::vector<int64_t> affected;  // outputs that input frame 5 of 12 reaches
+  };
+  for (const auto& c : std::vector<Case>{{5, false, 2, 2, {3, 4, 5, 6, 7}},
+                                         {4, false, 1, 2, {3, 4, 5, 6}},  // t sees t−1 ... t+2
+                                         {32, false, 15, 16, {}},
+                                         {4, true, 3, 0, {5, 6, 7, 8}},  // no future input
+                                         {1, false, 0, 0, {5}}}) {
+    SCOPED_TRACE("kernel " + std::to_string(c.kernel) + (c.causal ? " causal" : ""));
+    ConformerConvModule conv(ConformerConvModuleOptions(8, c.kernel).causal(c.causal));
+    perturb(*conv);
+    conv->eval();
+    EXPECT_EQ(conv->left_padding(), c.left);
+    EXPECT_EQ(conv->right_padding(), c.right);
+    if (c.affected.empty()) {
+      // K = 32 over 40 frames: output t sees inputs t − 15 ... t + 16.
+      std::vector<int64_t> expected;
+      for (int64_t t = 20 - 16; t <= 20 + 15; ++t) expected.push_back(t);
+      EXPECT_EQ(receptive_field(conv, 40, 20), expected);
+    } else {
+      EXPECT_EQ(receptive_field(conv, 12, 5), c.affected);
+    }
+    torch::NoGradGuard no_grad;
+    EXPECT_EQ(conv(torch::randn({2, 3, 8})).sizes(), (std::vector<int64_t>{2, 3, 8}));
+  }
+}
+
+TEST(Conformer, CheckpointLayoutsAndStrictLoading) {
+  const auto ref = reference(false, false);
+  EXPECT_EQ(parse_conformer_format("torchaudio"), ConformerCheckpointFormat::kTorchaudio);
+  EXPECT_STREQ(conformer_format_name(ConformerCheckpointFormat::kAttnzoo), "attnzoo");
+  EXPECT_THROW(parse_conformer_format("wenet"), c10::Error);
+  Conformer model(fixture_options(false, false));
+  EXPECT_EQ(detect_conformer_format(state_dict(*model)), ConformerCheckpointFormat::kAttnzoo);
+  const auto mapped =
+      to_conformer_layout(ref.weights.tensors, ConformerCheckpointFormat::kTorchaudio);
+  EXPECT_EQ(mapped.tensors.size(), ref.weights.tensors.size());
+  EXPECT_TRUE(mapped.tensors.contains("layers.1.conv.conv_norm.num_batches_tracked"));
+  EXPECT_TRUE(mapped.tensors.contains("layers.0.attn.mha.qkv.weight"));
+  // A relative-position model lacks nothing torchaudio has but needs what torchaudio lacks.
+  Conformer rel(fixture_options(false, false).position("rel_pos"));
+  try {
+    load_state_dict(*rel, mapped.tensors, {{}, {}, "torchaudio"});
+    FAIL() << "no error";
+  } catch (const CheckpointError& e) {
+    EXPECT_THAT(e.what(),
+                AllOf(HasSubstr("missing (6)"), HasSubstr("layers.0.attn.linear_pos.weight"),
+                      HasSubstr("layers.1.attn.pos_bias_v")));
+  }
+  // GroupNorm weights into a BatchNorm model: the running statistics are missing.
+  const auto gn = to_conformer_layout(reference(false, true).weights.tensors,
+                                      ConformerCheckpointFormat::kTorchaudio);
+  EXPECT_THROW(load_state_dict(*model, gn.tensors), CheckpointError);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "no error";
+}
+
+TEST(Conformer, BadConfigurationsAndInputs) {
+  Conformer model(ConformerOptions(16, 2, 32, 1, 3));
+  const auto x = torch::randn({2, 5, 16});
+  EXPECT_THAT(error_of([&] {
+                model->forward(torch::randn({2, 5, 15}), torch::tensor({5, 3}));
+              }),
+              AllOf(HasSubstr("x must be [B, T, input_dim = 16]"), HasSubstr("[2, 5, 15]")));
+  EXPECT_THAT(error_of([&] {
+                model->forward(torch::randn({2, 0, 16}));
+              }),
+              HasSubstr("x must have at least one frame"));
+  EXPECT_THAT(error_of([&] {
+                model->forward(x, torch::tensor({{5, 3}}));
+              }),
+              AllOf(HasSubstr("lengths must be [B = 2]"), HasSubstr("[1, 2]")));
+  EXPECT_THAT(error_of([&] {
+                model->forward(x, torch::tensor({5, 3, 1}));
+              }),
+              HasSubstr("lengths must be [B = 2], got [3]"));
+  EXPECT_THAT(error_of([&] {
+                model->forward(x, torch::tensor({6, 3}));
+              }),
+              HasSubstr("lengths must lie in [0, T = 5], got values from 3 to 6"));
+  EXPECT_THAT(error_of([&] {
+                model->forward(x, torch::tensor({5.0, 3.0}));
+              }),
+              HasSubstr("lengths must be integral"));
+  EXPECT_THAT(error_of([] { Conformer(ConformerOptions(16, 3, 32, 1, 3)); }),
+              HasSubstr("input_dim 16 is not divisible by num_heads 3"));
+  EXPECT_THAT(error_of([] { Conformer(ConformerOptions(16, 2, 32, 1, 0)); }),
+              HasSubstr("depthwise_conv_kernel_size must be > 0"));
+  EXPECT_THAT(error_of([] { Conformer(ConformerOptions(16, 2, 32, 1, 3).position("abs")); }),
+              HasSubstr("unknown position 'abs'"));
+  EXPECT_THAT(error_of([] { Conformer(ConformerOptions(16, 2, 32, 1, 3).conv_norm("bn")); }),
+              HasSubstr("unknown kind 'bn'"));
+  ConformerAttention attn(ConformerAttentionOptions(16, 2).position("rel_pos"));
+  EXPECT_THAT(error_of([&] {
+                attn(x, AttentionMask(), torch::randn({1, 5, 16}));
+              }),
+              HasSubstr("pos_emb must be [1 or B, 9 (rel_pos for T = 5), embed_dim = 16]"));
+  // No lengths: every frame valid, lengths T returned.
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const auto [out, lengths] = model->forward(x);
+  EXPECT_TRUE(torch::equal(lengths, torch::tensor({5, 5})));
+  EXPECT_LE(max_abs_diff(out, std::get<0>(model->forward(x, torch::tensor({5, 5})))), 0.0);
+}
+
+}  // namespace
+}  // namespace attnzoo
