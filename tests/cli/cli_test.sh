@@ -21,10 +21,6 @@ case "$case_name" in
     expect stdout '^libsoxr-0\.'
     expect stdout '^yaml-cpp 0\.'
     ;;
-  models)
-    run 0 models
-    expect stdout 'no models registered'
-    ;;
   unknown_command)
     run 2 frobnicate
     lines stderr 1

@@ -1,16 +1,43 @@
-// `attnzoo models`: the names of the model zoo.
+// `attnzoo models`: the names of the model zoo with their size and cost, from the configs alone
+// (configs/model_stats.h: analytic, so listing does not build ViT-H).
 #include "tools/cli/commands.h"
 
+#include "configs/model_stats.h"
+#include "configs/registry.h"
+
+#include <cstdio>
 #include <iostream>
 
 namespace attnzoo::cli {
 
 Command add_models_command(CLI::App& app) {
-  auto* sub = app.add_subcommand("models", "List the models of the zoo");
+  auto* sub =
+      app.add_subcommand("models", "List the models of the zoo, with parameters and GFLOPs");
   return {sub, [] {
-            // The zoo is filled by the model families (ViT, Conformer) as they are registered;
-            // until then the list is empty, and says so.
-            std::cout << "no models registered\n";
+            const auto registry = default_registry();
+            const auto names = registry.names();
+            if (names.empty()) {
+              std::cout << "no models registered in " << registry.configs_dir() << "\n";
+              return 0;
+            }
+            std::cout << "# " << names.size() << " models from " << registry.configs_dir() << "\n"
+                      << "# params: exact count of the built model's parameters\n"
+                      << "# GFLOPs: 2 x multiply-accumulates of one image at the input size: patch "
+                         "embedding, qkv, q.k^T, attention.v, output projection, MLP, classifier "
+                         "(norms, softmax, activations and additions not counted)\n";
+            std::printf("%-28s %-7s %13s %10s %9s  %s\n", "name", "family", "params", "params(M)",
+                        "GFLOPs", "input");
+            for (const auto& name : names) {
+              const auto config = registry.config(name);
+              const auto stats = model_stats(config);
+              const auto& size = config.image.input_size;
+              std::printf("%-28s %-7s %13lld %10.2f %9.2f  %lldx%lldx%lld\n", name.c_str(),
+                          model_family_name(config.family),
+                          static_cast<long long>(stats.parameters),
+                          static_cast<double>(stats.parameters) / 1e6, stats.gflops(),
+                          static_cast<long long>(size[0]), static_cast<long long>(size[1]),
+                          static_cast<long long>(size[2]));
+            }
             return 0;
           }};
 }

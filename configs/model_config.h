@@ -1,0 +1,94 @@
+// A model described by a YAML document: its architecture (the Options of its family), attention
+// backend, preprocessing, labels and checkpoint layout, as one plain struct. The schema is
+// documented in configs/README.md; configs/ is the only code in the project that reads YAML.
+//
+// Every mistake in a document is a ConfigError whose message names the file, the key path, its
+// line and column and what was expected, e.g.
+//   configs/vit/vit_base_patch16_224.yaml:9:14: architecture.embed_dim: embed_dim 768 is not
+//   divisible by num_heads 10 (each head takes embed_dim / num_heads)
+// Values that came from an override (`key.path=value`, the CLI's --set) are reported by the
+// override instead of a line and column.
+#pragma once
+
+#include "models/vit.h"
+
+#include <array>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace attnzoo {
+
+class ConfigError : public std::runtime_error {
+ public:
+  // `line` and `column` are 1-based; 0 when the error has no position (a whole-file error or a
+  // value that came from an override).
+  ConfigError(const std::string& message, std::string file, std::string key_path, int line = 0,
+              int column = 0)
+      : std::runtime_error(message),
+        file_(std::move(file)),
+        key_path_(std::move(key_path)),
+        line_(line),
+        column_(column) {}
+
+  const std::string& file() const { return file_; }
+  const std::string& key_path() const { return key_path_; }  // "" for whole-document errors
+  int line() const { return line_; }
+  int column() const { return column_; }
+
+ private:
+  std::string file_;
+  std::string key_path_;
+  int line_;
+  int column_;
+};
+
+// The model families a document can describe (`family:`). A new family adds an entry here, its
+// Options member to ModelConfig, and one branch in the parser (model_config.cpp).
+enum class ModelFamily { kViT };
+const char* model_family_name(ModelFamily family);
+
+// How images are prepared for a vision model: timm's pretrained cfg (input_size, crop_pct,
+// interpolation, mean, std). Frontends take these values; they hold no constants of their own.
+struct ImagePreprocessConfig {
+  std::array<int64_t, 3> input_size = {3, 224, 224};  // [C, H, W]
+  double crop_pct = 0.875;    // resize the shorter side to size / crop_pct, then centre-crop
+  std::string interpolation;  // "bicubic" | "bilinear"
+  std::vector<double> mean;   // one per channel, on pixel values scaled to [0, 1]
+  std::vector<double> std;
+};
+
+struct LabelsConfig {
+  enum class Source { kNone, kImageNet, kFile };
+  Source source = Source::kNone;
+  std::string file;  // kFile: the labels file, resolved against the YAML file's folder
+};
+
+struct ModelConfig {
+  std::string name;
+  ModelFamily family = ModelFamily::kViT;
+  // The family's architecture; only the member of `family` is meaningful.
+  ViTOptions vit;
+  // The family's preprocessing; images for ViT.
+  ImagePreprocessConfig image;
+  LabelsConfig labels;
+  // Checkpoint layout (`checkpoint.format`; for ViT: timm | torchvision | hf). Empty: detected
+  // from the tensor names when weights are loaded.
+  std::string checkpoint_format;
+  std::string source;                  // the YAML file (or the name given to parse_model_config)
+  std::vector<std::string> overrides;  // applied to the document, in order
+};
+
+// Reads and validates a YAML model file. `overrides` are `key.path=value` strings (value in YAML
+// syntax: `architecture.depth=6`, `preprocess.mean=[0.5, 0.5, 0.5]`), applied to the document
+// before validation, in order, and validated like the file itself.
+ModelConfig load_model_config(const std::string& path,
+                              const std::vector<std::string>& overrides = {});
+
+// The same for a document in memory; `source` names it in messages and relative labels files are
+// resolved against its folder.
+ModelConfig parse_model_config(const std::string& yaml, const std::string& source,
+                               const std::vector<std::string>& overrides = {});
+
+}  // namespace attnzoo

@@ -1,0 +1,159 @@
+#include "configs/registry.h"
+
+#include "configs/yaml_reader.h"
+#include "models/checkpoint.h"
+#include "models/vit_checkpoint.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace attnzoo {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool has_yaml_extension(const fs::path& path) {
+  const auto ext = path.extension().string();
+  return ext == ".yaml" || ext == ".yml";
+}
+
+// Only `name:` is read here: listing the zoo should not depend on every file being valid, and
+// each file is validated in full when its model is asked for.
+std::string read_name(const fs::path& file) {
+  std::error_code error;
+  const auto size = fs::file_size(file, error);
+  if (error || size > config_detail::kMaxDocumentBytes) {
+    throw ConfigError(file.string() + ": not a readable model config of at most " +
+                          std::to_string(config_detail::kMaxDocumentBytes) + " bytes",
+                      file.string(), "");
+  }
+  std::ifstream in(file, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  config_detail::Document document(text.str(), file.string());
+  config_detail::MapReader root(document, document.root(), "");
+  return root.string("name", std::nullopt);
+}
+
+}  // namespace
+
+std::string default_configs_dir() {
+  const char* from_env = std::getenv("ATTNZOO_CONFIGS_DIR");
+  if (from_env && *from_env) return from_env;
+  return ATTNZOO_DEFAULT_CONFIGS_DIR;
+}
+
+ModelRegistry::ModelRegistry(const std::string& configs_dir) : configs_dir_(configs_dir) {
+  std::error_code error;
+  if (!fs::is_directory(configs_dir, error)) {
+    throw ConfigError(configs_dir + ": not a configs directory (set ATTNZOO_CONFIGS_DIR)",
+                      configs_dir, "");
+  }
+  // Sorted, so that which of two clashing files is named first does not depend on the file
+  // system's order.
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::recursive_directory_iterator(configs_dir)) {
+    if (entry.is_regular_file() && has_yaml_extension(entry.path())) files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& file : files) {
+    const std::string name = read_name(file);
+    const auto [it, inserted] = files_.emplace(name, file.string());
+    if (!inserted) {
+      throw ConfigError(
+          "model '" + name + "' is registered twice: by " + it->second + " and by " + file.string(),
+          file.string(), "name");
+    }
+  }
+}
+
+std::vector<std::string> ModelRegistry::names() const {
+  std::vector<std::string> names;
+  for (const auto& item : files_) names.push_back(item.first);
+  return names;
+}
+
+bool ModelRegistry::contains(const std::string& name) const { return files_.count(name) > 0; }
+
+const std::string& ModelRegistry::file(const std::string& name) const {
+  const auto it = files_.find(name);
+  if (it == files_.end()) {
+    std::string known;
+    for (const auto& item : files_) known += (known.empty() ? "" : ", ") + item.first;
+    throw ConfigError("unknown model '" + name + "'; registered in " + configs_dir_ + ": " +
+                          (known.empty() ? "none" : known),
+                      "", "");
+  }
+  return it->second;
+}
+
+ModelConfig ModelRegistry::config(const std::string& name,
+                                  const std::vector<std::string>& overrides) const {
+  return load_model_config(file(name), overrides);
+}
+
+ModelRegistry default_registry() { return ModelRegistry(default_configs_dir()); }
+
+std::vector<std::string> model_names() { return default_registry().names(); }
+
+ModelConfig model_config(const std::string& name, const std::vector<std::string>& overrides) {
+  return default_registry().config(name, overrides);
+}
+
+ModelConfig model_config_from_yaml(const std::string& path,
+                                   const std::vector<std::string>& overrides) {
+  return load_model_config(path, overrides);
+}
+
+ModelConfig resolve_model_config(const std::string& name_or_path,
+                                 const std::vector<std::string>& overrides) {
+  const fs::path path(name_or_path);
+  if (has_yaml_extension(path) || name_or_path.find('/') != std::string::npos) {
+    return load_model_config(name_or_path, overrides);
+  }
+  return model_config(name_or_path, overrides);
+}
+
+ZooModel build_model(const ModelConfig& config) {
+  ZooModel model;
+  model.config = config;
+  switch (config.family) {
+    case ModelFamily::kViT:
+      model.vit = VisionTransformer(config.vit);
+      model.module = model.vit.ptr();
+      break;
+  }
+  return model;
+}
+
+ZooModel create_model(const std::string& name, const std::vector<std::string>& overrides) {
+  return build_model(model_config(name, overrides));
+}
+
+ZooModel create_model_from_yaml(const std::string& path,
+                                const std::vector<std::string>& overrides) {
+  return build_model(load_model_config(path, overrides));
+}
+
+std::string load_weights(ZooModel& model, const std::string& path, const std::string& format) {
+  const auto file = io::load_safetensors(path);
+  const std::string requested = format.empty() ? model.config.checkpoint_format : format;
+  switch (model.config.family) {
+    case ModelFamily::kViT: {
+      const auto layout =
+          requested.empty() ? detect_vit_format(file.tensors) : parse_vit_format(requested);
+      const auto mapped = to_timm_layout(file.tensors, layout);
+      LoadOptions options;
+      options.ignore = mapped.ignored;
+      options.source = path;
+      load_state_dict(*model.module, mapped.tensors, options);
+      return vit_format_name(layout);
+    }
+  }
+  return requested;
+}
+
+}  // namespace attnzoo

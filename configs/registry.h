@@ -1,0 +1,85 @@
+// The model zoo: variant names (vit_base_patch16_224, ...) mapped to the YAML files that describe
+// them, and the two doors in, create_model(name) and create_model_from_yaml(path), as timm's
+// registry and create_model.
+//
+// The registry is the set of *.yaml files under a configs directory (searched recursively), keyed
+// by each file's `name:`. The directory is $ATTNZOO_CONFIGS_DIR when set, else the source tree's
+// configs/ (compiled in). Two files with the same name are an error naming both.
+//
+//   auto model = attnzoo::create_model("vit_base_patch16_224", {"attention.backend=sdpa"});
+//   model.module->eval();
+//   auto logits = model.vit(images);  // images: [B, 3, 224, 224] -> [B, 1000]
+//   // model.config.image holds the preprocessing (input size, crop_pct, mean, std, ...)
+#pragma once
+
+#include "configs/model_config.h"
+#include "models/vit.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attnzoo {
+
+// A model built from its config. `module` is the model as a generic torch::nn::Module (eval(),
+// to(), parameters(), weight loading); the typed handle of the config's family is set, the others
+// are null. A family added later adds its handle here (e.g. a Conformer next to `vit`), since its
+// forward takes other inputs than images.
+struct ZooModel {
+  ModelConfig config;
+  std::shared_ptr<torch::nn::Module> module;
+  VisionTransformer vit{nullptr};  // family vit
+};
+
+// The configs directory: $ATTNZOO_CONFIGS_DIR when set and non-empty, else the source tree's.
+std::string default_configs_dir();
+
+class ModelRegistry {
+ public:
+  // Scans `configs_dir` recursively for *.yaml and *.yml files and reads each one's `name:`
+  // (the rest of a file is validated when that model is asked for). Throws ConfigError for a
+  // missing directory, a file without a valid name, or a name defined twice.
+  explicit ModelRegistry(const std::string& configs_dir);
+
+  const std::string& configs_dir() const { return configs_dir_; }
+  std::vector<std::string> names() const;  // sorted
+  bool contains(const std::string& name) const;
+  // The YAML file of `name`; throws ConfigError naming the known models for an unknown name.
+  const std::string& file(const std::string& name) const;
+
+  ModelConfig config(const std::string& name, const std::vector<std::string>& overrides = {}) const;
+
+ private:
+  std::string configs_dir_;
+  std::map<std::string, std::string> files_;  // name -> YAML file
+};
+
+// The registry of default_configs_dir(), scanned at each call (a few small files), so that a
+// changed directory or environment variable is seen.
+ModelRegistry default_registry();
+std::vector<std::string> model_names();
+
+// Parsed and validated configs, without building the model.
+ModelConfig model_config(const std::string& name, const std::vector<std::string>& overrides = {});
+ModelConfig model_config_from_yaml(const std::string& path,
+                                   const std::vector<std::string>& overrides = {});
+// `name_or_path` is read as a YAML file when it ends in .yaml or .yml (or contains a '/'),
+// otherwise as a registered name: the CLI's --model.
+ModelConfig resolve_model_config(const std::string& name_or_path,
+                                 const std::vector<std::string>& overrides = {});
+
+// Builds the model of a config, with freshly initialised weights (LibTorch's generator: seed it
+// with torch::manual_seed for reproducible weights).
+ZooModel build_model(const ModelConfig& config);
+ZooModel create_model(const std::string& name, const std::vector<std::string>& overrides = {});
+ZooModel create_model_from_yaml(const std::string& path,
+                                const std::vector<std::string>& overrides = {});
+
+// Loads a safetensors checkpoint into `model`, strictly (models/checkpoint.h: every missing,
+// unexpected or mis-shaped tensor reported at once). The layout is `format` when non-empty, else
+// the config's checkpoint.format, else detected from the tensor names; the layout used is
+// returned (for ViT: timm, torchvision or hf).
+std::string load_weights(ZooModel& model, const std::string& path, const std::string& format = "");
+
+}  // namespace attnzoo

@@ -1,0 +1,111 @@
+// Reading a YAML document with positions: typed values, ranges and unknown keys, each error a
+// ConfigError naming the file, the key path, the line and the column. Internal to configs/ (it
+// exposes yaml-cpp, a private dependency of the library).
+#pragma once
+
+#include "configs/model_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace attnzoo::config_detail {
+
+// Documents larger than this are refused before parsing: a model file is a few hundred bytes.
+constexpr size_t kMaxDocumentBytes = 1 << 20;
+
+// One document: its tree, the file it came from and the overrides applied to it, so that an error
+// can say where the offending value was written.
+class Document {
+ public:
+  // Parses `text`; malformed YAML throws ConfigError at yaml-cpp's mark. The top level must be a
+  // mapping.
+  Document(const std::string& text, std::string source);
+
+  // Applies one `key.path=value` override (value parsed as YAML) to the tree, creating the
+  // mappings on the path that do not exist.
+  void apply_override(const std::string& override_text);
+
+  const YAML::Node& root() const { return root_; }
+  // The override that set `key_path` or a mapping above it (the latest one); nullptr if none.
+  const std::string* override_of(const std::string& key_path) const;
+  const std::string& source() const { return source_; }
+
+  // Throws ConfigError "SOURCE:LINE:COL: KEY_PATH: WHAT", or "SOURCE: override 'k=v': KEY_PATH:
+  // WHAT" when `key_path` (or a mapping above it) was set by an override.
+  [[noreturn]] void fail(const std::string& key_path, const YAML::Mark& mark,
+                         const std::string& what) const;
+
+ private:
+  std::string source_;
+  YAML::Node root_;
+  std::vector<std::pair<std::string, std::string>> overrides_;  // key path, override as given
+};
+
+// One mapping of a document. Every read declares its key as known; finish() rejects the keys no
+// read asked for, so the accepted keys are exactly the ones the parser reads (no second list to
+// keep in step with it). Absent keys take the fallback given; std::nullopt makes a key required.
+class MapReader {
+ public:
+  // `node`: a mapping, or undefined / null for an absent optional section (read as empty).
+  MapReader(const Document& document, const YAML::Node& node, std::string path);
+
+  const std::string& path() const { return path_; }
+  std::string path(const std::string& key) const;  // "path.key"
+  bool has(const std::string& key);                // declares `key`
+  bool overridden(const std::string& key) const;   // set by an override
+
+  int64_t integer(const std::string& key, std::optional<int64_t> fallback, int64_t min,
+                  int64_t max);
+  // A finite number in [min, max] (or (min, max] with min_exclusive).
+  double number(const std::string& key, std::optional<double> fallback, double min, double max,
+                bool min_exclusive = false);
+  bool boolean(const std::string& key, std::optional<bool> fallback);
+  std::string string(const std::string& key, std::optional<std::string> fallback);
+  // One of `allowed`.
+  std::string choice(const std::string& key, std::optional<std::string> fallback,
+                     const std::vector<std::string>& allowed);
+  // As number() and boolean(), but an explicit `null` is a value of its own (std::nullopt).
+  std::optional<double> nullable_number(const std::string& key, std::optional<double> fallback,
+                                        double min, double max, bool min_exclusive = false);
+  std::optional<bool> nullable_boolean(const std::string& key, std::optional<bool> fallback);
+  // A sequence of exactly `size` values; std::nullopt when the key is absent.
+  std::optional<std::vector<int64_t>> integer_list(const std::string& key, size_t size, int64_t min,
+                                                   int64_t max);
+  std::optional<std::vector<double>> number_list(const std::string& key, size_t size, double min,
+                                                 double max, bool min_exclusive = false);
+  // A nested mapping; an absent key reads as an empty mapping unless `required`.
+  MapReader map(const std::string& key, bool required);
+
+  // Throws for the first key (in document order) that no read declared, listing those accepted.
+  void finish() const;
+
+  // Throws a ConfigError about `key`: at its value when present, else at this mapping.
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const;
+  // Throws a ConfigError about this mapping as a whole.
+  [[noreturn]] void fail_here(const std::string& what) const;
+
+ private:
+  struct Entry {
+    std::string key;
+    YAML::Mark key_mark;
+    YAML::Node value;
+  };
+  const Entry* find(const std::string& key) const;
+  // The value of `key` when present (declaring it); a required key that is absent throws.
+  const Entry* lookup(const std::string& key, bool required);
+  [[noreturn]] void fail_type(const Entry& entry, const std::string& expected) const;
+
+  const Document* document_;
+  std::string path_;
+  YAML::Mark mark_;
+  std::vector<Entry> entries_;
+  std::vector<std::string> declared_;  // in the order read, for the "expected one of" list
+};
+
+}  // namespace attnzoo::config_detail

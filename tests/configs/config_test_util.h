@@ -1,0 +1,77 @@
+// Helpers shared by the configs tests: a small valid document to break in known places, and
+// temporary folders of YAML files.
+#pragma once
+
+#include "configs/model_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+namespace attnzoo::test_util {
+
+// Line and column of every value are relied on by the error tests: edit with care.
+inline const char* const kTinyConfig = R"(name: tiny_test
+family: vit
+architecture:
+  img_size: 32
+  patch_size: 8
+  embed_dim: 48
+  depth: 2
+  num_heads: 3
+  num_classes: 5
+attention:
+  backend: math
+preprocess:
+  input_size: [3, 32, 32]
+  crop_pct: 0.9
+  interpolation: bicubic
+  mean: [0.5, 0.5, 0.5]
+  std: [0.5, 0.5, 0.5]
+labels: imagenet
+checkpoint:
+  format: timm
+)";
+
+// `text` with the first `from` replaced by `to` (which must be there).
+inline std::string with(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << "'" << from << "' not in the document";
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+// A fresh folder under the system's temporary directory, removed with its contents.
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device seed;
+    path_ = std::filesystem::temp_directory_path() /
+            ("attnzoo_configs_test_" + std::to_string(seed()) + std::to_string(seed()));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  // Writes `text` to path()/relative (creating folders); returns the full path.
+  std::string write(const std::string& relative, const std::string& text) const {
+    const auto file = path_ / relative;
+    std::filesystem::create_directories(file.parent_path());
+    std::ofstream(file) << text;
+    return file.string();
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace attnzoo::test_util

@@ -1,0 +1,173 @@
+// The registry: names found in a configs folder, duplicate names, the environment override, and
+// the doors in (create_model, create_model_from_yaml, load_weights).
+#include "configs/registry.h"
+
+#include "config_test_util.h"
+#include "models/checkpoint.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+
+namespace attnzoo {
+namespace {
+
+using test_util::kTinyConfig;
+using test_util::TempDir;
+using test_util::with;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Sets an environment variable for the scope of a test.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    const char* old = std::getenv(name);
+    if (old) old_ = old;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+std::string tiny(const std::string& name) {
+  return with(kTinyConfig, "name: tiny_test", "name: " + name);
+}
+
+TEST(ModelRegistry, TheZooHoldsTheIssuesModels) {
+  const auto names = ModelRegistry(ATTNZOO_CONFIGS_SOURCE_DIR).names();
+  for (const char* name : {"vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224",
+                           "vit_large_patch16_224", "vit_base_patch16_384", "vit_base_patch32_224",
+                           "vit_huge_patch14_224", "deit_tiny_patch16_224",
+                           "deit_small_patch16_224", "deit_base_patch16_224"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+  }
+}
+
+TEST(ModelRegistry, FindsYamlFilesRecursivelyByTheirName) {
+  TempDir dir;
+  const auto a = dir.write("a.yaml", tiny("model_a"));
+  const auto b = dir.write("family/deeper/b.yml", tiny("model_b"));
+  dir.write("notes.txt", "not a config");
+  const ModelRegistry registry(dir.path().string());
+  EXPECT_THAT(registry.names(), ElementsAre("model_a", "model_b"));
+  EXPECT_EQ(registry.file("model_b"), b);
+  EXPECT_TRUE(registry.contains("model_a"));
+  EXPECT_FALSE(registry.contains("model_c"));
+  EXPECT_EQ(registry.config("model_a").source, a);
+}
+
+TEST(ModelRegistry, ANameRegisteredTwiceIsAnErrorNamingBothFiles) {
+  TempDir dir;
+  const auto first = dir.write("a/one.yaml", tiny("same_name"));
+  const auto second = dir.write("b/two.yaml", tiny("same_name"));
+  try {
+    ModelRegistry registry(dir.path().string());
+    ADD_FAILURE() << "no error for a duplicate name";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("model 'same_name' is registered twice: by " + first +
+                                    " and by " + second));
+  }
+}
+
+TEST(ModelRegistry, BadFilesAndNames) {
+  TempDir dir;
+  const auto nameless = dir.write("nameless.yaml", "family: vit\n");
+  try {
+    ModelRegistry registry(dir.path().string());
+    ADD_FAILURE() << "no error for a file without a name";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(nameless + ":1:1: name: required key is missing"));
+  }
+  EXPECT_THROW(ModelRegistry((dir.path() / "missing").string()), ConfigError);
+
+  TempDir good;
+  good.write("a.yaml", tiny("model_a"));
+  try {
+    ModelRegistry(good.path().string()).file("model_z");
+    ADD_FAILURE() << "no error for an unknown name";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("unknown model 'model_z'; registered in "));
+    EXPECT_THAT(e.what(), HasSubstr(": model_a"));
+  }
+}
+
+TEST(ModelRegistry, TheEnvironmentVariableChoosesTheFolder) {
+  TempDir dir;
+  dir.write("x.yaml", tiny("from_env"));
+  ScopedEnv env("ATTNZOO_CONFIGS_DIR", dir.path().string());
+  EXPECT_EQ(default_configs_dir(), dir.path().string());
+  EXPECT_THAT(model_names(), ElementsAre("from_env"));
+  EXPECT_EQ(model_config("from_env").name, "from_env");
+  EXPECT_EQ(resolve_model_config("from_env").name, "from_env");
+}
+
+TEST(ModelRegistry, ResolveTakesFilesOrNames) {
+  TempDir dir;
+  const auto path = dir.write("m.yaml", tiny("file_model"));
+  EXPECT_EQ(resolve_model_config(path).name, "file_model");
+  EXPECT_EQ(resolve_model_config(path, {"architecture.depth=1"}).vit.depth(), 1);
+  EXPECT_EQ(resolve_model_config("vit_tiny_patch16_224").vit.embed_dim(), 192);
+  EXPECT_THROW(resolve_model_config((dir.path() / "none.yaml").string()), ConfigError);
+}
+
+TEST(CreateModel, BuildsTheConfigsFamilyWithOverrides) {
+  auto model = create_model("vit_tiny_patch16_224", {"architecture.depth=1"});
+  ASSERT_TRUE(model.vit);
+  EXPECT_EQ(model.module.get(), model.vit.ptr().get());
+  EXPECT_EQ(model.config.name, "vit_tiny_patch16_224");
+  EXPECT_EQ(model.config.overrides, std::vector<std::string>{"architecture.depth=1"});
+  EXPECT_EQ(model.vit->blocks->size(), 1u);
+  EXPECT_EQ(model.vit->options.embed_dim(), 192);
+  EXPECT_EQ(model.vit->head->weight.sizes(), (std::vector<int64_t>{1000, 192}));
+
+  const auto from_yaml =
+      create_model_from_yaml(std::string(ATTNZOO_CONFIGS_TEST_DATA_DIR) + "/vit_micro_test.yaml",
+                             {"architecture.depth=3"});
+  EXPECT_EQ(from_yaml.vit->blocks->size(), 3u);
+  EXPECT_EQ(from_yaml.vit->options.reg_tokens(), 2);
+  EXPECT_EQ(from_yaml.vit->options.attention_backend(), "math");
+}
+
+TEST(CreateModel, LoadWeightsRoundTripsAndIsStrict) {
+  TempDir dir;
+  const auto yaml = dir.write("tiny.yaml", kTinyConfig);
+  torch::manual_seed(1);
+  auto source = create_model_from_yaml(yaml);
+  const auto weights = (dir.path() / "tiny.safetensors").string();
+  io::save_safetensors(weights, state_dict(*source.module));
+
+  torch::manual_seed(2);
+  auto target = create_model_from_yaml(yaml);
+  EXPECT_EQ(load_weights(target, weights), "timm");  // the config's checkpoint.format
+  for (const auto& item : source.module->named_parameters()) {
+    EXPECT_TRUE(torch::equal(item.value(), target.module->named_parameters()[item.key()]))
+        << item.key();
+  }
+  // The layout can be forced, and must be one the family knows.
+  EXPECT_EQ(load_weights(target, weights, "timm"), "timm");
+  EXPECT_THROW(load_weights(target, weights, "onnx"), c10::Error);
+  // Another architecture: every mis-shaped tensor reported.
+  auto wider = create_model_from_yaml(yaml, {"architecture.num_classes=6"});
+  try {
+    load_weights(wider, weights);
+    ADD_FAILURE() << "no error for a mis-shaped head";
+  } catch (const CheckpointError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("head.weight"));
+    EXPECT_THAT(e.what(), HasSubstr("head.bias"));
+  }
+}
+
+}  // namespace
+}  // namespace attnzoo
