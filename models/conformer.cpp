@@ -1,5 +1,7 @@
 #include "models/conformer.h"
 
+#include <cmath>
+
 namespace attnzoo {
 namespace {
 
@@ -113,6 +115,99 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerImpl::forward(const torch::Ten
   const auto out_lengths =
       lengths.defined() ? lengths : torch::full({x.size(0)}, x.size(1), torch::kLong);
   return {y, out_lengths};
+}
+
+// ---------------------------------------------------------------------------------------------
+
+bool is_conformer_encoder_position(const std::string& mode) {
+  return mode == "none" || mode == "abs_pos" || mode == "rel_pos" || mode == "rel_pos_wenet";
+}
+
+ConformerEncoderImpl::ConformerEncoderImpl(ConformerEncoderOptions options_)
+    : options(std::move(options_)) {
+  reset();
+}
+
+void ConformerEncoderImpl::reset() {
+  auto& o = options;
+  constexpr const char* who = "ConformerEncoder";
+  const int64_t d = o.blocks().input_dim();
+  TORCH_CHECK_VALUE(o.input_dim() > 0, who, ": input_dim must be > 0, got ", o.input_dim());
+  TORCH_CHECK_VALUE(is_conformer_encoder_position(o.position()), who, ": unknown position '",
+                    o.position(), "'; expected none, abs_pos, rel_pos or rel_pos_wenet");
+  TORCH_CHECK_VALUE(o.subsampling() == "none" || is_conformer_subsampling(o.subsampling()), who,
+                    ": unknown subsampling '", o.subsampling(),
+                    "'; expected none, conv2d4, conv2d6, conv2d8 or dw_striding8");
+  TORCH_CHECK_VALUE(o.subsampling() != "none" || o.input_dim() == d, who,
+                    ": without subsampling the features must be the model width: input_dim ",
+                    o.input_dim(), " != ", d);
+  TORCH_CHECK_VALUE(o.position() != "abs_pos" || d % 2 == 0, who,
+                    ": abs_pos needs an even model width, got ", d);
+  TORCH_CHECK_VALUE(o.vocab_size() >= 0, who, ": vocab_size must be >= 0, got ", o.vocab_size());
+  // The blocks attend with relative positions in the rel modes only.
+  o.blocks().position(o.position() == "abs_pos" ? "none" : o.position());
+  if (o.global_cmvn()) global_cmvn = register_module("global_cmvn", GlobalCmvn(o.input_dim()));
+  if (o.subsampling() != "none") {
+    embed = register_module(
+        "embed", ConformerSubsampling(ConformerSubsamplingOptions(o.subsampling(), o.input_dim(), d)
+                                          .channels(o.subsampling_channels())));
+  }
+  dropout = register_module("dropout", torch::nn::Dropout(o.blocks().dropout()));
+  conformer = register_module("conformer", Conformer(o.blocks()));
+  if (o.final_norm()) {
+    after_norm = register_module(
+        "after_norm",
+        torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(o.blocks().norm_eps())));
+  }
+  if (o.vocab_size() > 0) ctc = register_module("ctc", torch::nn::Linear(d, o.vocab_size()));
+}
+
+std::tuple<torch::Tensor, torch::Tensor> ConformerEncoderImpl::forward(
+    const torch::Tensor& features, const torch::Tensor& lengths) {
+  const auto& o = options;
+  TORCH_CHECK_VALUE(features.defined() && features.dim() == 3 && features.size(2) == o.input_dim(),
+                    "ConformerEncoder: features must be [B, T, input_dim = ", o.input_dim(),
+                    "], got ",
+                    features.defined() ? shape_string(features.sizes()) : "an undefined tensor");
+  TORCH_CHECK_VALUE(features.is_floating_point(),
+                    "ConformerEncoder: features must be floating point, got ",
+                    features.scalar_type());
+  check_lengths(features, lengths);
+  auto length =
+      lengths.defined()
+          ? lengths.to(torch::kLong)
+          : torch::full({features.size(0)}, features.size(1),
+                        torch::TensorOptions().dtype(torch::kLong).device(features.device()));
+  auto x = features;
+  if (global_cmvn) x = global_cmvn(x);
+  if (embed) std::tie(x, length) = embed(x, length);
+  const int64_t d = o.blocks().input_dim();
+  if (o.position() != "none") {
+    x = x * std::sqrt(static_cast<double>(d));
+    if (o.position() == "abs_pos") {
+      // Row j of the "rel_pos_wenet" encodings is the absolute encoding of position j.
+      x = x + relative_position_encoding(x.size(1), d, "rel_pos_wenet", x.options());
+    }
+  }
+  x = dropout(x);
+  std::tie(x, length) = conformer(x, length);
+  if (after_norm) x = after_norm(x);
+  return {x, length};
+}
+
+torch::Tensor ConformerEncoderImpl::ctc_log_probs(const torch::Tensor& encoded) {
+  TORCH_CHECK_VALUE(!ctc.is_empty(), "ConformerEncoder: no CTC head (vocab_size is 0)");
+  return torch::log_softmax(ctc(encoded), -1);
+}
+
+torch::Tensor ConformerEncoderImpl::utterance_embedding(const torch::Tensor& encoded,
+                                                        const torch::Tensor& lengths) {
+  TORCH_CHECK_VALUE(encoded.dim() == 3 && lengths.dim() == 1 && lengths.size(0) == encoded.size(0),
+                    "ConformerEncoder: utterance_embedding needs encoded [B, T, D] and lengths "
+                    "[B], got ",
+                    shape_string(encoded.sizes()), " and ", shape_string(lengths.sizes()));
+  const auto valid = valid_frames(lengths, encoded.size(1)).unsqueeze(2).to(encoded.scalar_type());
+  return (encoded * valid).sum(1) / valid.sum(1).clamp_min(1.0);
 }
 
 }  // namespace attnzoo

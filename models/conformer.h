@@ -9,11 +9,12 @@
 //   y = final_norm(x)
 //
 // The blocks take features already at the model width (torchaudio.models.Conformer's contract);
-// subsampling, CMVN and streaming (forward_chunk) will come in front of and beside this stack.
+// ConformerEncoder puts the front end (models/conformer_frontend.h) in front of this stack.
 // Parameter names are ours; torchaudio's layout maps onto them in models/conformer_checkpoint.h.
 #pragma once
 
 #include "layers/conformer_parts.h"
+#include "models/conformer_frontend.h"
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -91,5 +92,70 @@ class ConformerImpl : public torch::nn::Cloneable<ConformerImpl> {
   torch::nn::ModuleList layers{nullptr};
 };
 TORCH_MODULE(Conformer);
+
+// ---------------------------------------------------------------------------------------------
+// The whole encoder, WeNet's ConformerEncoder layout (the paper's figure 1 plus CMVN):
+//
+//   features [B, T, F] -> global_cmvn (optional) -> embed (subsampling, optional) -> x·√D and
+//   positions -> conformer (the blocks) -> after_norm (optional) -> encoded [B, T', D]
+//
+// Positions ("position"):
+//   "none"           no encodings and no x-scaling (torchaudio's Conformer, WeNet's
+//                    NoPositionalEncoding)
+//   "abs_pos"        x·√D + sinusoidal encodings of positions 0 ... T' − 1 (Vaswani et al. 2017;
+//                    WeNet's PositionalEncoding), then dropout; the blocks attend without positions
+//   "rel_pos"        x·√D, then dropout; the blocks add Transformer-XL's relative term (ESPnet
+//                    latest, the paper)
+//   "rel_pos_wenet"  x·√D, then dropout; WeNet's RelPositionMultiHeadedAttention in the blocks
+// WeNet also drops out the relative encodings themselves in training; we drop out x only.
+bool is_conformer_encoder_position(const std::string& mode);
+
+struct ConformerEncoderOptions {
+  // input_dim: features per frame F; blocks: the stack (its input_dim is the model width D; its
+  // position is set from this struct's).
+  ConformerEncoderOptions(int64_t input_dim, ConformerOptions blocks)
+      : input_dim_(input_dim), blocks_(std::move(blocks)) {}
+  TORCH_ARG(int64_t, input_dim);
+  TORCH_ARG(ConformerOptions, blocks);
+  // "none" (features already D wide: input_dim must equal D) or a ConformerSubsampling kind.
+  TORCH_ARG(std::string, subsampling) = "conv2d4";
+  // Subsampling convolution channels; 0: D.
+  TORCH_ARG(int64_t, subsampling_channels) = 0;
+  TORCH_ARG(std::string, position) = "rel_pos_wenet";
+  TORCH_ARG(bool, global_cmvn) = false;
+  // LayerNorm after the blocks (WeNet's after_norm, normalize_before).
+  TORCH_ARG(bool, final_norm) = true;
+  // CTC vocabulary size; 0: no CTC head.
+  TORCH_ARG(int64_t, vocab_size) = 0;
+};
+
+class ConformerEncoderImpl : public torch::nn::Cloneable<ConformerEncoderImpl> {
+ public:
+  explicit ConformerEncoderImpl(ConformerEncoderOptions options);
+  void reset() override;
+
+  // features: [B, T, F], lengths: [B] integral in [0, T] (undefined: all T frames valid)
+  // -> (encoded [B, T', D], lengths [B] after subsampling). Frames beyond the returned lengths are
+  // not meaningful. T shorter than the subsampling's minimum is an error naming that minimum; an
+  // utterance shorter than it inside a longer batch gets length 0.
+  std::tuple<torch::Tensor, torch::Tensor> forward(const torch::Tensor& features,
+                                                   const torch::Tensor& lengths = {});
+
+  // CTC head: encoded [B, T', D] -> log-probabilities [B, T', vocab_size] (needs vocab_size > 0).
+  torch::Tensor ctc_log_probs(const torch::Tensor& encoded);
+  // Utterance embedding: the mean of encoded [B, T', D] over each utterance's valid frames
+  // -> [B, D] (zeros for an empty utterance).
+  static torch::Tensor utterance_embedding(const torch::Tensor& encoded,
+                                           const torch::Tensor& lengths);
+
+  ConformerEncoderOptions options;
+  GlobalCmvn global_cmvn{nullptr};           // global_cmvn only
+  ConformerSubsampling embed{nullptr};       // subsampling != "none" only
+  torch::nn::Dropout dropout{nullptr};       // after the positional encoding
+  Conformer conformer{nullptr};              // conformer.layers.{i}
+  torch::nn::LayerNorm after_norm{nullptr};  // final_norm only
+  torch::nn::Linear ctc{nullptr};            // [vocab, D], vocab_size > 0 only
+};
+TORCH_MODULE(ConformerEncoder);
 
 }  // namespace attnzoo

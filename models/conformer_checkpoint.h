@@ -10,7 +10,26 @@
 //                conformer_layers.{i}.conv_module.sequential.{0,2,3,5}
 //                    -> conv.{pointwise_conv1, depthwise_conv, conv_norm, pointwise_conv2}
 //                conformer_layers.{i}.final_layer_norm              -> final_norm
-// WeNet's layout (encoder.encoders.{i}.self_attn.linear_q, ...) joins here with the front end.
+//   wenet        WeNet's ConformerEncoder + CTC state_dict, onto ConformerEncoder's names
+//                (models/conformer.h; normalize_before, macaron, rel_pos):
+//                encoder.global_cmvn.{mean,istd}          -> global_cmvn.{mean,istd}
+//                encoder.embed.conv.{0,2,4}               -> embed.conv.{0,2,4}
+//                encoder.embed.out.0 | encoder.embed.linear (x8) -> embed.out
+//                encoder.encoders.{i}. (-> conformer.layers.{i}.)
+//                  self_attn.linear_{q,k,v}               -> attn.mha.qkv (rows [q; k; v])
+//                  self_attn.linear_out                   -> attn.mha.proj
+//                  self_attn.linear_pos, pos_bias_{u,v}   -> attn.linear_pos, attn.pos_bias_{u,v}
+//                  feed_forward_macaron.w_{1,2}, norm_ff_macaron -> ffn1.linear{1,2}, ffn1.norm
+//                  feed_forward.w_{1,2}, norm_ff          -> ffn2.linear{1,2}, ffn2.norm
+//                  norm_mha                               -> attn_norm
+//                  norm_conv (the layer's, before the module) -> conv.norm
+//                  conv_module.{pointwise_conv1, depthwise_conv, pointwise_conv2}
+//                                                         -> conv.{same names}
+//                  conv_module.norm (after the depthwise conv) -> conv.conv_norm
+//                  norm_final                             -> final_norm
+//                encoder.after_norm                       -> after_norm
+//                ctc.ctc_lo                               -> ctc
+//                ignored: decoder.* (the attention decoder), encoder.embed.pos_enc.* (computed)
 // This is the one place where those layouts are known.
 #pragma once
 
@@ -21,9 +40,9 @@
 
 namespace attnzoo {
 
-enum class ConformerCheckpointFormat { kAttnzoo, kTorchaudio };
+enum class ConformerCheckpointFormat { kAttnzoo, kTorchaudio, kWenet };
 
-// "attnzoo" | "torchaudio"; throws naming the accepted names.
+// "attnzoo" | "torchaudio" | "wenet"; throws naming the accepted names.
 ConformerCheckpointFormat parse_conformer_format(const std::string& name);
 const char* conformer_format_name(ConformerCheckpointFormat format);
 

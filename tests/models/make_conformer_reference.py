@@ -8,6 +8,8 @@ state_dict, BatchNorm running statistics included) and CASE.io.safetensors:
   "batched"   [B, T, D]  torchaudio on the padded batch (padding leaks into valid frames)
   "single_b"  [1, L_b, D] torchaudio on utterance b alone, unpadded (the ground truth)
 
+Also writes make_wenet_reference.py's files (WeNet layout, our float64 reference).
+
 usage: make_conformer_reference.py OUT_DIR
 """
 import sys
@@ -60,6 +62,10 @@ def main() -> None:
             save_state_dict(model, out / f"{name}.weights.safetensors",
                             metadata={"source": "torchaudio"})
             save_file(io, str(out / f"{name}.io.safetensors"))
+    # The WeNet-layout checkpoint and our float64 reference encoder (same fixture).
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import make_wenet_reference  # noqa: E402
+    make_wenet_reference.main()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <set>
 
 namespace attnzoo {
 namespace {
@@ -432,7 +433,8 @@ TEST(Conformer, CheckpointLayoutsAndStrictLoading) {
   const auto ref = reference(false, false);
   EXPECT_EQ(parse_conformer_format("torchaudio"), ConformerCheckpointFormat::kTorchaudio);
   EXPECT_STREQ(conformer_format_name(ConformerCheckpointFormat::kAttnzoo), "attnzoo");
-  EXPECT_THROW(parse_conformer_format("wenet"), c10::Error);
+  EXPECT_STREQ(conformer_format_name(ConformerCheckpointFormat::kWenet), "wenet");
+  EXPECT_THROW(parse_conformer_format("espnet"), c10::Error);
   Conformer model(fixture_options(false, false));
   EXPECT_EQ(detect_conformer_format(state_dict(*model)), ConformerCheckpointFormat::kAttnzoo);
   const auto mapped =
@@ -511,6 +513,280 @@ TEST(Conformer, BadConfigurationsAndInputs) {
   const auto [out, lengths] = model->forward(x);
   EXPECT_TRUE(torch::equal(lengths, torch::tensor({5, 5})));
   EXPECT_LE(max_abs_diff(out, std::get<0>(model->forward(x, torch::tensor({5, 5})))), 0.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Front end and encoder.
+
+// WeNet's mask subsampling (x_mask[:, :, 2::2][:, :, 2::2] for ×4, [2::2][4::3] for ×6, [2::2]
+// three times for ×8): the number of valid frames it keeps of `frames`.
+int64_t wenet_mask_length(const std::string& kind, int64_t frames) {
+  auto mask = torch::ones({frames});
+  const auto every = [&](int64_t start, int64_t step) {
+    mask = start < mask.size(0) ? mask.slice(0, start, mask.size(0), step) : mask.slice(0, 0, 0);
+  };
+  every(2, 2);
+  if (kind == "conv2d6") {
+    every(4, 3);
+  } else {
+    every(2, 2);
+    if (kind == "conv2d8") every(2, 2);
+  }
+  return mask.size(0);
+}
+
+TEST(ConformerSubsampling, LengthsFollowTheConvolutionsAndWeNetsMasks) {
+  torch::NoGradGuard no_grad;
+  const std::vector<std::pair<std::string, int64_t>> minimum = {
+      {"conv2d4", 7}, {"conv2d6", 11}, {"conv2d8", 15}, {"dw_striding8", 1}};
+  for (const auto& [kind, min_frames] : minimum) {
+    SCOPED_TRACE(kind);
+    ConformerSubsampling sub(ConformerSubsamplingOptions(kind, 20, 8).channels(3));
+    EXPECT_EQ(sub->min_frames(), min_frames);
+    EXPECT_EQ(sub->factor(), kind == "conv2d6" ? 6 : kind == "conv2d4" ? 4 : 8);
+    for (int64_t t = 1; t <= 50; ++t) {
+      if (kind != "dw_striding8") {
+        EXPECT_EQ(sub->output_length(t), wenet_mask_length(kind, t)) << "T = " << t;
+      }
+      if (t < min_frames) {
+        EXPECT_EQ(sub->output_length(t), 0);
+        continue;
+      }
+      // The convolutions themselves produce exactly that many frames.
+      const auto [y, lengths] = sub(torch::randn({1, t, 20}), torch::tensor({t}));
+      EXPECT_EQ(y.size(1), sub->output_length(t)) << "T = " << t;
+      EXPECT_EQ(lengths.item<int64_t>(), y.size(1));
+    }
+    // Frequencies: F' from the same arithmetic, channels major in `out`.
+    EXPECT_EQ(sub->out->weight.size(1), 3 * sub->output_length(20));
+  }
+  // NeMo's calc_length for dw_striding: ceil(L / 2) three times.
+  ConformerSubsampling dw(ConformerSubsamplingOptions("dw_striding8", 20, 8));
+  for (int64_t t = 1; t <= 50; ++t) {
+    EXPECT_EQ(dw->output_length(t), (((t + 1) / 2 + 1) / 2 + 1) / 2) << "T = " << t;
+  }
+}
+
+TEST(ConformerSubsampling, TooShortInputNamesTheMinimum) {
+  ConformerSubsampling sub(ConformerSubsamplingOptions("conv2d8", 20, 8));
+  EXPECT_THAT(error_of([&] {
+                sub(torch::randn({2, 14, 20}), torch::tensor({14, 9}));
+              }),
+              HasSubstr("conv2d8 (factor 8) needs at least 15 input frames, got 14"));
+  ConformerEncoder encoder(
+      ConformerEncoderOptions(20, ConformerOptions(8, 2, 16, 1, 3)).subsampling("conv2d6"));
+  EXPECT_THAT(error_of([&] {
+                encoder(torch::randn({1, 10, 20}));
+              }),
+              HasSubstr("conv2d6 (factor 6) needs at least 11 input frames, got 10"));
+  EXPECT_THAT(error_of([] { ConformerSubsampling(ConformerSubsamplingOptions("conv2d4", 6, 8)); }),
+              HasSubstr("needs at least 7 input features, got input_dim 6"));
+  EXPECT_THAT(error_of([] { ConformerSubsampling(ConformerSubsamplingOptions("conv2d5", 20, 8)); }),
+              HasSubstr("unknown kind 'conv2d5'"));
+}
+
+// Largest difference, over the valid output frames, between the batched encoder and each
+// utterance alone.
+double encoder_batched_vs_single(ConformerEncoder& model, const torch::Tensor& x,
+                                 const torch::Tensor& lengths) {
+  const auto [batched, out_lengths] = model->forward(x, lengths);
+  double worst = 0.0;
+  for (int64_t b = 0; b < x.size(0); ++b) {
+    const auto [one, one_length] = utterance(x, lengths, b);
+    const auto [single, single_length] = model->forward(one, one_length);
+    EXPECT_EQ(single_length.item<int64_t>(), out_lengths[b].item<int64_t>());
+    EXPECT_EQ(single.size(1), single_length.item<int64_t>());
+    worst =
+        std::max(worst, max_abs_diff(batched.narrow(0, b, 1).narrow(1, 0, single.size(1)), single));
+  }
+  return worst;
+}
+
+ConformerEncoder perturbed_encoder(const ConformerEncoderOptions& options) {
+  ConformerEncoder model(options);
+  perturb(*model);
+  if (model->global_cmvn) {
+    torch::NoGradGuard no_grad;
+    model->global_cmvn->mean.copy_(torch::randn({options.input_dim()}));
+    model->global_cmvn->istd.copy_(torch::rand({options.input_dim()}) + 0.5);
+  }
+  return model;
+}
+
+TEST(ConformerEncoder, BatchedEqualsPerUtteranceThroughEverySubsampling) {
+  // Padded frames hold large random values (padded_batch); the lengths hit every remainder of the
+  // factors, so the last valid output frames sit at the subsampling boundary.
+  torch::manual_seed(3);
+  for (const char* subsampling : {"conv2d4", "conv2d6", "conv2d8", "dw_striding8"}) {
+    for (const char* position : {"abs_pos", "rel_pos", "rel_pos_wenet"}) {
+      SCOPED_TRACE(std::string(subsampling) + " " + position);
+      auto model = perturbed_encoder(
+          ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 2, 5).conv_norm("layer_norm"))
+              .subsampling(subsampling)
+              .subsampling_channels(6)
+              .position(position)
+              .global_cmvn(true)
+              .vocab_size(7));
+      model->train();  // dropout 0; layer_norm statistics are per frame
+      const auto [x, lengths] = padded_batch(20, {40, 23, 16, 31, 37, 17}, 3);
+      EXPECT_LE(encoder_batched_vs_single(model, x, lengths), 1e-5);
+    }
+  }
+}
+
+TEST(ConformerEncoder, TorchaudioStyleWithoutSubsamplingIsTheBlockStack) {
+  torch::manual_seed(4);
+  auto model = perturbed_encoder(ConformerEncoderOptions(16, ConformerOptions(16, 2, 32, 2, 3))
+                                     .subsampling("none")
+                                     .position("none")
+                                     .final_norm(false));
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto [x, lengths] = padded_batch(16, {9, 4, 6});
+  const auto [encoded, out_lengths] = model(x, lengths);
+  const auto [blocks, block_lengths] = model->conformer(x, lengths);
+  EXPECT_LE(max_abs_diff(encoded, blocks), 0.0);
+  EXPECT_TRUE(torch::equal(out_lengths, lengths));
+  EXPECT_LE(encoder_batched_vs_single(model, x, lengths), 1e-5);
+}
+
+TEST(ConformerEncoder, CmvnBuffersLoadByNameAndNormaliseTheFeatures) {
+  torch::manual_seed(5);
+  const auto options = ConformerEncoderOptions(12, ConformerOptions(8, 2, 16, 1, 3))
+                           .subsampling("conv2d4")
+                           .position("abs_pos");
+  auto with_cmvn = perturbed_encoder(ConformerEncoderOptions(options).global_cmvn(true));
+  ConformerEncoder without(options);
+  // Everything but the CMVN buffers copied by name; loading must accept them by their names.
+  const auto mean = torch::randn({12}), istd = torch::rand({12}) + 0.5;
+  io::TensorDict tensors, blocks_only;
+  for (const auto& item : state_dict(*with_cmvn)) {
+    if (item.key().rfind("global_cmvn.", 0) == 0) continue;
+    tensors.insert(item.key(), item.value());
+    blocks_only.insert(item.key(), item.value());
+  }
+  tensors.insert("global_cmvn.mean", mean);
+  tensors.insert("global_cmvn.istd", istd);
+  load_state_dict(*with_cmvn, tensors);
+  load_state_dict(*without, blocks_only);
+  with_cmvn->eval();
+  without->eval();
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({2, 30, 12});
+  const auto lengths = torch::tensor({30, 21});
+  const auto a = std::get<0>(with_cmvn(x, lengths));
+  const auto b = std::get<0>(without(((x - mean) * istd), lengths));
+  EXPECT_LE(max_abs_diff(a, b), 1e-5);
+  EXPECT_GT(max_abs_diff(a, std::get<0>(without(x, lengths))), 1e-2);
+}
+
+TEST(ConformerEncoder, CtcHeadAndUtteranceEmbedding) {
+  torch::manual_seed(6);
+  auto model = perturbed_encoder(ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 1, 5))
+                                     .subsampling("conv2d4")
+                                     .vocab_size(11));
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto [x, lengths] = padded_batch(20, {30, 12});
+  const auto [encoded, out_lengths] = model(x, lengths);
+  EXPECT_TRUE(torch::equal(out_lengths, torch::tensor({6, 2})));
+  const auto log_probs = model->ctc_log_probs(encoded);
+  EXPECT_EQ(log_probs.sizes(), (std::vector<int64_t>{2, encoded.size(1), 11}));
+  EXPECT_LE(max_abs_diff(log_probs.exp().sum(-1), torch::ones({2, encoded.size(1)})), 1e-5);
+  EXPECT_LE(
+      max_abs_diff(log_probs, torch::log_softmax(torch::nn::functional::linear(
+                                                     encoded, model->ctc->weight, model->ctc->bias),
+                                                 -1)),
+      1e-6);
+  const auto embedding = ConformerEncoderImpl::utterance_embedding(encoded, out_lengths);
+  EXPECT_LE(max_abs_diff(embedding[0], encoded[0].narrow(0, 0, 6).mean(0)), 1e-6);
+  EXPECT_LE(max_abs_diff(embedding[1], encoded[1].narrow(0, 0, 2).mean(0)), 1e-6);
+  ConformerEncoder no_head(ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 1, 5)));
+  EXPECT_THAT(error_of([&] { no_head->ctc_log_probs(encoded); }), HasSubstr("no CTC head"));
+  EXPECT_THAT(
+      error_of([] {
+        ConformerEncoder(
+            ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 1, 5)).subsampling("none"));
+      }),
+      HasSubstr("input_dim 20 != 16"));
+  EXPECT_THAT(error_of([] {
+                ConformerEncoder(
+                    ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 1, 5)).position("abs"));
+              }),
+              HasSubstr("unknown position 'abs'"));
+  EXPECT_THAT(error_of([&] {
+                model(torch::randn({2, 30, 19}));
+              }),
+              HasSubstr("features must be [B, T, input_dim = 20]"));
+}
+
+// The WeNet-layout fixture (make_wenet_reference.py): a synthetic checkpoint with WeNet's names and
+// shapes, and OUR float64 transcription of WeNet's encoder run on each utterance alone.
+ConformerEncoderOptions wenet_fixture_options() {
+  return ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 2, 5))
+      .subsampling("conv2d4")
+      .position("rel_pos_wenet")
+      .global_cmvn(true)
+      .final_norm(true)
+      .vocab_size(7);
+}
+
+TEST(ConformerEncoder, WenetLayoutLoadsAndMatchesTheReferenceOnValidFrames) {
+  const std::string dir = ATTNZOO_MODELS_REFERENCE_DIR;
+  const auto weights = io::load_safetensors(dir + "/wenet_conformer.weights.safetensors");
+  const auto ref = io::load_safetensors(dir + "/wenet_conformer.io.safetensors");
+  EXPECT_EQ(detect_conformer_format(weights.tensors), ConformerCheckpointFormat::kWenet);
+  EXPECT_EQ(parse_conformer_format("wenet"), ConformerCheckpointFormat::kWenet);
+  EXPECT_THAT(error_of([] { parse_conformer_format("espnet"); }),
+              HasSubstr("expected attnzoo, torchaudio or wenet"));
+  const auto mapped = to_conformer_layout(weights.tensors, ConformerCheckpointFormat::kWenet);
+  EXPECT_EQ(mapped.ignored, (std::set<std::string>{"decoder.embed.0.weight"}));
+  ConformerEncoder model(wenet_fixture_options());
+  load_state_dict(*model, mapped.tensors, {{}, {}, "wenet"});  // strict: every name accounted for
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto x = ref.tensors["input"];
+  const auto lengths = ref.tensors["lengths"];
+  const auto [encoded, out_lengths] = model(x, lengths);
+  const auto log_probs = model->ctc_log_probs(encoded);
+  for (int64_t b = 0; b < x.size(0); ++b) {
+    SCOPED_TRACE("utterance " + std::to_string(b));
+    const auto single = ref.tensors["single_" + std::to_string(b)];
+    ASSERT_EQ(out_lengths[b].item<int64_t>(), single.size(1));
+    const auto valid = [&](const torch::Tensor& t) {
+      return t.narrow(0, b, 1).narrow(1, 0, single.size(1));
+    };
+    EXPECT_LE(max_abs_diff(valid(encoded), single), 1e-4);
+    EXPECT_LE(max_abs_diff(valid(log_probs), ref.tensors["ctc_" + std::to_string(b)]), 1e-4);
+  }
+}
+
+TEST(ConformerEncoder, WenetLayoutIncompleteQkvIsReportedByTheStrictLoader) {
+  const std::string dir = ATTNZOO_MODELS_REFERENCE_DIR;
+  const auto weights = io::load_safetensors(dir + "/wenet_conformer.weights.safetensors");
+  io::TensorDict partial;
+  for (const auto& item : weights.tensors) {
+    if (item.key() != "encoder.encoders.1.self_attn.linear_v.weight") {
+      partial.insert(item.key(), item.value());
+    }
+  }
+  ConformerEncoder model(wenet_fixture_options());
+  const auto mapped = to_conformer_layout(partial, ConformerCheckpointFormat::kWenet);
+  try {
+    load_state_dict(*model, mapped.tensors, {{}, {}, "wenet"});
+    ADD_FAILURE() << "no error";
+  } catch (const CheckpointError& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("conformer.layers.1.attn.mha.qkv.weight"));
+  }
+  // Conv2dSubsampling8 names its projection `linear`, ×4 and ×6 `out.0`.
+  io::TensorDict x8;
+  x8.insert("encoder.embed.linear.weight", torch::zeros({2, 2}));
+  x8.insert("encoder.embed.conv.4.bias", torch::zeros({2}));
+  x8.insert("encoder.embed.pos_enc.pe", torch::zeros({1, 5, 2}));
+  const auto renamed = to_conformer_layout(x8, ConformerCheckpointFormat::kWenet);
+  EXPECT_TRUE(renamed.tensors.contains("embed.out.weight"));
+  EXPECT_TRUE(renamed.tensors.contains("embed.conv.4.bias"));
+  EXPECT_EQ(renamed.ignored, (std::set<std::string>{"encoder.embed.pos_enc.pe"}));
 }
 
 }  // namespace

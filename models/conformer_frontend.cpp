@@ -1,0 +1,150 @@
+#include "models/conformer_frontend.h"
+
+#include "layers/attention.h"  // shape_string
+
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/conv.h>
+
+namespace attnzoo {
+
+// ---------------------------------------------------------------------------------------------
+
+GlobalCmvnImpl::GlobalCmvnImpl(int64_t num_features_) : num_features(num_features_) { reset(); }
+
+void GlobalCmvnImpl::reset() {
+  TORCH_CHECK_VALUE(num_features > 0, "GlobalCmvn: num_features must be > 0, got ", num_features);
+  mean = register_buffer("mean", torch::zeros({num_features}));
+  istd = register_buffer("istd", torch::ones({num_features}));
+}
+
+torch::Tensor GlobalCmvnImpl::forward(const torch::Tensor& x) {
+  TORCH_CHECK_VALUE(x.dim() == 3 && x.size(2) == num_features,
+                    "GlobalCmvn: x must be [B, T, F = ", num_features, "], got ",
+                    shape_string(x.sizes()));
+  return (x - mean.to(x.scalar_type())) * istd.to(x.scalar_type());
+}
+
+// ---------------------------------------------------------------------------------------------
+
+bool is_conformer_subsampling(const std::string& kind) {
+  return kind == "conv2d4" || kind == "conv2d6" || kind == "conv2d8" || kind == "dw_striding8";
+}
+
+int64_t subsampled_length(const std::vector<ConformerSubsamplingImpl::Step>& steps,
+                          int64_t frames) {
+  int64_t length = frames;
+  for (const auto& s : steps) {
+    const int64_t span = length + 2 * s.padding - s.kernel;
+    if (span < 0) return 0;
+    length = span / s.stride + 1;
+  }
+  return length;
+}
+
+ConformerSubsamplingImpl::ConformerSubsamplingImpl(ConformerSubsamplingOptions options_)
+    : options(std::move(options_)) {
+  reset();
+}
+
+void ConformerSubsamplingImpl::reset() {
+  const auto& o = options;
+  TORCH_CHECK_VALUE(is_conformer_subsampling(o.kind()), "ConformerSubsampling: unknown kind '",
+                    o.kind(), "'; expected conv2d4, conv2d6, conv2d8 or dw_striding8");
+  TORCH_CHECK_VALUE(o.input_dim() > 0 && o.output_dim() > 0 && o.channels() >= 0,
+                    "ConformerSubsampling: input_dim and output_dim must be > 0 and channels >= 0, "
+                    "got ",
+                    o.input_dim(), ", ", o.output_dim(), ", ", o.channels());
+  const int64_t c = o.channels() > 0 ? o.channels() : o.output_dim();
+  conv = register_module("conv", torch::nn::ModuleList());
+  steps.clear();
+  // Appends a Conv2d (and its step) with square kernel k, stride s, padding p.
+  const auto add_conv = [&](int64_t in, int64_t k, int64_t s, int64_t p, int64_t groups) {
+    conv->push_back(
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(in, c, k).stride(s).padding(p).groups(groups)));
+    steps.push_back({k, s, p});
+  };
+  const auto relu = [&] { conv->push_back(torch::nn::ReLU()); };
+  if (o.kind() == "dw_striding8") {
+    add_conv(1, 3, 2, 1, 1);
+    relu();
+    for (int i = 0; i < 2; ++i) {
+      add_conv(c, 3, 2, 1, c);  // depthwise, strides
+      add_conv(c, 1, 1, 0, 1);  // pointwise
+      relu();
+    }
+  } else {
+    add_conv(1, 3, 2, 0, 1);
+    relu();
+    if (o.kind() == "conv2d6") {
+      add_conv(c, 5, 3, 0, 1);
+      relu();
+    } else {
+      add_conv(c, 3, 2, 0, 1);
+      relu();
+      if (o.kind() == "conv2d8") {
+        add_conv(c, 3, 2, 0, 1);
+        relu();
+      }
+    }
+  }
+  const int64_t frequencies = subsampled_length(steps, o.input_dim());
+  TORCH_CHECK_VALUE(frequencies > 0, "ConformerSubsampling: ", o.kind(), " needs at least ",
+                    min_frames(), " input features, got input_dim ", o.input_dim());
+  out = register_module("out", torch::nn::Linear(c * frequencies, o.output_dim()));
+}
+
+int64_t ConformerSubsamplingImpl::output_length(int64_t frames) const {
+  return subsampled_length(steps, frames);
+}
+
+int64_t ConformerSubsamplingImpl::min_frames() const {
+  int64_t frames = 1;
+  while (output_length(frames) < 1) ++frames;
+  return frames;
+}
+
+int64_t ConformerSubsamplingImpl::factor() const {
+  int64_t f = 1;
+  for (const auto& s : steps) f *= s.stride;
+  return f;
+}
+
+std::tuple<torch::Tensor, torch::Tensor> ConformerSubsamplingImpl::forward(
+    const torch::Tensor& x, const torch::Tensor& lengths) {
+  const auto& o = options;
+  TORCH_CHECK_VALUE(x.dim() == 3 && x.size(2) == o.input_dim(),
+                    "ConformerSubsampling: x must be [B, T, F = ", o.input_dim(), "], got ",
+                    shape_string(x.sizes()));
+  TORCH_CHECK_VALUE(x.size(1) >= min_frames(), "ConformerSubsampling: ", o.kind(), " (factor ",
+                    factor(), ") needs at least ", min_frames(), " input frames, got ", x.size(1));
+  const int64_t batch = x.size(0);
+  // Per-utterance lengths after each convolution, on the host (B values).
+  auto length = lengths.defined() ? lengths.to(torch::kCPU, torch::kLong).contiguous()
+                                  : torch::full({batch}, x.size(1), torch::kLong);
+  // Zeroes frames t >= length (frames on dimension 2 of [B, C, T, F]).
+  const auto zero_padding = [&](const torch::Tensor& y, const torch::Tensor& valid_lengths) {
+    const auto t = torch::arange(y.size(2), torch::TensorOptions().device(y.device()));
+    const auto valid = t.unsqueeze(0) < valid_lengths.to(y.device()).unsqueeze(1);  // [B, T]
+    return y * valid.view({batch, 1, -1, 1}).to(y.scalar_type());
+  };
+  auto y = zero_padding(x.unsqueeze(1), length);  // [B, 1, T, F]
+  size_t step = 0;
+  for (const auto& module : *conv) {
+    if (auto* c = module->as<torch::nn::Conv2dImpl>()) {
+      y = c->forward(y);
+      const auto& s = steps[step++];
+      const auto span = length + (2 * s.padding - s.kernel);
+      length = torch::where(span >= 0, span.div(s.stride, "floor") + 1, torch::zeros_like(span));
+    } else {
+      y = module->as<torch::nn::ReLUImpl>()->forward(y);
+      // After the activation: frames beyond the valid length hold bias and padding, which the
+      // next (padded) convolution would reach.
+      y = zero_padding(y, length);
+    }
+  }
+  // [B, C, T', F'] -> [B, T', C·F'] (channels major, as WeNet's and NeMo's view).
+  y = y.transpose(1, 2).reshape({batch, y.size(2), -1});
+  return {out(y), length.to(x.device())};
+}
+
+}  // namespace attnzoo

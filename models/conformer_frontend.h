@@ -1,0 +1,104 @@
+// The Conformer's front end (Gulati et al. 2020, "Conformer: Convolution-augmented Transformer for
+// Speech Recognition", arXiv 2005.08100, section 2 and figure 1: "convolution subsampling" before
+// the blocks), in the layouts of WeNet / ESPnet and NeMo's FastConformer (Rekesh et al. 2023,
+// "Fast Conformer with Linearly Scalable Attention", arXiv 2305.05084, section 3.1):
+//
+//   features [B, T, F] -> global CMVN -> subsampling [B, T', D] -> x·√D (+ absolute encodings)
+//
+// Padding never leaks: padded input frames are zeroed before the subsampling and every
+// intermediate frame beyond an utterance's subsampled length is zeroed after each convolution, so
+// a batch of unequal lengths computes on its valid frames what each utterance computes alone.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <string>
+#include <vector>
+
+namespace attnzoo {
+
+// ---------------------------------------------------------------------------------------------
+// Global CMVN (WeNet's GlobalCMVN with norm_var): x = (x − mean)·istd per feature. `mean` and
+// `istd` are buffers [F] (loaded by name, never trained); they start as 0 and 1 (the identity).
+class GlobalCmvnImpl : public torch::nn::Cloneable<GlobalCmvnImpl> {
+ public:
+  explicit GlobalCmvnImpl(int64_t num_features);
+  void reset() override;
+  // x: [B, T, F] -> [B, T, F]
+  torch::Tensor forward(const torch::Tensor& x);
+
+  int64_t num_features;
+  torch::Tensor mean;  // [F]
+  torch::Tensor istd;  // [F], 1 / standard deviation
+};
+TORCH_MODULE(GlobalCmvn);
+
+// ---------------------------------------------------------------------------------------------
+// Subsampling kinds (time and frequency are both subsampled; the channels × remaining frequencies
+// are projected to D by `out`):
+//   "conv2d4"       WeNet/ESPnet Conv2dSubsampling4: Conv2d(1, C, 3, stride 2) → ReLU →
+//                   Conv2d(C, C, 3, 2) → ReLU; no padding
+//   "conv2d6"       Conv2dSubsampling6: kernels 3 (stride 2) then 5 (stride 3)
+//   "conv2d8"       Conv2dSubsampling8: three kernel-3 stride-2 convolutions
+//   "dw_striding8"  NeMo's "dw_striding" with factor 8 (FastConformer): Conv2d(1, C, 3, 2, pad 1)
+//                   → ReLU, then twice [depthwise Conv2d(C, C, 3, 2, pad 1, groups C) →
+//                   pointwise Conv2d(C, C, 1) → ReLU]
+// Module names follow the source layouts: `conv` holds the Sequential's entries by index (conv.0,
+// conv.2, ...; the ReLUs hold the odd places as in WeNet's and NeMo's nn.Sequential), `out` is
+// the Linear(C·F', D).
+//
+// Output lengths follow the convolution arithmetic, per convolution L -> (L + 2p − k) / s + 1
+// (floor): ((L − 1)/2 − 1)/2 for ×4, which is also the number of ones WeNet's mask subsampling
+// x_mask[:, :, 2::2][:, :, 2::2] keeps (×6: [2::2][4::3], ×8: [2::2] three times), so lengths
+// agree with WeNet's. Without padding (conv2d*), an output frame below that length only sees
+// input frames below L: nothing leaks even without masking. With NeMo's padding 1, the last valid
+// output of an odd length reaches one frame past L (zero for an utterance alone); hence the
+// zeroing of frames beyond each intermediate length, which NeMo does not do (we differ from NeMo
+// there only on batches with padding; an utterance alone is unaffected).
+bool is_conformer_subsampling(const std::string& kind);
+
+struct ConformerSubsamplingOptions {
+  ConformerSubsamplingOptions(std::string kind, int64_t input_dim, int64_t output_dim)
+      : kind_(std::move(kind)), input_dim_(input_dim), output_dim_(output_dim) {}
+  TORCH_ARG(std::string, kind);
+  TORCH_ARG(int64_t, input_dim);   // F
+  TORCH_ARG(int64_t, output_dim);  // D
+  // Convolution channels C; 0: D (WeNet's choice; NeMo's conv_channels is separate).
+  TORCH_ARG(int64_t, channels) = 0;
+};
+
+class ConformerSubsamplingImpl : public torch::nn::Cloneable<ConformerSubsamplingImpl> {
+ public:
+  explicit ConformerSubsamplingImpl(ConformerSubsamplingOptions options);
+  void reset() override;
+  // x: [B, T, F], lengths: [B] integral in [0, T] (undefined: all T) -> (y [B, T', D],
+  // lengths' [B] on x's device). T must be at least min_frames(); each length L becomes
+  // output_length(L).
+  std::tuple<torch::Tensor, torch::Tensor> forward(const torch::Tensor& x,
+                                                   const torch::Tensor& lengths);
+
+  int64_t output_length(int64_t frames) const;
+  // The fewest input frames that give one output frame.
+  int64_t min_frames() const;
+  int64_t factor() const;
+
+  // One convolution of the stack, for the length arithmetic.
+  struct Step {
+    int64_t kernel, stride, padding;
+  };
+
+  ConformerSubsamplingOptions options;
+  std::vector<Step> steps;  // in order, one per Conv2d of `conv` that strides or not
+  torch::nn::ModuleList conv{nullptr};
+  torch::nn::Linear out{nullptr};  // [D, C·F']
+};
+TORCH_MODULE(ConformerSubsampling);
+
+// Output length of a stack of steps for an input of `frames` frames (0 when too short).
+int64_t subsampled_length(const std::vector<ConformerSubsamplingImpl::Step>& steps, int64_t frames);
+
+}  // namespace attnzoo
