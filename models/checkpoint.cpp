@@ -1,5 +1,7 @@
 #include "models/checkpoint.h"
 
+#include <torch/torch.h>
+
 #include <sstream>
 
 namespace attnzoo {
@@ -60,6 +62,30 @@ void load_state_dict(torch::nn::Module& module, const io::TensorDict& tensors,
   torch::NoGradGuard no_grad;
   for (auto& item : targets) {
     if (const auto* source = tensors.find(item.key())) item.value().copy_(*source);
+  }
+}
+
+std::string rename_with(const std::vector<RenameRule>& rules, const std::string& name) {
+  for (const auto& rule : rules) {
+    if (std::regex_match(name, rule.pattern)) {
+      return std::regex_replace(name, rule.pattern, rule.replacement);
+    }
+  }
+  return name;
+}
+
+void QkvParts::add(const std::string& target, char part, const torch::Tensor& tensor) {
+  TORCH_CHECK(part == 'q' || part == 'k' || part == 'v', "QkvParts: unknown part '", part, "'");
+  parts_[target][part] = tensor;
+}
+
+void QkvParts::insert_into(io::TensorDict& out) const {
+  for (const auto& [target, parts] : parts_) {
+    if (parts.size() == 3) {
+      out.insert(target, torch::cat({parts.at('q'), parts.at('k'), parts.at('v')}, 0));
+    } else {
+      for (const auto& [which, tensor] : parts) out.insert(target + "." + which, tensor);
+    }
   }
 }
 

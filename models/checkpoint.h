@@ -6,9 +6,12 @@
 
 #include <torch/nn/module.h>
 
+#include <map>
+#include <regex>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace attnzoo {
 
@@ -34,5 +37,30 @@ void load_state_dict(torch::nn::Module& module, const io::TensorDict& tensors,
 
 // The module's parameters and buffers as a TensorDict (detached), for saving.
 io::TensorDict state_dict(const torch::nn::Module& module);
+
+// Mapping another library's layout onto ours (models/*_checkpoint.cpp): regex renames and the
+// fusion of separate q, k, v projections.
+struct RenameRule {
+  std::regex pattern;
+  std::string replacement;  // may use the pattern's groups: "blocks.$1.norm1.$2"
+};
+
+// The first rule whose pattern matches the whole name rewrites it; other names are kept as they
+// are, so that the strict loader reports them.
+std::string rename_with(const std::vector<RenameRule>& rules, const std::string& name);
+
+// Separate q, k, v projections gathered per fused target (e.g. "blocks.3.attn.qkv.weight") and
+// emitted as the rows [q; k; v] of our fused projection (layers/attention.h). An incomplete set is
+// emitted under "<target>.q"-style names, so that the strict loader reports the target as missing
+// and the parts as unexpected.
+class QkvParts {
+ public:
+  // part: 'q', 'k' or 'v'.
+  void add(const std::string& target, char part, const torch::Tensor& tensor);
+  void insert_into(io::TensorDict& out) const;
+
+ private:
+  std::map<std::string, std::map<char, torch::Tensor>> parts_;
+};
 
 }  // namespace attnzoo

@@ -1,5 +1,7 @@
 #include "models/conformer_checkpoint.h"
 
+#include "models/checkpoint.h"
+
 #include <torch/torch.h>
 
 #include <map>
@@ -9,23 +11,9 @@
 namespace attnzoo {
 namespace {
 
-struct Rule {
-  std::regex pattern;
-  std::string replacement;
-};
-
-std::string rename_with(const std::vector<Rule>& rules, const std::string& name) {
-  for (const auto& rule : rules) {
-    if (std::regex_match(name, rule.pattern)) {
-      return std::regex_replace(name, rule.pattern, rule.replacement);
-    }
-  }
-  return name;
-}
-
 MappedConformerCheckpoint from_torchaudio(const io::TensorDict& tensors) {
   // "$1" is the block index throughout.
-  static const std::vector<Rule> rules = {
+  static const std::vector<RenameRule> rules = {
       {std::regex(R"(conformer_layers\.(\d+)\.(ffn[12])\.sequential\.0\.(weight|bias))"),
        "layers.$1.$2.norm.$3"},
       {std::regex(R"(conformer_layers\.(\d+)\.(ffn[12])\.sequential\.1\.(weight|bias))"),
@@ -60,7 +48,7 @@ MappedConformerCheckpoint from_torchaudio(const io::TensorDict& tensors) {
 
 MappedConformerCheckpoint from_wenet(const io::TensorDict& tensors) {
   // "$1" is the block index throughout.
-  static const std::vector<Rule> rules = {
+  static const std::vector<RenameRule> rules = {
       {std::regex(R"(encoder\.global_cmvn\.(mean|istd))"), "global_cmvn.$1"},
       {std::regex(R"(encoder\.embed\.conv\.(\d+)\.(weight|bias))"), "embed.conv.$1.$2"},
       {std::regex(R"(encoder\.embed\.(?:out\.0|linear)\.(weight|bias))"), "embed.out.$1"},
@@ -97,31 +85,20 @@ MappedConformerCheckpoint from_wenet(const io::TensorDict& tensors) {
       R"(encoder\.encoders\.(\d+)\.self_attn\.linear_([qkv])\.(weight|bias))");
   MappedConformerCheckpoint out;
   // linear_q, linear_k, linear_v of each block and kind, gathered to be fused.
-  std::map<std::string, std::map<std::string, torch::Tensor>> parts;
+  QkvParts parts;
   for (const auto& item : tensors) {
     const auto& name = item.key();
     std::smatch m;
     if (std::regex_match(name, m, qkv)) {
-      parts["conformer.layers." + m[1].str() + ".attn.mha.qkv." + m[3].str()][m[2].str()] =
-          item.value();
+      parts.add("conformer.layers." + m[1].str() + ".attn.mha.qkv." + m[3].str(), m[2].str()[0],
+                item.value());
     } else if (name.rfind("decoder.", 0) == 0 || name.rfind("encoder.embed.pos_enc.", 0) == 0) {
       out.ignored.insert(name);
     } else {
       out.tensors.insert(rename_with(rules, name), item.value());
     }
   }
-  for (const auto& [target, qkv_parts] : parts) {
-    if (qkv_parts.size() == 3) {
-      // Our fused projection's rows are [q; k; v] (layers/attention.h).
-      out.tensors.insert(target,
-                         torch::cat({qkv_parts.at("q"), qkv_parts.at("k"), qkv_parts.at("v")}, 0));
-    } else {
-      // Incomplete: kept under their own names, so that the strict loader names them.
-      for (const auto& [which, tensor] : qkv_parts) {
-        out.tensors.insert(target + " (from linear_" + which + " only)", tensor);
-      }
-    }
-  }
+  parts.insert_into(out.tensors);
   return out;
 }
 

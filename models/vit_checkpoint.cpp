@@ -15,23 +15,8 @@ bool has_prefix(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
 }
 
-// Exact renames and per-block renames ("{i}" stands for the block index).
-struct Rule {
-  std::regex pattern;
-  std::string replacement;
-};
-
-std::string rename_with(const std::vector<Rule>& rules, const std::string& name) {
-  for (const auto& rule : rules) {
-    if (std::regex_match(name, rule.pattern)) {
-      return std::regex_replace(name, rule.pattern, rule.replacement);
-    }
-  }
-  return name;
-}
-
 MappedCheckpoint from_torchvision(const io::TensorDict& tensors) {
-  static const std::vector<Rule> rules = {
+  static const std::vector<RenameRule> rules = {
       {std::regex(R"(class_token)"), "cls_token"},
       {std::regex(R"(conv_proj\.(weight|bias))"), "patch_embed.proj.$1"},
       {std::regex(R"(encoder\.pos_embedding)"), "pos_embed"},
@@ -57,7 +42,7 @@ MappedCheckpoint from_torchvision(const io::TensorDict& tensors) {
 }
 
 MappedCheckpoint from_hugging_face(const io::TensorDict& tensors) {
-  static const std::vector<Rule> rules = {
+  static const std::vector<RenameRule> rules = {
       {std::regex(R"(embeddings\.cls_token)"), "cls_token"},
       {std::regex(R"(embeddings\.position_embeddings)"), "pos_embed"},
       {std::regex(R"(embeddings\.patch_embeddings\.projection\.(weight|bias))"),
@@ -86,14 +71,14 @@ MappedCheckpoint from_hugging_face(const io::TensorDict& tensors) {
   static const std::regex qkv_part_v5(R"(layers\.(\d+)\.attention\.(q|k|v)_proj\.(weight|bias))");
   MappedCheckpoint out;
   // ViTForImageClassification nests the backbone under "vit."; ViTModel does not.
-  std::map<std::string, std::map<std::string, torch::Tensor>> qkv;  // "blocks.i.attn.qkv.weight"
+  QkvParts qkv;
   for (const auto& item : tensors) {
     std::string name = item.key();
     if (has_prefix(name, "vit.")) name = name.substr(4);
     std::smatch m;
     if (std::regex_match(name, m, qkv_part) || std::regex_match(name, m, qkv_part_v5)) {
-      const auto part = m[2].str().substr(0, 1);  // q, k or v
-      qkv["blocks." + m[1].str() + ".attn.qkv." + m[3].str()][part] = item.value();
+      // query|key|value or q|k|v: the first letter names the part.
+      qkv.add("blocks." + m[1].str() + ".attn.qkv." + m[3].str(), m[2].str()[0], item.value());
       continue;
     }
     if (has_prefix(name, "pooler.") || name == "embeddings.mask_token") {
@@ -102,14 +87,7 @@ MappedCheckpoint from_hugging_face(const io::TensorDict& tensors) {
     }
     out.tensors.insert(rename_with(rules, name), item.value());
   }
-  for (const auto& [name, parts] : qkv) {
-    if (parts.size() == 3) {
-      out.tensors.insert(name, torch::cat({parts.at("q"), parts.at("k"), parts.at("v")}, 0));
-    } else {
-      // An incomplete set stays under its own names, for the loader to report.
-      for (const auto& [which, tensor] : parts) out.tensors.insert(name + "." + which, tensor);
-    }
-  }
+  qkv.insert_into(out.tensors);
   return out;
 }
 
