@@ -65,7 +65,8 @@ at::Tensor randn(at::IntArrayRef shape, const at::TensorOptions& options) {
   return torch::randn(shape, options.dtype(torch::kFloat64)).mul(3).to(options);
 }
 
-std::vector<Layout> cpu_layouts() {
+// Shapes every device is tested on: a single element, a single column, an odd row length.
+std::vector<Layout> basic_layouts() {
   return {
       {"1-D N=1", [](const auto& o) { return randn({1}, o); }},
       {"N=1",
@@ -76,27 +77,34 @@ std::vector<Layout> cpu_layouts() {
        [](const auto& o) {
          return randn({4, 7}, o);
        }},
-      {"3-D",
-       [](const auto& o) {
-         return randn({2, 3, 7}, o);
-       }},
-      {"transposed",
-       [](const auto& o) {
-         return randn({7, 4}, o).t();
-       }},
-      {"permuted 3-D",
-       [](const auto& o) {
-         return randn({7, 3, 2}, o).permute({2, 1, 0});
-       }},
-      {"slice of wider rows",
-       [](const auto& o) {
-         return randn({4, 10}, o).slice(1, 1, 8);
-       }},
-      {"no rows",
-       [](const auto& o) {
-         return randn({0, 7}, o);
-       }},
   };
+}
+
+std::vector<Layout> cpu_layouts() {
+  auto layouts = basic_layouts();
+  layouts.insert(layouts.end(), {
+                                    {"3-D",
+                                     [](const auto& o) {
+                                       return randn({2, 3, 7}, o);
+                                     }},
+                                    {"transposed",
+                                     [](const auto& o) {
+                                       return randn({7, 4}, o).t();
+                                     }},
+                                    {"permuted 3-D",
+                                     [](const auto& o) {
+                                       return randn({7, 3, 2}, o).permute({2, 1, 0});
+                                     }},
+                                    {"slice of wider rows",
+                                     [](const auto& o) {
+                                       return randn({4, 10}, o).slice(1, 1, 8);
+                                     }},
+                                    {"no rows",
+                                     [](const auto& o) {
+                                       return randn({0, 7}, o);
+                                     }},
+                                });
+  return layouts;
 }
 
 TEST(BiasGelu, CpuOpIsTheReferenceExpression) {
@@ -380,57 +388,50 @@ void expect_as_accurate_as_libtorch(const at::Tensor& x, const at::Tensor& bias,
 }
 
 std::vector<Layout> cuda_layouts() {
-  return {
-      {"1-D N=1", [](const auto& o) { return randn({1}, o); }},
-      {"N=1",
-       [](const auto& o) {
-         return randn({5, 1}, o);
-       }},
-      {"odd N",
-       [](const auto& o) {
-         return randn({4, 7}, o);
-       }},
-      {"N = 4 mod 8",
-       [](const auto& o) {
-         return randn({3, 12}, o);
-       }},
-      {"N multiple of 8, 3-D",
-       [](const auto& o) {
-         return randn({2, 3, 64}, o);
-       }},
-      {"large odd",
-       [](const auto& o) {
-         return randn({257, 4099}, o);
-       }},
-      {"transposed",
-       [](const auto& o) {
-         return randn({64, 8}, o).t();
-       }},
-      {"permuted 3-D",
-       [](const auto& o) {
-         return randn({64, 3, 2}, o).permute({2, 1, 0});
-       }},
-      {"misaligned rows",
-       [](const auto& o) {
-         return randn({6, 80}, o).slice(1, 1, 65);
-       }},
-      {"aligned strided rows",
-       [](const auto& o) {
-         return randn({6, 80}, o).slice(1, 8, 72);
-       }},
-      {"misaligned base",
-       [](const auto& o) {
-         return randn({6 * 64 + 1}, o).slice(0, 1).view({6, 64});
-       }},
-      {"broadcast rows",
-       [](const auto& o) {
-         return randn({1, 64}, o).expand({5, 64});
-       }},
-      {"no rows",
-       [](const auto& o) {
-         return randn({0, 7}, o);
-       }},
-  };
+  auto layouts = basic_layouts();
+  layouts.insert(layouts.end(), {
+                                    {"N = 4 mod 8",
+                                     [](const auto& o) {
+                                       return randn({3, 12}, o);
+                                     }},
+                                    {"N multiple of 8, 3-D",
+                                     [](const auto& o) {
+                                       return randn({2, 3, 64}, o);
+                                     }},
+                                    {"large odd",
+                                     [](const auto& o) {
+                                       return randn({257, 4099}, o);
+                                     }},
+                                    {"transposed",
+                                     [](const auto& o) {
+                                       return randn({64, 8}, o).t();
+                                     }},
+                                    {"permuted 3-D",
+                                     [](const auto& o) {
+                                       return randn({64, 3, 2}, o).permute({2, 1, 0});
+                                     }},
+                                    {"misaligned rows",
+                                     [](const auto& o) {
+                                       return randn({6, 80}, o).slice(1, 1, 65);
+                                     }},
+                                    {"aligned strided rows",
+                                     [](const auto& o) {
+                                       return randn({6, 80}, o).slice(1, 8, 72);
+                                     }},
+                                    {"misaligned base",
+                                     [](const auto& o) {
+                                       return randn({6 * 64 + 1}, o).slice(0, 1).view({6, 64});
+                                     }},
+                                    {"broadcast rows",
+                                     [](const auto& o) {
+                                       return randn({1, 64}, o).expand({5, 64});
+                                     }},
+                                    {"no rows",
+                                     [](const auto& o) {
+                                       return randn({0, 7}, o);
+                                     }},
+                                });
+  return layouts;
 }
 
 TEST(BiasGelu, MatchesReference_CUDA) {
