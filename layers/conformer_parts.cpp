@@ -168,6 +168,33 @@ torch::Tensor ConformerConvModuleImpl::forward(const torch::Tensor& x, const tor
   return dropout(pointwise_conv2(y)).transpose(1, 2);
 }
 
+std::tuple<torch::Tensor, torch::Tensor> ConformerConvModuleImpl::forward_chunk(
+    const torch::Tensor& x, const torch::Tensor& cache) {
+  const auto& o = options;
+  TORCH_CHECK_VALUE(o.causal(),
+                    "ConformerConvModule: streaming needs the causal convolution (causal_conv: "
+                    "true); a centred kernel would need frames that have not arrived");
+  TORCH_CHECK_VALUE(o.norm() != "group_norm",
+                    "ConformerConvModule: group_norm normalises over the whole utterance and "
+                    "cannot stream; use batch_norm or layer_norm");
+  TORCH_CHECK_VALUE(x.dim() == 3 && x.size(2) == o.dim(), "ConformerConvModule: x must be [B, T, ",
+                    o.dim(), "], got ", shape_string(x.sizes()));
+  const int64_t context = o.kernel_size() - 1;
+  auto y = torch::glu(pointwise_conv1(norm(x).transpose(1, 2)), 1);  // [B, D, T]
+  if (cache.defined()) {
+    TORCH_CHECK_VALUE(cache.dim() == 3 && cache.size(0) == x.size(0) && cache.size(1) == o.dim() &&
+                          cache.size(2) == context,
+                      "ConformerConvModule: cache must be [B = ", x.size(0), ", D = ", o.dim(),
+                      ", K - 1 = ", context, "], got ", shape_string(cache.sizes()));
+    y = torch::cat({cache.to(y.scalar_type()), y}, 2);
+  } else {
+    y = torch::constant_pad_nd(y, {context, 0}, 0.0);
+  }
+  auto new_cache = y.narrow(2, y.size(2) - context, context);
+  y = torch::silu(conv_norm(depthwise_conv(y)));
+  return {dropout(pointwise_conv2(y)).transpose(1, 2), new_cache};
+}
+
 // ---------------------------------------------------------------------------------------------
 
 bool is_conformer_position_mode(const std::string& mode) {
@@ -176,18 +203,30 @@ bool is_conformer_position_mode(const std::string& mode) {
 
 torch::Tensor relative_position_encoding(int64_t num_frames, int64_t dim, const std::string& mode,
                                          const torch::TensorOptions& options) {
+  return relative_position_encoding(num_frames, num_frames, 0, dim, mode, options);
+}
+
+torch::Tensor relative_position_encoding(int64_t num_queries, int64_t num_keys,
+                                         int64_t first_key_position, int64_t dim,
+                                         const std::string& mode,
+                                         const torch::TensorOptions& options) {
   TORCH_CHECK_VALUE(mode == "rel_pos" || mode == "rel_pos_wenet",
                     "relative_position_encoding: mode must be rel_pos or rel_pos_wenet, got '",
                     mode, "'");
-  TORCH_CHECK_VALUE(num_frames > 0, "relative_position_encoding: num_frames must be > 0, got ",
-                    num_frames);
+  TORCH_CHECK_VALUE(num_queries > 0 && num_keys >= num_queries,
+                    "relative_position_encoding: need 0 < num_queries <= num_keys, got ",
+                    num_queries, " queries and ", num_keys, " keys");
+  TORCH_CHECK_VALUE(first_key_position >= 0,
+                    "relative_position_encoding: first_key_position must be >= 0, got ",
+                    first_key_position);
   TORCH_CHECK_VALUE(dim > 0 && dim % 2 == 0,
                     "relative_position_encoding: dim must be even and > 0, got ", dim);
   // Computed in float64 and rounded once, so every dtype sees the same encodings.
   const auto f64 = torch::TensorOptions().dtype(torch::kDouble).device(options.device());
   const auto positions =
-      mode == "rel_pos" ? torch::arange(num_frames - 1, -num_frames, -1, f64)  // T−1 ... −(T−1)
-                        : torch::arange(num_frames, f64);                      // 0 ... T−1
+      mode == "rel_pos"
+          ? torch::arange(num_keys - 1, -num_queries, -1, f64)  // Lk − 1 ... −(Lq − 1)
+          : torch::arange(first_key_position, first_key_position + num_keys, f64);
   const auto frequencies =
       torch::exp(torch::arange(0, dim, 2, f64) * (-std::log(10000.0) / static_cast<double>(dim)));
   const auto angles = positions.unsqueeze(1) * frequencies.unsqueeze(0);  // [P, dim/2]
@@ -197,17 +236,19 @@ torch::Tensor relative_position_encoding(int64_t num_frames, int64_t dim, const 
 }
 
 torch::Tensor rel_shift(const torch::Tensor& scores) {
-  TORCH_CHECK_VALUE(scores.dim() == 4 && scores.size(3) == 2 * scores.size(2) - 1,
-                    "rel_shift: scores must be [B, H, L, 2L - 1], got ",
+  TORCH_CHECK_VALUE(scores.dim() == 4 && scores.size(3) >= 2 * scores.size(2) - 1,
+                    "rel_shift: scores must be [B, H, Lq, Lq + Lk - 1] with Lk >= Lq, got ",
                     shape_string(scores.sizes()));
-  const int64_t b = scores.size(0), h = scores.size(1), l = scores.size(2);
-  // A zero column in front makes each row 2L long; read as 2L rows of L, dropping the first,
-  // row i then starts at column L − 1 − i of the original row i.
-  const auto padded = torch::constant_pad_nd(scores, {1, 0}, 0.0);  // [B, H, L, 2L]
-  return padded.view({b, h, 2 * l, l})
-      .narrow(2, 1, 2 * l - 1)
-      .reshape({b, h, l, 2 * l - 1})
-      .narrow(3, 0, l);
+  const int64_t b = scores.size(0), h = scores.size(1), lq = scores.size(2), p = scores.size(3);
+  const int64_t lk = p - lq + 1;
+  // A zero column in front makes each row P + 1 long; in[i, c] then sits at flat position
+  // i·(P + 1) + c + 1, so out[i, j] = in[i, Lq − 1 − i + j] sits at Lq + i·P + j: skip Lq
+  // elements, read rows of P, keep the first Lk columns.
+  const auto padded = torch::constant_pad_nd(scores, {1, 0}, 0.0);  // [B, H, Lq, P + 1]
+  return padded.reshape({b, h, lq * (p + 1)})
+      .narrow(2, lq, lq * p)
+      .reshape({b, h, lq, p})
+      .narrow(3, 0, lk);
 }
 
 ConformerAttentionImpl::ConformerAttentionImpl(ConformerAttentionOptions options_)
@@ -245,50 +286,85 @@ void ConformerAttentionImpl::reset() {
 
 torch::Tensor ConformerAttentionImpl::forward(const torch::Tensor& x, const AttentionMask& mask,
                                               const torch::Tensor& pos_emb) {
+  if (options.position() == "none") return mha(x, mask);
+  return std::get<0>(attend(x, {}, 0, mask, pos_emb, /*want_cache=*/false));
+}
+
+std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::forward_chunk(
+    const torch::Tensor& x, const torch::Tensor& cache, int64_t first_position,
+    const AttentionMask& mask) {
+  return attend(x, cache, first_position, mask, {}, /*want_cache=*/true);
+}
+
+std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::attend(
+    const torch::Tensor& x, const torch::Tensor& cache, int64_t first_position,
+    const AttentionMask& mask, const torch::Tensor& pos_emb, bool want_cache) {
   const auto& o = options;
-  if (o.position() == "none") return mha(x, mask);
   TORCH_CHECK_VALUE(x.dim() == 3 && x.size(2) == o.embed_dim(),
                     "ConformerAttention: x must be [B, T, embed_dim = ", o.embed_dim(), "], got ",
                     shape_string(x.sizes()));
   const int64_t batch = x.size(0), frames = x.size(1);
   const int64_t heads = o.num_heads(), e = mha->head_dim();
-  const int64_t positions = o.position() == "rel_pos" ? 2 * frames - 1 : frames;
-  const auto pos = pos_emb.defined() ? pos_emb
-                                     : relative_position_encoding(frames, o.embed_dim(),
-                                                                  o.position(), x.options());
-  TORCH_CHECK_VALUE(pos.dim() == 3 && (pos.size(0) == 1 || pos.size(0) == batch) &&
-                        pos.size(1) == positions && pos.size(2) == o.embed_dim(),
-                    "ConformerAttention: pos_emb must be [1 or B, ", positions, " (", o.position(),
-                    " for T = ", frames, "), embed_dim = ", o.embed_dim(), "], got ",
-                    shape_string(pos.sizes()));
+  const int64_t cached = cache.defined() ? cache.size(2) : 0;
+  if (cache.defined()) {
+    TORCH_CHECK_VALUE(cache.dim() == 4 && cache.size(0) == batch && cache.size(1) == heads &&
+                          cache.size(3) == 2 * e,
+                      "ConformerAttention: cache must be [B = ", batch, ", H = ", heads,
+                      ", cached frames, 2·head_dim = ", 2 * e, "], got ",
+                      shape_string(cache.sizes()));
+  }
+  TORCH_CHECK_VALUE(first_position >= cached, "ConformerAttention: first_position ", first_position,
+                    " is before the ", cached, " cached frames");
+  const int64_t keys = cached + frames;
 
   // [B, T, 3·H·E] -> 3 × [B, H, T, E], views of the one projection.
   const auto qkv = mha->qkv(x).view({batch, frames, 3, heads, e}).permute({2, 0, 3, 1, 4});
-  const auto q = qkv[0], k = qkv[1];
-  const auto p = linear_pos(pos).view({pos.size(0), positions, heads, e}).transpose(1, 2);
-  const auto u = pos_bias_u.view({1, heads, 1, e});
-  const auto v = pos_bias_v.view({1, heads, 1, e});
-  // Term (c), u·k_j: one row per head, broadcast over the queries: [B, H, 1, T].
-  const auto content_bias = torch::matmul(u, k.transpose(-2, -1));
-  // Terms (b)+(d), (q_i + v)·p: [B, H, T, P], then aligned to the keys.
-  auto position_scores = torch::matmul(q + v, p.transpose(-2, -1));
-  if (o.position() == "rel_pos") position_scores = rel_shift(position_scores);
+  const auto q = qkv[0];
+  auto k = qkv[1], v = qkv[2];
+  torch::Tensor new_cache;
+  if (want_cache) {
+    // Keys and values side by side, as WeNet's att_cache: [B, H, Tc + T, 2E].
+    new_cache = torch::cat({k, v}, -1);
+    if (cache.defined()) new_cache = torch::cat({cache.to(new_cache.scalar_type()), new_cache}, 2);
+    k = new_cache.narrow(-1, 0, e);
+    v = new_cache.narrow(-1, e, e);
+  }
 
   AttentionProblem problem;
   problem.query = q;
   problem.key = k;
-  problem.value = qkv[2];
+  problem.value = v;
   problem.scale = 1.0 / std::sqrt(static_cast<double>(e));
-  auto bias = problem.scale * (content_bias + position_scores);  // [B, H, T, T]
-  if (mask.bias().defined()) bias = bias + mask.bias();
   problem.mask = mask;
-  problem.mask.bias(bias);
+  if (o.position() != "none") {
+    const int64_t positions = o.position() == "rel_pos" ? frames + keys - 1 : keys;
+    const auto pos = pos_emb.defined()
+                         ? pos_emb
+                         : relative_position_encoding(frames, keys, first_position - cached,
+                                                      o.embed_dim(), o.position(), x.options());
+    TORCH_CHECK_VALUE(pos.dim() == 3 && (pos.size(0) == 1 || pos.size(0) == batch) &&
+                          pos.size(1) == positions && pos.size(2) == o.embed_dim(),
+                      "ConformerAttention: pos_emb must be [1 or B, ", positions, " (",
+                      o.position(), " for T = ", frames, "), embed_dim = ", o.embed_dim(),
+                      "], got ", shape_string(pos.sizes()));
+    const auto p = linear_pos(pos).view({pos.size(0), positions, heads, e}).transpose(1, 2);
+    const auto u = pos_bias_u.view({1, heads, 1, e});
+    const auto bv = pos_bias_v.view({1, heads, 1, e});
+    // Term (c), u·k_j: one row per head, broadcast over the queries: [B, H, 1, Lk].
+    const auto content_bias = torch::matmul(u, k.transpose(-2, -1));
+    // Terms (b)+(d), (q_i + v)·p: [B, H, Lq, P], then aligned to the keys.
+    auto position_scores = torch::matmul(q + bv, p.transpose(-2, -1));
+    if (o.position() == "rel_pos") position_scores = rel_shift(position_scores);
+    auto bias = problem.scale * (content_bias + position_scores);  // [B, H, Lq, Lk]
+    if (mask.bias().defined()) bias = bias + mask.bias();
+    problem.mask.bias(bias);
+  }
   problem.dropout_p = is_training() ? o.dropout() : 0.0;
   problem.options = o.backend_options();
   const auto attended = scaled_dot_product_attention(std::move(problem), mha->options.backend());
   // [B, H, T, E] -> [B, T, H·E]
   const auto merged = attended.output.transpose(1, 2).reshape({batch, frames, heads * e});
-  return mha->proj_drop(mha->proj(merged));
+  return {mha->proj_drop(mha->proj(merged)), new_cache};
 }
 
 }  // namespace attnzoo

@@ -18,6 +18,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <string>
+#include <tuple>
 
 namespace attnzoo {
 
@@ -118,6 +119,13 @@ class ConformerConvModuleImpl : public torch::nn::Cloneable<ConformerConvModuleI
   // x: [B, T, D], valid: [B, T] bool or undefined (all valid) -> [B, T, D]
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& valid = {});
 
+  // Streaming (causal only): x [B, T, D] continues the frames whose last K − 1 depthwise inputs
+  // are `cache` [B, D, K − 1] (undefined at the start: zeros, the left padding of forward).
+  // -> (output [B, T, D], new cache [B, D, K − 1]). Chunk by chunk this equals forward on the
+  // whole sequence; group_norm (statistics over the utterance) cannot stream and is refused.
+  std::tuple<torch::Tensor, torch::Tensor> forward_chunk(const torch::Tensor& x,
+                                                         const torch::Tensor& cache);
+
   // Zero frames added before / after the sequence for the depthwise convolution (see above).
   int64_t left_padding() const;
   int64_t right_padding() const;
@@ -147,10 +155,20 @@ bool is_conformer_position_mode(const std::string& mode);
 // (Vaswani et al. 2017, section 3.5). dim must be even.
 torch::Tensor relative_position_encoding(int64_t num_frames, int64_t dim, const std::string& mode,
                                          const torch::TensorOptions& options = {});
+// The same for Lq queries attending Lk >= Lq keys, the queries being the last Lq keys (a chunk
+// attending its cache and itself), the keys at positions first_key_position ... + Lk − 1:
+// "rel_pos" has Lq + Lk − 1 rows, row r the relative position Lk − 1 − r (from Lk − 1 down to
+// −(Lq − 1)); "rel_pos_wenet" has Lk rows, row j the position first_key_position + j.
+torch::Tensor relative_position_encoding(int64_t num_queries, int64_t num_keys,
+                                         int64_t first_key_position, int64_t dim,
+                                         const std::string& mode,
+                                         const torch::TensorOptions& options = {});
 
 // Transformer-XL's shift (Dai et al. 2019, appendix B): scores over relative positions
 // [B, H, L, 2L − 1] (column c = relative position L − 1 − c) -> scores over keys [B, H, L, L]
 // with out[.., i, j] = in[.., i, L − 1 − i + j], i.e. the score of relative position i − j.
+// With a cache, Lq queries over Lk >= Lq keys (query i at key position Lk − Lq + i):
+// [B, H, Lq, Lq + Lk − 1] -> [B, H, Lq, Lk], out[.., i, j] = in[.., i, Lq − 1 − i + j].
 torch::Tensor rel_shift(const torch::Tensor& scores);
 
 struct ConformerAttentionOptions {
@@ -180,11 +198,26 @@ class ConformerAttentionImpl : public torch::nn::Cloneable<ConformerAttentionImp
   torch::Tensor forward(const torch::Tensor& x, const AttentionMask& mask = {},
                         const torch::Tensor& pos_emb = {});
 
+  // Streaming: the frames x [B, T, D] at positions first_position ... attend the cached keys and
+  // values of the Tc frames before them and themselves. cache: [B, H, Tc, 2·E] (keys, then
+  // values, along the last dim; WeNet's att_cache with a batch dim) or undefined (Tc = 0); mask
+  // over the Tc + T keys. -> (output [B, T, D], new cache [B, H, Tc + T, 2·E]).
+  std::tuple<torch::Tensor, torch::Tensor> forward_chunk(const torch::Tensor& x,
+                                                         const torch::Tensor& cache,
+                                                         int64_t first_position,
+                                                         const AttentionMask& mask = {});
+
   ConformerAttentionOptions options;
   MultiheadAttention mha{nullptr};        // qkv [3D, D], proj [D, D]
   torch::nn::Linear linear_pos{nullptr};  // [D, D], no bias; relative modes only
   torch::Tensor pos_bias_u;               // [H, E]: u of the paper, content bias
   torch::Tensor pos_bias_v;               // [H, E]: v, position bias
+
+ private:
+  std::tuple<torch::Tensor, torch::Tensor> attend(const torch::Tensor& x,
+                                                  const torch::Tensor& cache,
+                                                  int64_t first_position, const AttentionMask& mask,
+                                                  const torch::Tensor& pos_emb, bool want_cache);
 };
 TORCH_MODULE(ConformerAttention);
 

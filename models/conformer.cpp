@@ -1,6 +1,8 @@
 #include "models/conformer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace attnzoo {
 namespace {
@@ -65,11 +67,13 @@ void ConformerBlockImpl::reset() {
 }
 
 torch::Tensor ConformerBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& lengths,
-                                          const torch::Tensor& pos_emb) {
+                                          const torch::Tensor& pos_emb,
+                                          const torch::Tensor& attn_mask) {
   check_input(x, options.input_dim());
   const auto valid = valid_frames(lengths, x.size(1));  // [B, T] or undefined
   AttentionMask mask;
   if (lengths.defined()) mask.key_lengths(lengths);
+  if (attn_mask.defined()) mask.attn_mask(attn_mask);
   // Attention drops its output with torchaudio's self_attn_dropout inside the layer (proj_drop).
   auto y = x + 0.5 * ffn1(x);
   if (options.convolution_first()) y = y + conv(y, valid);
@@ -77,6 +81,26 @@ torch::Tensor ConformerBlockImpl::forward(const torch::Tensor& x, const torch::T
   if (!options.convolution_first()) y = y + conv(y, valid);
   y = y + 0.5 * ffn2(y);
   return final_norm(y);
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> ConformerBlockImpl::forward_chunk(
+    const torch::Tensor& x, const torch::Tensor& att_cache, const torch::Tensor& cnn_cache,
+    int64_t first_position) {
+  check_input(x, options.input_dim());
+  torch::Tensor new_att_cache, new_cnn_cache, update;
+  auto y = x + 0.5 * ffn1(x);
+  if (options.convolution_first()) {
+    std::tie(update, new_cnn_cache) = conv->forward_chunk(y, cnn_cache);
+    y = y + update;
+  }
+  std::tie(update, new_att_cache) = attn->forward_chunk(attn_norm(y), att_cache, first_position);
+  y = y + update;
+  if (!options.convolution_first()) {
+    std::tie(update, new_cnn_cache) = conv->forward_chunk(y, cnn_cache);
+    y = y + update;
+  }
+  y = y + 0.5 * ffn2(y);
+  return {final_norm(y), new_att_cache, new_cnn_cache};
 }
 
 ConformerImpl::ConformerImpl(ConformerOptions options_) : options(std::move(options_)) { reset(); }
@@ -99,7 +123,8 @@ void ConformerImpl::reset() {
 }
 
 std::tuple<torch::Tensor, torch::Tensor> ConformerImpl::forward(const torch::Tensor& x,
-                                                                const torch::Tensor& lengths) {
+                                                                const torch::Tensor& lengths,
+                                                                const torch::Tensor& attn_mask) {
   check_input(x, options.input_dim());
   check_lengths(x, lengths);
   // The positional encodings depend on T only: computed once, shared by every block.
@@ -110,7 +135,7 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerImpl::forward(const torch::Ten
   }
   auto y = x;
   for (const auto& module : *layers) {
-    y = module->as<ConformerBlockImpl>()->forward(y, lengths, pos_emb);
+    y = module->as<ConformerBlockImpl>()->forward(y, lengths, pos_emb, attn_mask);
   }
   const auto out_lengths =
       lengths.defined() ? lengths : torch::full({x.size(0)}, x.size(1), torch::kLong);
@@ -121,6 +146,21 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerImpl::forward(const torch::Ten
 
 bool is_conformer_encoder_position(const std::string& mode) {
   return mode == "none" || mode == "abs_pos" || mode == "rel_pos" || mode == "rel_pos_wenet";
+}
+
+torch::Tensor chunk_attention_mask(int64_t num_frames, int64_t chunk_size, int64_t num_left_chunks,
+                                   torch::Device device) {
+  TORCH_CHECK_VALUE(num_frames >= 0, "chunk_attention_mask: num_frames must be >= 0, got ",
+                    num_frames);
+  if (chunk_size <= 0) return {};
+  const auto chunk = torch::div(
+      torch::arange(num_frames, torch::TensorOptions().dtype(torch::kLong).device(device)),
+      chunk_size, "floor");
+  const auto query_chunk = chunk.unsqueeze(1), key_chunk = chunk.unsqueeze(0);
+  auto allowed = key_chunk <= query_chunk;
+  if (num_left_chunks >= 0)
+    allowed = allowed.logical_and(key_chunk >= query_chunk - num_left_chunks);
+  return allowed.logical_not();
 }
 
 ConformerEncoderImpl::ConformerEncoderImpl(ConformerEncoderOptions options_)
@@ -163,7 +203,8 @@ void ConformerEncoderImpl::reset() {
 }
 
 std::tuple<torch::Tensor, torch::Tensor> ConformerEncoderImpl::forward(
-    const torch::Tensor& features, const torch::Tensor& lengths) {
+    const torch::Tensor& features, const torch::Tensor& lengths, int64_t chunk_size,
+    int64_t num_left_chunks) {
   const auto& o = options;
   TORCH_CHECK_VALUE(features.defined() && features.dim() == 3 && features.size(2) == o.input_dim(),
                     "ConformerEncoder: features must be [B, T, input_dim = ", o.input_dim(),
@@ -190,9 +231,181 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerEncoderImpl::forward(
     }
   }
   x = dropout(x);
-  std::tie(x, length) = conformer(x, length);
+  const auto mask = chunk_attention_mask(x.size(1), chunk_size, num_left_chunks, x.device());
+  std::tie(x, length) = conformer(x, length, mask);
   if (after_norm) x = after_norm(x);
   return {x, length};
+}
+
+int64_t ConformerEncoderImpl::subsampling_rate() const { return embed ? embed->factor() : 1; }
+
+int64_t ConformerEncoderImpl::right_context() const {
+  if (!embed) return 0;
+  int64_t context = 0, stride = 1;
+  for (const auto& step : embed->steps) {
+    context += (step.kernel - 1) * stride;
+    stride *= step.stride;
+  }
+  return context;
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> ConformerEncoderImpl::forward_chunk(
+    const torch::Tensor& features, int64_t offset, int64_t required_cache_size,
+    const torch::Tensor& att_cache, const torch::Tensor& cnn_cache) {
+  const auto& o = options;
+  constexpr const char* who = "ConformerEncoder::forward_chunk";
+  TORCH_CHECK_VALUE(!is_training(), who, ": streaming is inference only; call eval() first");
+  TORCH_CHECK_VALUE(o.blocks().causal_conv(), who,
+                    ": streaming needs causal_conv (a centred depthwise kernel would read frames "
+                    "that have not arrived)");
+  TORCH_CHECK_VALUE(o.blocks().conv_norm() != "group_norm", who,
+                    ": group_norm normalises over the whole utterance and cannot stream");
+  if (embed) {
+    for (const auto& step : embed->steps) {
+      TORCH_CHECK_VALUE(step.padding == 0, who, ": subsampling '", o.subsampling(),
+                        "' pads its convolutions, so chunk edges differ from the whole utterance; "
+                        "streaming needs none, conv2d4, conv2d6 or conv2d8");
+    }
+  }
+  const int64_t layers = o.blocks().num_layers();
+  const int64_t min_frames = right_context() + 1;
+  TORCH_CHECK_VALUE(features.defined() && features.dim() == 3 && features.size(2) == o.input_dim(),
+                    who, ": features must be [B, T, input_dim = ", o.input_dim(), "], got ",
+                    features.defined() ? shape_string(features.sizes()) : "an undefined tensor");
+  TORCH_CHECK_VALUE(features.is_floating_point(), who, ": features must be floating point, got ",
+                    features.scalar_type());
+  TORCH_CHECK_VALUE(features.size(1) >= min_frames, who, ": a chunk needs at least ", min_frames,
+                    " input frames (right context ", min_frames - 1, " + 1), got ",
+                    features.size(1));
+  TORCH_CHECK_VALUE(offset >= 0, who, ": offset must be >= 0, got ", offset);
+  const int64_t batch = features.size(0);
+  const auto check_cache = [&](const torch::Tensor& cache, const char* name, int64_t dims) {
+    TORCH_CHECK_VALUE(
+        !cache.defined() ||
+            (cache.dim() == dims && cache.size(0) == layers && cache.size(1) == batch),
+        who, ": ", name, " must be [num_layers = ", layers, ", B = ", batch, ", ...] with ", dims,
+        " dims, got ", cache.defined() ? shape_string(cache.sizes()) : "");
+  };
+  check_cache(att_cache, "att_cache", 5);
+  check_cache(cnn_cache, "cnn_cache", 4);
+  TORCH_CHECK_VALUE(!att_cache.defined() || att_cache.size(3) <= offset, who, ": att_cache holds ",
+                    att_cache.defined() ? att_cache.size(3) : 0, " frames but offset is only ",
+                    offset);
+
+  auto x = features;
+  if (global_cmvn) x = global_cmvn(x);
+  if (embed) x = std::get<0>(embed(x, torch::Tensor{}));
+  const int64_t d = o.blocks().input_dim();
+  if (o.position() != "none") {
+    x = x * std::sqrt(static_cast<double>(d));
+    if (o.position() == "abs_pos") {
+      x = x +
+          relative_position_encoding(x.size(1), x.size(1), offset, d, "rel_pos_wenet", x.options());
+    }
+  }
+  x = dropout(x);
+  std::vector<torch::Tensor> att_out, cnn_out;
+  for (int64_t i = 0; i < layers; ++i) {
+    auto* block = conformer->layers[i]->as<ConformerBlockImpl>();
+    torch::Tensor att, cnn;
+    std::tie(x, att, cnn) =
+        block->forward_chunk(x, att_cache.defined() ? att_cache[i] : torch::Tensor{},
+                             cnn_cache.defined() ? cnn_cache[i] : torch::Tensor{}, offset);
+    // WeNet's next_cache_start: keep the last required_cache_size frames (all when negative).
+    const int64_t keys = att.size(2);
+    const int64_t start =
+        required_cache_size < 0 ? 0 : std::max<int64_t>(keys - required_cache_size, 0);
+    att_out.push_back(att.narrow(2, start, keys - start));
+    cnn_out.push_back(cnn);
+  }
+  if (after_norm) x = after_norm(x);
+  if (layers == 0) return {x, torch::Tensor{}, torch::Tensor{}};
+  return {x, torch::stack(att_out), torch::stack(cnn_out)};
+}
+
+std::tuple<torch::Tensor, torch::Tensor> ConformerEncoderImpl::forward_chunk_by_chunk(
+    const torch::Tensor& features, int64_t chunk_size, int64_t num_left_chunks) {
+  TORCH_CHECK_VALUE(features.defined() && features.dim() == 3,
+                    "ConformerEncoder::forward_chunk_by_chunk: features must be [B, T, F], got ",
+                    features.defined() ? shape_string(features.sizes()) : "an undefined tensor");
+  const int64_t min_frames = right_context() + 1;
+  TORCH_CHECK_VALUE(features.size(1) >= min_frames,
+                    "ConformerEncoder::forward_chunk_by_chunk: input too short: ", features.size(1),
+                    " frames, the subsampling needs at least ", min_frames);
+  ConformerStream stream(
+      ConformerEncoder(std::static_pointer_cast<ConformerEncoderImpl>(shared_from_this())),
+      chunk_size, num_left_chunks);
+  auto head = stream.push(features);
+  auto tail = stream.finish();
+  auto encoded = torch::cat({head, tail}, 1);
+  auto lengths = torch::full({features.size(0)}, encoded.size(1),
+                             torch::TensorOptions().dtype(torch::kLong).device(features.device()));
+  return {encoded, lengths};
+}
+
+// ---------------------------------------------------------------------------------------------
+
+ConformerStream::ConformerStream(ConformerEncoder encoder, int64_t chunk_size,
+                                 int64_t num_left_chunks)
+    : encoder_(std::move(encoder)), chunk_size_(chunk_size), num_left_chunks_(num_left_chunks) {
+  TORCH_CHECK_VALUE(chunk_size_ > 0, "ConformerStream: chunk_size must be > 0, got ", chunk_size_);
+}
+
+void ConformerStream::reset() {
+  pending_ = torch::Tensor{};
+  att_cache_ = torch::Tensor{};
+  cnn_cache_ = torch::Tensor{};
+  offset_ = 0;
+  finished_ = false;
+}
+
+torch::Tensor ConformerStream::run(const torch::Tensor& window) {
+  const int64_t required = num_left_chunks_ < 0 ? -1 : chunk_size_ * num_left_chunks_;
+  torch::Tensor out;
+  std::tie(out, att_cache_, cnn_cache_) =
+      encoder_->forward_chunk(window, offset_, required, att_cache_, cnn_cache_);
+  offset_ += out.size(1);
+  return out;
+}
+
+torch::Tensor ConformerStream::push(const torch::Tensor& features) {
+  TORCH_CHECK_VALUE(!finished_, "ConformerStream: push after finish(); call reset() first");
+  const int64_t f = encoder_->options.input_dim();
+  TORCH_CHECK_VALUE(features.defined() && features.dim() == 3 && features.size(2) == f,
+                    "ConformerStream: features must be [B, n, input_dim = ", f, "], got ",
+                    features.defined() ? shape_string(features.sizes()) : "an undefined tensor");
+  TORCH_CHECK_VALUE(!pending_.defined() || (features.size(0) == pending_.size(0)),
+                    "ConformerStream: the batch size changed from ", pending_.size(0), " to ",
+                    features.size(0));
+  pending_ =
+      pending_.defined() ? torch::cat({pending_, features.to(pending_.options())}, 1) : features;
+  const int64_t rate = encoder_->subsampling_rate();
+  const int64_t window = (chunk_size_ - 1) * rate + encoder_->right_context() + 1;
+  const int64_t stride = chunk_size_ * rate;
+  std::vector<torch::Tensor> outputs;
+  while (pending_.size(1) >= window) {
+    outputs.push_back(run(pending_.narrow(1, 0, window)));
+    pending_ = pending_.narrow(1, stride, pending_.size(1) - stride);
+  }
+  if (outputs.empty()) {
+    const int64_t d = encoder_->options.blocks().input_dim();
+    return torch::empty({features.size(0), 0, d}, features.options());
+  }
+  return torch::cat(outputs, 1);
+}
+
+torch::Tensor ConformerStream::finish() {
+  TORCH_CHECK_VALUE(!finished_, "ConformerStream: finish() called twice; call reset() first");
+  finished_ = true;
+  const int64_t d = encoder_->options.blocks().input_dim();
+  if (!pending_.defined() || pending_.size(1) < encoder_->right_context() + 1) {
+    const int64_t batch = pending_.defined() ? pending_.size(0) : 0;
+    return torch::empty({batch, 0, d},
+                        pending_.defined() ? pending_.options() : torch::TensorOptions());
+  }
+  auto out = run(pending_);
+  pending_ = torch::Tensor{};
+  return out;
 }
 
 torch::Tensor ConformerEncoderImpl::ctc_log_probs(const torch::Tensor& encoded) {

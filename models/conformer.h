@@ -65,8 +65,17 @@ class ConformerBlockImpl : public torch::nn::Cloneable<ConformerBlockImpl> {
   // x: [B, T, D], lengths: [B] integral or undefined (all frames valid), pos_emb: [1, P, D]
   // (relative modes; computed when undefined) -> [B, T, D]. Frames beyond lengths hold values
   // that no valid frame depends on.
+  // attn_mask: bool, true = excluded, broadcastable to [B, H, T, T] (e.g. a chunk mask [T, T]).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& lengths = {},
-                        const torch::Tensor& pos_emb = {});
+                        const torch::Tensor& pos_emb = {}, const torch::Tensor& attn_mask = {});
+
+  // Streaming, inference only (see ConformerEncoderImpl::forward_chunk): the chunk x [B, C, D]
+  // at positions first_position ... attends att_cache [B, H, Tc, 2·E] and itself, the causal
+  // convolution continues from cnn_cache [B, D, K − 1] (both undefined at the start).
+  // -> (output [B, C, D], new att_cache [B, H, Tc + C, 2·E], new cnn_cache [B, D, K − 1]).
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> forward_chunk(
+      const torch::Tensor& x, const torch::Tensor& att_cache, const torch::Tensor& cnn_cache,
+      int64_t first_position);
 
   ConformerOptions options;
   ConformerFeedForward ffn1{nullptr};
@@ -85,8 +94,10 @@ class ConformerImpl : public torch::nn::Cloneable<ConformerImpl> {
 
   // x: [B, T, D], lengths: [B] integral, 0 <= lengths <= T (undefined: all T frames valid)
   // -> (output [B, T, D], lengths [B]). Output frames beyond lengths are not meaningful.
+  // attn_mask: bool, true = excluded, broadcastable to [B, H, T, T] (chunk_attention_mask).
   std::tuple<torch::Tensor, torch::Tensor> forward(const torch::Tensor& x,
-                                                   const torch::Tensor& lengths = {});
+                                                   const torch::Tensor& lengths = {},
+                                                   const torch::Tensor& attn_mask = {});
 
   ConformerOptions options;
   torch::nn::ModuleList layers{nullptr};
@@ -109,6 +120,13 @@ TORCH_MODULE(Conformer);
 //   "rel_pos_wenet"  x·√D, then dropout; WeNet's RelPositionMultiHeadedAttention in the blocks
 // WeNet also drops out the relative encodings themselves in training; we drop out x only.
 bool is_conformer_encoder_position(const std::string& mode);
+
+// WeNet's chunk mask (subsequent_chunk_mask) in AttentionMask's sense, true = excluded: [T, T]
+// bool on `device`, frame i in chunk c = i / chunk_size sees the frames of chunks
+// c − num_left_chunks ... c (num_left_chunks < 0: every earlier chunk). chunk_size <= 0: no mask
+// (undefined tensor). The mask under which streaming equals the offline forward.
+torch::Tensor chunk_attention_mask(int64_t num_frames, int64_t chunk_size, int64_t num_left_chunks,
+                                   torch::Device device = torch::kCPU);
 
 struct ConformerEncoderOptions {
   // input_dim: features per frame F; blocks: the stack (its input_dim is the model width D; its
@@ -138,8 +156,40 @@ class ConformerEncoderImpl : public torch::nn::Cloneable<ConformerEncoderImpl> {
   // -> (encoded [B, T', D], lengths [B] after subsampling). Frames beyond the returned lengths are
   // not meaningful. T shorter than the subsampling's minimum is an error naming that minimum; an
   // utterance shorter than it inside a longer batch gets length 0.
+  //
+  // chunk_size > 0 restricts attention to chunk_attention_mask(T', chunk_size, num_left_chunks):
+  // the offline view of streaming (WeNet's decoding_chunk_size, num_decoding_left_chunks).
   std::tuple<torch::Tensor, torch::Tensor> forward(const torch::Tensor& features,
-                                                   const torch::Tensor& lengths = {});
+                                                   const torch::Tensor& lengths = {},
+                                                   int64_t chunk_size = 0,
+                                                   int64_t num_left_chunks = -1);
+
+  // Streaming, WeNet's forward_chunk (inference only: call eval() first). Needs causal_conv, a
+  // subsampling without padding (none, conv2d4/6/8) and a norm other than group_norm.
+  //   features    [B, Tin, F]: the input frames of one chunk, Tin >= right_context() + 1; C =
+  //               (Tin − right_context() − 1) / subsampling_rate() + 1 output frames
+  //   offset      output frames produced before this chunk (the chunk's first position)
+  //   required_cache_size  frames of attention cache to keep: < 0 all, 0 none, else the last
+  //               that many (chunk_size · num_left_chunks)
+  //   att_cache   [num_layers, B, H, Tc, 2·E] keys and values of earlier frames, or undefined
+  //   cnn_cache   [num_layers, B, D, K − 1] or undefined (the start of the stream)
+  // -> (encoded [B, C, D], new att_cache, new cnn_cache). Unlike WeNet's [layers, H, Tc, 2·E],
+  // att_cache has a batch dim: B streams advance together.
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> forward_chunk(
+      const torch::Tensor& features, int64_t offset, int64_t required_cache_size,
+      const torch::Tensor& att_cache = {}, const torch::Tensor& cnn_cache = {});
+
+  // Encodes whole utterances (all B of length T) chunk by chunk through forward_chunk, as a
+  // streaming recognizer does (WeNet's forward_chunk_by_chunk): equal, within rounding, to
+  // forward(features, {}, chunk_size, num_left_chunks). -> (encoded [B, T', D], lengths [B]).
+  std::tuple<torch::Tensor, torch::Tensor> forward_chunk_by_chunk(const torch::Tensor& features,
+                                                                  int64_t chunk_size,
+                                                                  int64_t num_left_chunks = -1);
+
+  // Input frames per output frame, and the input frames beyond the first that one output frame
+  // needs (WeNet's subsampling_rate and right_context: 4 and 6 for conv2d4).
+  int64_t subsampling_rate() const;
+  int64_t right_context() const;
 
   // CTC head: encoded [B, T', D] -> log-probabilities [B, T', vocab_size] (needs vocab_size > 0).
   torch::Tensor ctc_log_probs(const torch::Tensor& encoded);
@@ -157,5 +207,33 @@ class ConformerEncoderImpl : public torch::nn::Cloneable<ConformerEncoderImpl> {
   torch::nn::Linear ctc{nullptr};            // [vocab, D], vocab_size > 0 only
 };
 TORCH_MODULE(ConformerEncoder);
+
+// A stream of audio features encoded as it arrives: push() any number of frames at a time and
+// get the encoder frames that became computable; finish() flushes the rest. Chunk by chunk
+// through ConformerEncoderImpl::forward_chunk, so the concatenated outputs equal
+// forward(all features, {}, chunk_size, num_left_chunks). The encoder must be in eval mode.
+class ConformerStream {
+ public:
+  ConformerStream(ConformerEncoder encoder, int64_t chunk_size, int64_t num_left_chunks = -1);
+
+  // features: [B, n, F] (n may be 0) -> encoded [B, m, D], m >= 0 new frames.
+  torch::Tensor push(const torch::Tensor& features);
+  // Encodes the frames still buffered (a last, shorter chunk) -> [B, m, D]; the stream then
+  // takes no more input until reset().
+  torch::Tensor finish();
+  void reset();
+
+  int64_t offset() const { return offset_; }  // encoder frames produced so far
+
+ private:
+  torch::Tensor run(const torch::Tensor& window);
+
+  ConformerEncoder encoder_;
+  int64_t chunk_size_, num_left_chunks_;
+  torch::Tensor pending_;  // [B, n, F] input frames not yet consumed
+  torch::Tensor att_cache_, cnn_cache_;
+  int64_t offset_ = 0;
+  bool finished_ = false;
+};
 
 }  // namespace attnzoo

@@ -1,0 +1,270 @@
+// Streaming Conformer: chunk masks, the attention and convolution caches, and the promise that
+// encoding chunk by chunk equals the offline forward under the same chunk mask.
+#include "models/conformer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace attnzoo {
+namespace {
+
+using ::testing::HasSubstr;
+
+double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+constexpr int64_t kFeatures = 20;  // conv2d8 needs at least 15
+
+ConformerEncoder streaming_encoder(const std::string& subsampling, const std::string& position,
+                                   const std::string& norm = "batch_norm",
+                                   bool convolution_first = false) {
+  torch::manual_seed(7);
+  // Without subsampling the features are the model width.
+  ConformerEncoder encoder(ConformerEncoderOptions(subsampling == "none" ? 16 : kFeatures,
+                                                   ConformerOptions(16, 4, 24, 2, 5)
+                                                       .causal_conv(true)
+                                                       .conv_norm(norm)
+                                                       .convolution_first(convolution_first)
+                                                       .attention_backend("math"))
+                               .subsampling(subsampling)
+                               .position(position)
+                               .global_cmvn(true));
+  encoder->eval();
+  // Non-trivial running statistics and CMVN, so the caches meet realistic values.
+  torch::NoGradGuard no_grad;
+  for (auto& buffer : encoder->named_buffers()) {
+    if (buffer.key().find("running_mean") != std::string::npos) buffer.value().normal_(0.0, 0.2);
+    if (buffer.key().find("running_var") != std::string::npos) buffer.value().uniform_(0.5, 2.0);
+    if (buffer.key().find("global_cmvn.mean") != std::string::npos) buffer.value().normal_();
+    if (buffer.key().find("global_cmvn.istd") != std::string::npos) {
+      buffer.value().uniform_(0.5, 1.5);
+    }
+  }
+  return encoder;
+}
+
+TEST(ChunkAttentionMask, FollowsWenetsSubsequentChunkMask) {
+  // WeNet's subsequent_chunk_mask(5, 2, num_left_chunks) with 1 = attend; ours says excluded.
+  const auto full = chunk_attention_mask(5, 2, -1).logical_not().to(torch::kInt);
+  const auto expected_full = torch::tensor({1, 1, 0, 0, 0,  //
+                                            1, 1, 0, 0, 0,  //
+                                            1, 1, 1, 1, 0,  //
+                                            1, 1, 1, 1, 0,  //
+                                            1, 1, 1, 1, 1},
+                                           torch::kInt)
+                                 .view({5, 5});
+  EXPECT_TRUE(torch::equal(full, expected_full)) << full;
+  const auto left0 = chunk_attention_mask(5, 2, 0).logical_not().to(torch::kInt);
+  const auto expected_left0 = torch::tensor({1, 1, 0, 0, 0,  //
+                                             1, 1, 0, 0, 0,  //
+                                             0, 0, 1, 1, 0,  //
+                                             0, 0, 1, 1, 0,  //
+                                             0, 0, 0, 0, 1},
+                                            torch::kInt)
+                                  .view({5, 5});
+  EXPECT_TRUE(torch::equal(left0, expected_left0)) << left0;
+  EXPECT_FALSE(chunk_attention_mask(5, 0, -1).defined());
+}
+
+TEST(RelShift, RectangularShiftMatchesItsDefinition) {
+  // Lq queries over Lk keys: out[i, j] = in[i, Lq − 1 − i + j].
+  for (const auto& [lq, lk] : std::vector<std::pair<int64_t, int64_t>>{{3, 3}, {2, 7}, {4, 9}}) {
+    const auto in = torch::randn({2, 3, lq, lq + lk - 1}, torch::kDouble);
+    const auto out = rel_shift(in);
+    ASSERT_EQ(out.sizes(), (torch::IntArrayRef{2, 3, lq, lk}));
+    for (int64_t i = 0; i < lq; ++i) {
+      for (int64_t j = 0; j < lk; ++j) {
+        EXPECT_TRUE(
+            torch::equal(out.select(2, i).select(2, j), in.select(2, i).select(2, lq - 1 - i + j)))
+            << "Lq " << lq << " Lk " << lk << " i " << i << " j " << j;
+      }
+    }
+  }
+  EXPECT_THAT(error_of([] {
+                rel_shift(torch::zeros({1, 1, 4, 6}));
+              }),
+              HasSubstr("[B, H, Lq, Lq + Lk - 1] with Lk >= Lq"));
+}
+
+TEST(RelativePositionEncoding, ChunkRowsAreRowsOfTheWholeSequence) {
+  // rel_pos: the rows of a chunk of 3 queries over 7 keys are relative positions 6 ... −2, i.e.
+  // rows (T − 1 − 6) ... (T − 1 + 2) of the encodings of a T = 10 sequence.
+  const auto whole = relative_position_encoding(10, 8, "rel_pos", torch::kDouble);
+  const auto chunk = relative_position_encoding(3, 7, 0, 8, "rel_pos", torch::kDouble);
+  EXPECT_TRUE(torch::allclose(chunk, whole.narrow(1, 3, 9), 0.0, 1e-15));
+  // rel_pos_wenet: keys at positions 4 ... 10.
+  const auto wenet_whole = relative_position_encoding(11, 8, "rel_pos_wenet", torch::kDouble);
+  const auto wenet_chunk = relative_position_encoding(3, 7, 4, 8, "rel_pos_wenet", torch::kDouble);
+  EXPECT_TRUE(torch::allclose(wenet_chunk, wenet_whole.narrow(1, 4, 7), 0.0, 1e-15));
+}
+
+struct StreamingCase {
+  std::string subsampling, position;
+  int64_t chunk_size, num_left_chunks;
+};
+
+void PrintTo(const StreamingCase& c, std::ostream* os) {
+  *os << c.subsampling << " " << c.position << " chunk " << c.chunk_size << " left "
+      << c.num_left_chunks;
+}
+
+class StreamingEqualsOffline : public ::testing::TestWithParam<StreamingCase> {};
+
+TEST_P(StreamingEqualsOffline, ChunkByChunkEqualsTheChunkMaskedForward) {
+  const auto& c = GetParam();
+  auto encoder = streaming_encoder(c.subsampling, c.position);
+  torch::NoGradGuard no_grad;
+  const int64_t feats = encoder->options.input_dim();
+  const auto features = torch::randn({2, 83, feats});
+  const auto [offline, offline_lengths] =
+      encoder->forward(features, {}, c.chunk_size, c.num_left_chunks);
+  const auto [streamed, streamed_lengths] =
+      encoder->forward_chunk_by_chunk(features, c.chunk_size, c.num_left_chunks);
+  ASSERT_EQ(streamed.sizes(), offline.sizes());
+  EXPECT_TRUE(torch::equal(streamed_lengths, offline_lengths));
+  EXPECT_LE(max_abs_diff(streamed, offline), 1e-5);
+  // The chunk mask matters: the full-context forward differs (so this test can fail).
+  const auto full = std::get<0>(encoder->forward(features));
+  EXPECT_GT(max_abs_diff(full, offline), 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Conformer, StreamingEqualsOffline,
+                         ::testing::Values(StreamingCase{"conv2d4", "rel_pos_wenet", 4, -1},
+                                           StreamingCase{"conv2d4", "rel_pos_wenet", 4, 1},
+                                           StreamingCase{"conv2d4", "rel_pos", 4, -1},
+                                           StreamingCase{"conv2d4", "rel_pos", 3, 2},
+                                           StreamingCase{"conv2d4", "abs_pos", 5, 0},
+                                           StreamingCase{"conv2d4", "none", 1, -1},
+                                           StreamingCase{"conv2d6", "rel_pos_wenet", 2, 1},
+                                           StreamingCase{"conv2d8", "rel_pos", 2, -1},
+                                           StreamingCase{"none", "rel_pos", 7, 1},
+                                           StreamingCase{"none", "rel_pos_wenet", 16, 0}),
+                         [](const auto& info) {
+                           return info.param.subsampling + "_" + info.param.position + "_chunk" +
+                                  std::to_string(info.param.chunk_size) + "_left" +
+                                  (info.param.num_left_chunks < 0
+                                       ? std::string("all")
+                                       : std::to_string(info.param.num_left_chunks));
+                         });
+
+TEST(ConformerStream, IrregularPushesGiveTheSameFramesAsOneCall) {
+  for (const char* norm : {"batch_norm", "layer_norm"}) {
+    for (bool conv_first : {false, true}) {
+      auto encoder = streaming_encoder("conv2d4", "rel_pos", norm, conv_first);
+      torch::NoGradGuard no_grad;
+      const auto features = torch::randn({1, 101, kFeatures});
+      const auto reference = std::get<0>(encoder->forward(features, {}, 4, 2));
+      ConformerStream stream(encoder, 4, 2);
+      std::vector<torch::Tensor> pieces;
+      int64_t start = 0;
+      for (int64_t step : {0, 1, 5, 13, 2, 30, 9, 41}) {
+        const int64_t n = std::min<int64_t>(step, features.size(1) - start);
+        pieces.push_back(stream.push(features.narrow(1, start, n)));
+        start += n;
+      }
+      ASSERT_EQ(start, features.size(1));
+      pieces.push_back(stream.finish());
+      const auto streamed = torch::cat(pieces, 1);
+      ASSERT_EQ(streamed.sizes(), reference.sizes()) << norm;
+      EXPECT_LE(max_abs_diff(streamed, reference), 1e-5) << norm << " conv_first " << conv_first;
+      EXPECT_EQ(stream.offset(), reference.size(1));
+      EXPECT_THAT(error_of([&] { stream.push(features); }), HasSubstr("push after finish()"));
+      stream.reset();
+      const auto again = torch::cat({stream.push(features), stream.finish()}, 1);
+      EXPECT_TRUE(torch::equal(again, streamed));
+    }
+  }
+}
+
+TEST(ConformerEncoder, ForwardChunkKeepsTheRequiredCacheAndShapes) {
+  auto encoder = streaming_encoder("conv2d4", "rel_pos_wenet");
+  torch::NoGradGuard no_grad;
+  // Window of chunk 4 for x4 subsampling: (4 − 1)·4 + 6 + 1 = 19 input frames.
+  EXPECT_EQ(encoder->subsampling_rate(), 4);
+  EXPECT_EQ(encoder->right_context(), 6);
+  const auto window = torch::randn({3, 19, kFeatures});
+  auto [y, att, cnn] = encoder->forward_chunk(window, 0, 8);
+  EXPECT_EQ(y.sizes(), (torch::IntArrayRef{3, 4, 16}));
+  EXPECT_EQ(att.sizes(), (torch::IntArrayRef{2, 3, 4, 4, 8}));  // [L, B, H, 4 frames, 2·E]
+  EXPECT_EQ(cnn.sizes(), (torch::IntArrayRef{2, 3, 16, 4}));    // [L, B, D, K − 1]
+  std::tie(y, att, cnn) = encoder->forward_chunk(window, 4, 8, att, cnn);
+  EXPECT_EQ(att.size(3), 8);
+  std::tie(y, att, cnn) = encoder->forward_chunk(window, 8, 8, att, cnn);
+  EXPECT_EQ(att.size(3), 8);  // the last 8 of 12
+  std::tie(y, att, cnn) = encoder->forward_chunk(window, 12, 0, att, cnn);
+  EXPECT_EQ(att.size(3), 0);
+  std::tie(y, att, cnn) = encoder->forward_chunk(window, 16, -1, att, cnn);
+  EXPECT_EQ(att.size(3), 4);
+  std::tie(y, att, cnn) = encoder->forward_chunk(window, 20, -1, att, cnn);
+  EXPECT_EQ(att.size(3), 8);
+}
+
+TEST(ConformerEncoder, StreamingRefusesWhatCannotStream) {
+  torch::NoGradGuard no_grad;
+  const auto window = torch::randn({1, 19, kFeatures});
+  {
+    auto encoder = streaming_encoder("conv2d4", "rel_pos");
+    encoder->train();
+    EXPECT_THAT(error_of([&] { encoder->forward_chunk(window, 0, -1); }),
+                HasSubstr("inference only; call eval() first"));
+    encoder->eval();
+    EXPECT_THAT(error_of([&] { encoder->forward_chunk(window.narrow(1, 0, 6), 0, -1); }),
+                HasSubstr("a chunk needs at least 7 input frames (right context 6 + 1), got 6"));
+    EXPECT_THAT(error_of([&] {
+                  encoder->forward_chunk(window, 0, -1, torch::zeros({2, 1, 4}));
+                }),
+                HasSubstr("att_cache must be [num_layers = 2, B = 1, ...] with 5 dims"));
+    EXPECT_THAT(error_of([&] {
+                  encoder->forward_chunk(window, 3, -1, torch::zeros({2, 1, 4, 4, 8}));
+                }),
+                HasSubstr("att_cache holds 4 frames but offset is only 3"));
+    EXPECT_THAT(error_of([&] {
+                  encoder->forward_chunk(window, 0, -1, {}, torch::zeros({2, 1, 16, 3}));
+                }),
+                HasSubstr("cache must be [B = 1, D = 16, K - 1 = 4], got [1, 16, 3]"));
+    EXPECT_THAT(error_of([&] { encoder->forward_chunk_by_chunk(window.narrow(1, 0, 5), 4); }),
+                HasSubstr("input too short: 5 frames, the subsampling needs at least 7"));
+    EXPECT_THAT(error_of([&] { ConformerStream(encoder, 0); }),
+                HasSubstr("chunk_size must be > 0, got 0"));
+  }
+  {
+    torch::manual_seed(0);
+    ConformerEncoder centred(ConformerEncoderOptions(kFeatures, ConformerOptions(16, 4, 24, 1, 5)));
+    centred->eval();
+    EXPECT_THAT(error_of([&] { centred->forward_chunk(window, 0, -1); }),
+                HasSubstr("streaming needs causal_conv"));
+    ConformerEncoder group(ConformerEncoderOptions(
+        kFeatures, ConformerOptions(16, 4, 24, 1, 5).causal_conv(true).conv_norm("group_norm")));
+    group->eval();
+    EXPECT_THAT(error_of([&] { group->forward_chunk(window, 0, -1); }),
+                HasSubstr("group_norm normalises over the whole utterance and cannot stream"));
+    ConformerEncoder padded(
+        ConformerEncoderOptions(kFeatures, ConformerOptions(16, 4, 24, 1, 5).causal_conv(true))
+            .subsampling("dw_striding8"));
+    padded->eval();
+    EXPECT_THAT(error_of([&] {
+                  padded->forward_chunk(torch::randn({1, 40, kFeatures}), 0, -1);
+                }),
+                HasSubstr("subsampling 'dw_striding8' pads its convolutions"));
+  }
+}
+
+}  // namespace
+}  // namespace attnzoo
