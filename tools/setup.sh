@@ -76,6 +76,15 @@ else
   say "venv ready: $VENV"
 fi
 VPY="$VENV/bin/python"
+# Reference packages installed without their dependencies, stamped by the file's content.
+NODEPS="$ROOT/tools/requirements-nodeps.txt"
+nodeps_stamp="$VENV/.attnzoo-nodeps-$(sha256sum "$NODEPS" | cut -c1-12)"
+if [ ! -f "$nodeps_stamp" ]; then
+  say "installing tools/requirements-nodeps.txt without dependencies"
+  "$VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q --no-deps -r "$NODEPS"
+  rm -f "$VENV"/.attnzoo-nodeps-*
+  touch "$nodeps_stamp"
+fi
 TORCH_PREFIX=$("$VPY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 
 # --- 3. Configure and build ---------------------------------------------------------------------
