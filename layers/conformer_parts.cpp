@@ -149,7 +149,7 @@ void ConformerConvModuleImpl::reset() {
   pointwise_conv1 = register_module("pointwise_conv1", conv(d, 2 * d, 1, 1));
   depthwise_conv = register_module("depthwise_conv", conv(d, d, o.kernel_size(), d));
   conv_norm =
-      register_module("conv_norm", ConvNorm(ConvNormOptions(d).kind(o.norm()).eps(o.norm_eps())));
+      register_module("conv_norm", ConvNorm(ConvNormOptions(d).kind(o.norm()).eps(o.conv_norm_eps())));
   pointwise_conv2 = register_module("pointwise_conv2", conv(d, d, 1, 1));
   dropout = register_module("dropout", torch::nn::Dropout(o.dropout()));
 }

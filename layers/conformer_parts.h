@@ -109,7 +109,9 @@ struct ConformerConvModuleOptions {
   TORCH_ARG(std::string, norm) = "batch_norm";
   TORCH_ARG(bool, bias) = true;
   TORCH_ARG(double, dropout) = 0.0;
+  // eps of the LayerNorm in front, and of the norm after the depthwise convolution.
   TORCH_ARG(double, norm_eps) = 1e-5;
+  TORCH_ARG(double, conv_norm_eps) = 1e-5;
 };
 
 class ConformerConvModuleImpl : public torch::nn::Cloneable<ConformerConvModuleImpl> {

@@ -60,7 +60,8 @@ void ConformerBlockImpl::reset() {
                                       .causal(o.causal_conv())
                                       .norm(o.conv_norm())
                                       .dropout(o.dropout())
-                                      .norm_eps(o.norm_eps())));
+                                      .norm_eps(o.norm_eps())
+                                      .conv_norm_eps(o.conv_norm_eps())));
   ffn2 = register_module("ffn2", ffn());
   final_norm = register_module(
       "final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(o.norm_eps())));

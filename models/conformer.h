@@ -53,7 +53,9 @@ struct ConformerOptions {
   TORCH_ARG(bool, causal_conv) = false;
   // "none" (torchaudio), "rel_pos" (paper: Transformer-XL / ESPnet latest) or "rel_pos_wenet".
   TORCH_ARG(std::string, position) = "none";
+  // eps of every LayerNorm (ESPnet uses 1e-12), and of the norm after the depthwise convolution.
   TORCH_ARG(double, norm_eps) = 1e-5;
+  TORCH_ARG(double, conv_norm_eps) = 1e-5;
   TORCH_ARG(std::string, attention_backend) = "auto";
   TORCH_ARG(AttentionBackendOptions, attention_options) = {};
 };

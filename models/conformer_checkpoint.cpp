@@ -46,7 +46,17 @@ MappedConformerCheckpoint from_torchaudio(const io::TensorDict& tensors) {
   return out;
 }
 
-MappedConformerCheckpoint from_wenet(const io::TensorDict& tensors) {
+bool starts_with(const std::string& name, const char* prefix) { return name.rfind(prefix, 0) == 0; }
+
+// A bare encoder's state_dict (the Encoder module saved alone) has no encoder. prefix.
+bool is_bare_encoder(const io::TensorDict& tensors) {
+  for (const auto& item : tensors) {
+    if (starts_with(item.key(), "encoders.")) return true;
+  }
+  return false;
+}
+
+MappedConformerCheckpoint from_wenet(const io::TensorDict& tensors, bool espnet) {
   // "$1" is the block index throughout.
   static const std::vector<RenameRule> rules = {
       {std::regex(R"(encoder\.global_cmvn\.(mean|istd))"), "global_cmvn.$1"},
@@ -84,16 +94,23 @@ MappedConformerCheckpoint from_wenet(const io::TensorDict& tensors) {
   static const std::regex qkv(
       R"(encoder\.encoders\.(\d+)\.self_attn\.linear_([qkv])\.(weight|bias))");
   MappedConformerCheckpoint out;
+  const bool bare = is_bare_encoder(tensors);
   // linear_q, linear_k, linear_v of each block and kind, gathered to be fused.
   QkvParts parts;
   for (const auto& item : tensors) {
-    const auto& name = item.key();
+    const auto name = bare ? "encoder." + item.key() : item.key();
     std::smatch m;
     if (std::regex_match(name, m, qkv)) {
       parts.add("conformer.layers." + m[1].str() + ".attn.mha.qkv." + m[3].str(), m[2].str()[0],
                 item.value());
-    } else if (name.rfind("decoder.", 0) == 0 || name.rfind("encoder.embed.pos_enc.", 0) == 0) {
-      out.ignored.insert(name);
+    } else if (starts_with(name, "decoder.") || starts_with(name, "encoder.embed.pos_enc.") ||
+               (espnet && starts_with(name, "frontend."))) {
+      out.ignored.insert(item.key());
+    } else if (espnet && name == "normalize.mean") {
+      out.tensors.insert("global_cmvn.mean", item.value());
+    } else if (espnet && name == "normalize.std") {
+      // GlobalMVN divides by std; GlobalCmvn multiplies by its inverse.
+      out.tensors.insert("global_cmvn.istd", item.value().reciprocal());
     } else {
       out.tensors.insert(rename_with(rules, name), item.value());
     }
@@ -108,8 +125,9 @@ ConformerCheckpointFormat parse_conformer_format(const std::string& name) {
   if (name == "attnzoo") return ConformerCheckpointFormat::kAttnzoo;
   if (name == "torchaudio") return ConformerCheckpointFormat::kTorchaudio;
   if (name == "wenet") return ConformerCheckpointFormat::kWenet;
+  if (name == "espnet") return ConformerCheckpointFormat::kEspnet;
   TORCH_CHECK_VALUE(false, "unknown Conformer checkpoint format '", name,
-                    "'; expected attnzoo, torchaudio or wenet");
+                    "'; expected attnzoo, torchaudio, wenet or espnet");
 }
 
 const char* conformer_format_name(ConformerCheckpointFormat format) {
@@ -120,18 +138,25 @@ const char* conformer_format_name(ConformerCheckpointFormat format) {
       return "torchaudio";
     case ConformerCheckpointFormat::kWenet:
       return "wenet";
+    case ConformerCheckpointFormat::kEspnet:
+      return "espnet";
   }
   return "?";
 }
 
 ConformerCheckpointFormat detect_conformer_format(const io::TensorDict& tensors) {
+  bool wenet_names = false;
   for (const auto& item : tensors) {
-    if (item.key().rfind("conformer_layers.", 0) == 0)
-      return ConformerCheckpointFormat::kTorchaudio;
-    if (item.key().rfind("encoder.encoders.", 0) == 0 || item.key().rfind("encoder.embed.", 0) == 0)
-      return ConformerCheckpointFormat::kWenet;
+    const auto& name = item.key();
+    if (starts_with(name, "conformer_layers.")) return ConformerCheckpointFormat::kTorchaudio;
+    if (name == "normalize.mean" || name == "normalize.std")
+      return ConformerCheckpointFormat::kEspnet;
+    if (starts_with(name, "encoder.encoders.") || starts_with(name, "encoder.embed.") ||
+        starts_with(name, "encoders.")) {
+      wenet_names = true;
+    }
   }
-  return ConformerCheckpointFormat::kAttnzoo;
+  return wenet_names ? ConformerCheckpointFormat::kWenet : ConformerCheckpointFormat::kAttnzoo;
 }
 
 MappedConformerCheckpoint to_conformer_layout(const io::TensorDict& tensors,
@@ -142,7 +167,9 @@ MappedConformerCheckpoint to_conformer_layout(const io::TensorDict& tensors,
     case ConformerCheckpointFormat::kTorchaudio:
       return from_torchaudio(tensors);
     case ConformerCheckpointFormat::kWenet:
-      return from_wenet(tensors);
+      return from_wenet(tensors, /*espnet=*/false);
+    case ConformerCheckpointFormat::kEspnet:
+      return from_wenet(tensors, /*espnet=*/true);
   }
   return {tensors, {}};
 }

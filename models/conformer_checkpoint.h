@@ -30,6 +30,14 @@
 //                encoder.after_norm                       -> after_norm
 //                ctc.ctc_lo                               -> ctc
 //                ignored: decoder.* (the attention decoder), encoder.embed.pos_enc.* (computed)
+//   espnet       ESPnet's Conformer encoder (espnet.nets...conformer.encoder.Encoder, ESPnet2's
+//                ConformerEncoder) in an ASR model's state_dict: the same encoder.* and ctc.*
+//                names as WeNet, plus GlobalMVN's statistics
+//                normalize.mean, normalize.std            -> global_cmvn.mean, global_cmvn.istd
+//                                                            (istd = 1 / std)
+//                ignored: decoder.*, frontend.* (the feature extractor's constants)
+// wenet and espnet also take a bare encoder's own state_dict (embed.*, encoders.*, after_norm.*,
+// global_cmvn.*: the Encoder module saved alone), read as if every name had the encoder. prefix.
 // This is the one place where those layouts are known.
 #pragma once
 
@@ -40,13 +48,14 @@
 
 namespace attnzoo {
 
-enum class ConformerCheckpointFormat { kAttnzoo, kTorchaudio, kWenet };
+enum class ConformerCheckpointFormat { kAttnzoo, kTorchaudio, kWenet, kEspnet };
 
-// "attnzoo" | "torchaudio" | "wenet"; throws naming the accepted names.
+// "attnzoo" | "torchaudio" | "wenet" | "espnet"; throws naming the accepted names.
 ConformerCheckpointFormat parse_conformer_format(const std::string& name);
 const char* conformer_format_name(ConformerCheckpointFormat format);
 
-// Guesses the layout from the tensor names.
+// Guesses the layout from the tensor names (WeNet and ESPnet share theirs: normalize.* tells
+// ESPnet).
 ConformerCheckpointFormat detect_conformer_format(const io::TensorDict& tensors);
 
 struct MappedConformerCheckpoint {

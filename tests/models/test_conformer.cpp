@@ -737,8 +737,8 @@ TEST(ConformerEncoder, WenetLayoutLoadsAndMatchesTheReferenceOnValidFrames) {
   const auto ref = io::load_safetensors(dir + "/wenet_conformer.io.safetensors");
   EXPECT_EQ(detect_conformer_format(weights.tensors), ConformerCheckpointFormat::kWenet);
   EXPECT_EQ(parse_conformer_format("wenet"), ConformerCheckpointFormat::kWenet);
-  EXPECT_THAT(error_of([] { parse_conformer_format("espnet"); }),
-              HasSubstr("expected attnzoo, torchaudio or wenet"));
+  EXPECT_THAT(error_of([] { parse_conformer_format("kaldi"); }),
+              HasSubstr("expected attnzoo, torchaudio, wenet or espnet"));
   const auto mapped = to_conformer_layout(weights.tensors, ConformerCheckpointFormat::kWenet);
   EXPECT_EQ(mapped.ignored, (std::set<std::string>{"decoder.embed.0.weight"}));
   ConformerEncoder model(wenet_fixture_options());
