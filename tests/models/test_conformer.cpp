@@ -434,7 +434,8 @@ TEST(Conformer, CheckpointLayoutsAndStrictLoading) {
   EXPECT_EQ(parse_conformer_format("torchaudio"), ConformerCheckpointFormat::kTorchaudio);
   EXPECT_STREQ(conformer_format_name(ConformerCheckpointFormat::kAttnzoo), "attnzoo");
   EXPECT_STREQ(conformer_format_name(ConformerCheckpointFormat::kWenet), "wenet");
-  EXPECT_THROW(parse_conformer_format("espnet"), c10::Error);
+  EXPECT_STREQ(conformer_format_name(ConformerCheckpointFormat::kEspnet), "espnet");
+  EXPECT_THROW(parse_conformer_format("nemo"), c10::Error);
   Conformer model(fixture_options(false, false));
   EXPECT_EQ(detect_conformer_format(state_dict(*model)), ConformerCheckpointFormat::kAttnzoo);
   const auto mapped =
