@@ -1,0 +1,206 @@
+// Training augmentations: the colour operations and resized_crop against torchvision's
+// functional ones (reference tensors from the fixture), the crop sampler's distribution, and the
+// whole transform's shapes, ranges and determinism under a seed.
+#include "preprocess/image_augment.h"
+#include "preprocess_test_util.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace attnzoo {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::reference_tensors;
+
+std::string value_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const c10::ValueError& e) {
+    return e.what_without_backtrace();
+  }
+  return "(no error)";
+}
+
+const torch::Tensor& augment_reference(const std::string& name) {
+  const auto* found = reference_tensors("augment.safetensors").find(name);
+  if (!found) throw std::runtime_error("augment.safetensors has no '" + name + "'");
+  return *found;
+}
+
+TEST(Augment, ColourMatchesTorchvision) {
+  const auto& image = augment_reference("image");
+  const std::vector<std::pair<std::string, torch::Tensor>> cases = {
+      {"brightness_1.3", adjust_brightness(image, 1.3)},
+      {"brightness_0.4", adjust_brightness(image, 0.4)},
+      {"contrast_0.6", adjust_contrast(image, 0.6)},
+      {"contrast_1.5", adjust_contrast(image, 1.5)},
+      {"saturation_1.7", adjust_saturation(image, 1.7)},
+      {"saturation_0.2", adjust_saturation(image, 0.2)},
+      {"hue_0.23", adjust_hue(image, 0.23)},
+      {"hue_-0.4", adjust_hue(image, -0.4)},
+  };
+  for (const auto& [name, ours] : cases) {
+    const auto d = testing::difference(ours, augment_reference(name));
+    EXPECT_LE(d.max, 1e-6) << name;
+  }
+}
+
+// torchvision's resized_crop on a PIL image, i.e. RandomResizedCrop once the box is drawn.
+TEST(Augment, ResizedCropMatchesTorchvision) {
+  const auto& image = augment_reference("image_u8");
+  const CropBox box{5, 9, 30, 41};
+  for (const auto& [mode, name] : {std::pair{Interpolation::kBilinear, "bilinear"},
+                                   std::pair{Interpolation::kBicubic, "bicubic"}}) {
+    const auto ours = resized_crop(image, box, 24, 20, mode);
+    const auto& theirs = augment_reference(std::string("resized_crop_") + name);
+    ASSERT_EQ(ours.sizes(), theirs.sizes());
+    EXPECT_LE(testing::difference(ours, theirs).max, 1.0) << name;  // grey levels
+  }
+  EXPECT_THAT(value_error([&] {
+                resized_crop(image, {40, 0, 10, 10}, 8, 8, Interpolation::kBilinear);
+              }),
+              HasSubstr("resized_crop: box (top 40, left 0, 10x10) is not inside the 45x67 image"));
+}
+
+// The sampler: boxes inside the image, area and aspect ratio within the ranges (up to the
+// rounding of the sides), the same boxes for the same seed.
+TEST(Augment, CropBoxDistribution) {
+  std::mt19937_64 rng(1), again(1);
+  const std::array<double, 2> scale = {0.08, 1.0}, ratio = {3.0 / 4.0, 4.0 / 3.0};
+  double area_sum = 0.0;
+  const int n = 4000;
+  for (int i = 0; i < n; ++i) {
+    const auto box = random_resized_crop_box(300, 400, scale, ratio, rng);
+    const auto same = random_resized_crop_box(300, 400, scale, ratio, again);
+    ASSERT_EQ(box.top, same.top);
+    ASSERT_EQ(box.left, same.left);
+    ASSERT_EQ(box.height, same.height);
+    ASSERT_EQ(box.width, same.width);
+    ASSERT_GE(box.top, 0);
+    ASSERT_GE(box.left, 0);
+    ASSERT_GE(box.height, 1);
+    ASSERT_GE(box.width, 1);
+    ASSERT_LE(box.top + box.height, 300);
+    ASSERT_LE(box.left + box.width, 400);
+    const double area = static_cast<double>(box.height * box.width) / (300.0 * 400.0);
+    const double aspect = static_cast<double>(box.width) / static_cast<double>(box.height);
+    EXPECT_GE(area, 0.08 * 0.95);
+    EXPECT_LE(area, 1.0);
+    EXPECT_GE(aspect, 0.75 * 0.95);
+    EXPECT_LE(aspect, 4.0 / 3.0 * 1.05);
+    area_sum += area;
+  }
+  // Draws that do not fit are retried, which favours small areas: torchvision's get_params
+  // averages 0.435 (+- 0.0015) on this size over 20000 draws.
+  EXPECT_NEAR(area_sum / n, 0.435, 0.015);
+
+  // An image far outside the ratio range never fits: the fallback, a central crop clamped to it.
+  const auto strip = random_resized_crop_box(10, 1000, scale, ratio, rng);
+  EXPECT_EQ(strip.height, 10);
+  EXPECT_EQ(strip.width, 13);  // round(10 * 4/3)
+  EXPECT_EQ(strip.left, (1000 - 13) / 2);
+  const auto pixel = random_resized_crop_box(1, 1, {0.5, 0.6}, ratio, rng);
+  EXPECT_EQ(pixel.height, 1);
+  EXPECT_EQ(pixel.width, 1);
+}
+
+TEST(Augment, UniformNumbers) {
+  std::mt19937_64 rng;  // the standard's default seed
+  std::mt19937_64 check;
+  check.discard(9999);
+  EXPECT_EQ(check(), 9981545732273789042ull);  // [rand.predef]: the 10000th value
+  std::array<int, 10> counts{};
+  for (int i = 0; i < 100000; ++i) {
+    const double u = uniform(rng, 2.0, 3.0);
+    ASSERT_GE(u, 2.0);
+    ASSERT_LT(u, 3.0);
+    const int64_t k = random_int(rng, -3, 7);
+    ASSERT_GE(k, -3);
+    ASSERT_LT(k, 7);
+    ++counts[static_cast<size_t>(k + 3)];
+  }
+  for (int c : counts) EXPECT_NEAR(c, 10000, 500);
+  EXPECT_THAT(value_error([&] { random_int(rng, 3, 3); }),
+              HasSubstr("random_int: empty range [3, 3)"));
+}
+
+TEST(Augment, FlipAndIdentities) {
+  const auto& image = augment_reference("image");
+  const auto flipped = horizontal_flip(image);
+  EXPECT_TRUE(torch::equal(flipped.select(2, 0), image.select(2, image.size(2) - 1)));
+  EXPECT_TRUE(torch::equal(horizontal_flip(flipped), image));
+  EXPECT_TRUE(torch::allclose(adjust_brightness(image, 1.0), image));
+  EXPECT_TRUE(torch::allclose(adjust_contrast(image, 1.0), image));
+  EXPECT_TRUE(torch::allclose(adjust_saturation(image, 1.0), image));
+  EXPECT_LE(testing::difference(adjust_hue(image, 0.0), image).max, 1e-6);
+  // Saturation 0 is the grey image; contrast 0 its mean grey level everywhere.
+  const auto grey = adjust_saturation(image, 0.0);
+  EXPECT_TRUE(torch::allclose(grey[0], grey[1]));
+  const auto flat = adjust_contrast(image, 0.0);
+  EXPECT_LE((flat.max() - flat.min()).item<double>(), 1e-6);
+}
+
+TEST(Augment, TrainTransform) {
+  TrainTransformOptions options;
+  options.height = 48;
+  options.width = 40;
+  options.color_jitter.hue = 0.1;
+  options.mean = {0.0, 0.0, 0.0};
+  options.std = {1.0, 1.0, 1.0};  // identity normalisation: outputs are the pixels
+  const TrainImageTransform transform(options);
+  const auto& image = augment_reference("image_u8");
+  std::mt19937_64 a(42), b(42), c(43);
+  for (int i = 0; i < 20; ++i) {
+    const auto x = transform(image, a);
+    ASSERT_EQ(x.sizes(), (std::vector<int64_t>{3, 48, 40}));
+    ASSERT_EQ(x.scalar_type(), torch::kFloat);
+    EXPECT_GE(x.min().item<float>(), 0.0f);
+    EXPECT_LE(x.max().item<float>(), 1.0f);
+    EXPECT_TRUE(torch::equal(x, transform(image, b))) << "draw " << i;
+    EXPECT_FALSE(torch::equal(x, transform(image, c))) << "draw " << i;
+  }
+  // Float input takes the same path; normalisation applies mean and std.
+  options.mean = {0.5, 0.5, 0.5};
+  options.std = {0.25, 0.25, 0.25};
+  const TrainImageTransform normalised(options);
+  std::mt19937_64 d(7);
+  const auto y = normalised(augment_reference("image"), d);
+  EXPECT_GE(y.min().item<float>(), -2.0f - 1e-6f);
+  EXPECT_LE(y.max().item<float>(), 2.0f + 1e-6f);
+}
+
+TEST(Augment, Validation) {
+  const auto& image = augment_reference("image");
+  std::mt19937_64 rng(0);
+  EXPECT_THAT(value_error([&] { adjust_hue(image, 0.6); }),
+              HasSubstr("adjust_hue: hue_factor must be in [-0.5, 0.5], got 0.6"));
+  EXPECT_THAT(value_error([&] { adjust_brightness(image, -1); }),
+              HasSubstr("adjust_brightness: factor must be >= 0, got -1"));
+  EXPECT_THAT(value_error([&] { adjust_contrast(augment_reference("image_u8"), 1.0); }),
+              HasSubstr("adjust_contrast: expected a floating-point image [3, H, W] in [0, 1], "
+                        "got [3, 45, 67] Byte"));
+  EXPECT_THAT(value_error([&] {
+                random_resized_crop_box(4, 4, {0.5, 0.1}, {1, 1}, rng);
+              }),
+              HasSubstr("scale must be 0 < low <= high, got (0.5, 0.1)"));
+  const auto error = [](auto change) {
+    TrainTransformOptions options;
+    change(options);
+    return value_error([&] { TrainImageTransform{options}; });
+  };
+  EXPECT_THAT(error([](auto& o) { o.hflip = 2.0; }), HasSubstr("hflip is a probability, got 2"));
+  EXPECT_THAT(error([](auto& o) { o.color_jitter.hue = 0.7; }),
+              HasSubstr("ColorJitterOptions: hue must be in [0, 0.5], got 0.7"));
+  EXPECT_THAT(error([](auto& o) {
+                o.ratio = {2.0, 1.0};
+              }),
+              HasSubstr("ratio must be 0 < low <= high, got (2, 1)"));
+  EXPECT_THAT(error([](auto& o) { o.width = 0; }),
+              HasSubstr("the input size must be at least 1x1, got 224x0"));
+}
+
+}  // namespace
+}  // namespace attnzoo
