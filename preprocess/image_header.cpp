@@ -211,6 +211,7 @@ ImageHeader read_bmp(const Bytes& b, const std::string& source) {
 
 // TIFF (and BigTIFF): the first image file directory, which is the page OpenCV decodes.
 ImageHeader read_tiff(const Bytes& b, const std::string& source) {
+  if (!b.has(0, 8)) fail(source, "truncated TIFF (shorter than its header)");
   const bool little = b.u8(0) == 'I';
   const auto u16 = [&](size_t at) { return little ? b.le16(at) : b.be16(at); };
   const auto u32 = [&](size_t at) { return little ? b.le32(at) : b.be32(at); };

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, ASan + UBSan) and runs one on its seed corpus.
-#   tools/fuzz.sh [TARGET] [SECONDS]      defaults: safetensors 600
+#   tools/fuzz.sh [TARGET] [SECONDS]      defaults: safetensors 600; targets: safetensors, image
 # New inputs found go to a scratch corpus under build-fuzz/, not into the repository; a crash
 # leaves its reproducer in build-fuzz/ (add it to tests/fuzz/corpus/TARGET/ once fixed).
 set -euo pipefail
@@ -8,7 +8,20 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 target=${1:-safetensors}
 seconds=${2:-600}
 build="$ROOT/build-fuzz"
-CXX=${CXX:-clang++} cmake -S "$ROOT/tests/fuzz" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# fuzz_image links LibTorch: that of the venv tools/setup.sh makes (named as it names it), unless
+# ATTNZOO_TORCH_PREFIX says where another is.
+if [ -z "${ATTNZOO_TORCH_PREFIX:-}" ]; then
+  key=$({ "${ATTNZOO_BASE_PYTHON:-python3}" -c 'import sys; print(sys.version)'
+          cat "$ROOT/tools/requirements.lock"; } | sha256sum | cut -c1-12)
+  vpy="${XDG_CACHE_HOME:-$HOME/.cache}/attnzoo/venv-$key/bin/python"
+  if [ -x "$vpy" ]; then
+    ATTNZOO_TORCH_PREFIX=$("$vpy" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+  fi
+fi
+torch_args=()
+[ -z "${ATTNZOO_TORCH_PREFIX:-}" ] || torch_args=(-DCMAKE_PREFIX_PATH="$ATTNZOO_TORCH_PREFIX")
+CXX=${CXX:-clang++} cmake -S "$ROOT/tests/fuzz" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "${torch_args[@]}" >/dev/null
 cmake --build "$build" --target "fuzz_$target"
 corpus="$build/corpus_$target"
 mkdir -p "$corpus"

@@ -174,5 +174,26 @@ TEST(ImageDecode, Limits) {
   }
 }
 
+// The fuzz target's seeds (tests/fuzz/corpus/image/): tiny valid images of every format, each
+// decodes and goes through the eval transform; and the inputs that once crashed it (regress_*),
+// each refused with an ImageError.
+TEST(ImageDecode, FuzzSeedCorpus) {
+  ImageTransformOptions options;
+  options.height = options.width = 16;
+  const EvalImageTransform transform(options);
+  int valid = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(ATTNZOO_FUZZ_IMAGE_CORPUS_DIR)) {
+    const auto path = entry.path().string();
+    SCOPED_TRACE(path);
+    if (entry.path().filename().string().rfind("regress_", 0) == 0) {
+      EXPECT_THROW(decode_image(path), ImageError);
+      continue;
+    }
+    EXPECT_EQ(transform(decode_image(path)).sizes(), (std::vector<int64_t>{3, 16, 16}));
+    ++valid;
+  }
+  EXPECT_GE(valid, 10);
+}
+
 }  // namespace
 }  // namespace attnzoo

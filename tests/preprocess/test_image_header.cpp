@@ -172,6 +172,9 @@ TEST(ImageHeader, Refusals) {
   EXPECT_THAT(error_of(tiff({{256, 4, 150}})),
               HasSubstr("corrupt TIFF: no ImageWidth or ImageLength tag"));
   EXPECT_THAT(error_of(tiff({{256, 4, 150}}).substr(0, 12)), HasSubstr("truncated TIFF"));
+  // Found by fuzz_image: a TIFF signature and one more byte (read past the end before).
+  EXPECT_EQ(error_of(std::string("MM\0*N", 5)),
+            "test.img: truncated TIFF (shorter than its header)");
   EXPECT_THAT(error_of("II\x2A" + std::string(1, '\0') + le32(4000)),
               HasSubstr("truncated TIFF (the first directory at byte 4000 is outside"));
   // A JPEG whose scan comes before its frame header, or that ends before any scan.
