@@ -241,18 +241,26 @@ ImageHeader read_tiff(const Bytes& b, const std::string& source) {
     const uint32_t tag = u16(at), type = u16(at + 2);
     const uint64_t values = big ? u64(at + 4) : u32(at + 4);
     const size_t value_at = at + (big ? 12 : 8);
-    if (values != 1) continue;
-    // SHORT (3), LONG (4) or LONG8 (16) held in the entry itself, left-justified.
+    std::optional<uint64_t>* field = tag == 256   ? &width
+                                     : tag == 257 ? &height
+                                     : tag == 322 ? &tile_width
+                                     : tag == 323 ? &tile_height
+                                     : tag == 278 ? &rows_per_strip
+                                                  : nullptr;
+    if (!field) continue;
+    // One SHORT (3), LONG (4) or LONG8 (16), held in the entry itself, left-justified. Anything
+    // else, or a second differing value, may be read otherwise by libtiff than by us: refused.
     std::optional<uint64_t> value;
-    if (type == 3) value = u16(value_at);
-    if (type == 4) value = u32(value_at);
-    if (type == 16 && big) value = u64(value_at);
-    if (!value) continue;
-    if (tag == 256) width = value;
-    if (tag == 257) height = value;
-    if (tag == 322) tile_width = value;
-    if (tag == 323) tile_height = value;
-    if (tag == 278) rows_per_strip = value;
+    if (values == 1 && type == 3) value = u16(value_at);
+    if (values == 1 && type == 4) value = u32(value_at);
+    if (values == 1 && type == 16 && big) value = u64(value_at);
+    if (!value) {
+      fail(source, "unsupported TIFF: tag " + std::to_string(tag) + " is not a single integer");
+    }
+    if (*field && **field != *value) {
+      fail(source, "corrupt TIFF: tag " + std::to_string(tag) + " given twice");
+    }
+    *field = value;
   }
   if (!width || !height) fail(source, "corrupt TIFF: no ImageWidth or ImageLength tag");
   // Beyond 2^31 no decoder goes; keep the products below in range.

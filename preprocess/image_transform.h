@@ -12,7 +12,7 @@
 // (a = -0.5), i.e. PIL's Image.resize, which both references run on their PIL images. LibTorch's
 // interpolate(antialias=true) implements that filter. On uint8 images its CPU kernel also
 // reproduces PIL's fixed-point rounding: measured on the opencv-doc photos it equals timm's
-// tensors exactly or within one grey level on a few pixels. The same resize on float pixels
+// tensors exactly or within two grey levels on a few pixels. The same resize on float pixels
 // differs from PIL by rounding alone, yet that is a mean of 1.3/255 after ImageNet's std, more
 // than the 1/255 the tests allow; so decoded (8-bit) images take the uint8 path, and float
 // images (any other source) the float path, clamped to [0, 1] as PIL's output is.

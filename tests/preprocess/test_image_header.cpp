@@ -172,6 +172,11 @@ TEST(ImageHeader, Refusals) {
   EXPECT_THAT(error_of(tiff({{256, 4, 150}})),
               HasSubstr("corrupt TIFF: no ImageWidth or ImageLength tag"));
   EXPECT_THAT(error_of(tiff({{256, 4, 150}}).substr(0, 12)), HasSubstr("truncated TIFF"));
+  EXPECT_THAT(error_of(tiff({{256, 4, 10}, {257, 4, 10}, {256, 4, 1000000}})),
+              HasSubstr("corrupt TIFF: tag 256 given twice"));
+  auto two_values = tiff({{256, 4, 10}, {257, 4, 10}});
+  two_values[14] = 2;  // the first entry's count
+  EXPECT_THAT(error_of(two_values), HasSubstr("unsupported TIFF: tag 256 is not a single integer"));
   // Found by fuzz_image: a TIFF signature and one more byte (read past the end before).
   EXPECT_EQ(error_of(std::string("MM\0*N", 5)),
             "test.img: truncated TIFF (shorter than its header)");
