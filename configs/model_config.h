@@ -10,6 +10,7 @@
 // override instead of a line and column.
 #pragma once
 
+#include "models/conformer.h"
 #include "models/vit.h"
 
 #include <array>
@@ -46,7 +47,7 @@ class ConfigError : public std::runtime_error {
 
 // The model families a document can describe (`family:`). A new family adds an entry here, its
 // Options member to ModelConfig, and one branch in the parser (model_config.cpp).
-enum class ModelFamily { kViT };
+enum class ModelFamily { kViT, kConformer };
 const char* model_family_name(ModelFamily family);
 
 // How images are prepared for a vision model: timm's pretrained cfg (input_size, crop_pct,
@@ -57,6 +58,36 @@ struct ImagePreprocessConfig {
   std::string interpolation;  // "bicubic" | "bilinear"
   std::vector<double> mean;   // one per channel, on pixel values scaled to [0, 1]
   std::vector<double> std;
+};
+
+// How audio becomes the features of a speech model (`features:`): the frontend (preprocess/,
+// issue "Speech encoding end to end") takes these values and holds no constants of its own.
+//   fbank            Kaldi's compute-fbank-feats (kaldi-native-fbank, torchaudio.compliance.kaldi)
+//   whisper_log_mel  Whisper's log-mel spectrogram (n_fft = frame length, hop = frame shift)
+struct AudioFeaturesConfig {
+  std::string kind = "fbank";
+  int64_t sample_rate = 16000;  // Hz; audio at other rates is resampled to it
+  int64_t num_mel_bins = 80;    // = architecture.input_dim
+  double frame_length_ms = 25.0;
+  double frame_shift_ms = 10.0;
+  // fbank only (Kaldi's names and defaults, except dither: 0, deterministic, as WeNet at test time)
+  double dither = 0.0;
+  double preemphasis = 0.97;
+  bool remove_dc_offset = true;
+  std::string window = "povey";  // povey | hamming | hanning | rectangular | blackman
+  bool snip_edges = true;
+  double energy_floor = 0.0;
+  double low_freq = 20.0;
+  double high_freq = 0.0;   // <= 0: that far below the Nyquist frequency (Kaldi's convention)
+  bool int16_scale = true;  // samples in [-1, 1] scaled by 32768 first, as Kaldi reads WAV
+  double frames_per_second() const { return 1000.0 / frame_shift_ms; }
+};
+
+// The decoding mode a streaming model is meant for (`streaming:`): the chunk mask of
+// ConformerEncoderImpl::forward and the chunk size of ConformerStream. chunk_size 0: offline.
+struct StreamingConfig {
+  int64_t chunk_size = 0;
+  int64_t num_left_chunks = -1;  // < 0: every earlier chunk
 };
 
 struct LabelsConfig {
@@ -70,11 +101,14 @@ struct ModelConfig {
   ModelFamily family = ModelFamily::kViT;
   // The family's architecture; only the member of `family` is meaningful.
   ViTOptions vit;
-  // The family's preprocessing; images for ViT.
+  ConformerEncoderOptions conformer{80, ConformerOptions(256, 4, 2048, 12, 15)};
+  // The family's preprocessing: images for ViT, audio features for the Conformer.
   ImagePreprocessConfig image;
+  AudioFeaturesConfig features;
+  StreamingConfig streaming;  // conformer
   LabelsConfig labels;
-  // Checkpoint layout (`checkpoint.format`; for ViT: timm | torchvision | hf). Empty: detected
-  // from the tensor names when weights are loaded.
+  // Checkpoint layout (`checkpoint.format`; ViT: timm | torchvision | hf; Conformer: attnzoo |
+  // torchaudio | wenet | espnet). Empty: detected from the tensor names when weights are loaded.
   std::string checkpoint_format;
   std::string source;                  // the YAML file (or the name given to parse_model_config)
   std::vector<std::string> overrides;  // applied to the document, in order

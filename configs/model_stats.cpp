@@ -1,5 +1,7 @@
 #include "configs/model_stats.h"
 
+#include "models/conformer_frontend.h"
+
 namespace attnzoo {
 namespace {
 
@@ -52,13 +54,100 @@ int64_t vit_macs(const ViTOptions& o, int64_t height, int64_t width) {
   return macs;
 }
 
+namespace {
+
+// Channels of a Conformer's subsampling convolutions.
+int64_t subsampling_channels(const ConformerEncoderOptions& o) {
+  return o.subsampling_channels() > 0 ? o.subsampling_channels() : o.blocks().input_dim();
+}
+
+}  // namespace
+
+int64_t conformer_parameter_count(const ConformerEncoderOptions& o) {
+  const auto& b = o.blocks();
+  const int64_t d = b.input_dim(), ffn = b.ffn_dim(), k = b.depthwise_conv_kernel_size();
+  const int64_t layer_norm = 2 * d;
+  int64_t n = 0;
+  if (o.subsampling() != "none") {
+    const auto steps = conformer_subsampling_steps(o.subsampling());
+    const int64_t c = subsampling_channels(o);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const int64_t in = i == 0 ? 1 : c;
+      const int64_t per_output = steps[i].depthwise ? 1 : in;
+      n += c * per_output * steps[i].kernel * steps[i].kernel + c;
+    }
+    n += c * subsampled_length(steps, o.input_dim()) * d + d;  // out
+  }
+  int64_t block = 2 * (layer_norm + d * ffn + ffn + ffn * d + d);  // ffn1, ffn2
+  block += layer_norm + 3 * d * d + 3 * d + d * d + d;             // attn_norm, qkv, proj
+  const bool relative = o.position() == "rel_pos" || o.position() == "rel_pos_wenet";
+  if (relative) block += d * d + 2 * d;  // linear_pos (no bias), pos_bias_u, pos_bias_v
+  if (b.head_gating()) block += d * b.num_heads() + b.num_heads();  // head_gate
+  block += layer_norm + d * 2 * d + 2 * d;                          // conv.norm, pointwise_conv1
+  block += d * k + d + 2 * d + d * d + d;  // depthwise_conv, conv_norm, pointwise_conv2
+  block += layer_norm;                     // final_norm
+  n += b.num_layers() * block;
+  if (o.final_norm()) n += layer_norm;
+  if (o.vocab_size() > 0) n += d * o.vocab_size() + o.vocab_size();
+  return n;
+}
+
+int64_t conformer_macs(const ConformerEncoderOptions& o, int64_t input_frames) {
+  const auto& b = o.blocks();
+  const int64_t d = b.input_dim(), ffn = b.ffn_dim(), k = b.depthwise_conv_kernel_size();
+  int64_t macs = 0;
+  int64_t t = input_frames;
+  if (o.subsampling() != "none") {
+    const auto steps = conformer_subsampling_steps(o.subsampling());
+    const int64_t c = subsampling_channels(o);
+    int64_t f = o.input_dim();
+    for (size_t i = 0; i < steps.size(); ++i) {
+      t = subsampled_length({steps[i]}, t);
+      f = subsampled_length({steps[i]}, f);
+      const int64_t in = i == 0 ? 1 : c;
+      const int64_t per_output = steps[i].depthwise ? 1 : in;
+      macs += t * f * c * per_output * steps[i].kernel * steps[i].kernel;
+    }
+    macs += t * c * f * d;  // out
+  }
+  int64_t block = 2 * 2 * t * d * ffn;  // ffn1, ffn2
+  block += 3 * t * d * d + t * d * d;   // qkv, proj
+  block += 2 * t * t * d;               // q·kᵀ and attention·v over all heads
+  if (o.position() == "rel_pos" || o.position() == "rel_pos_wenet") {
+    const int64_t positions = o.position() == "rel_pos" ? 2 * t - 1 : t;
+    block += positions * d * d;  // linear_pos
+    block += t * positions * d;  // (q + v)·p
+    block += t * d;              // u·k
+  }
+  block += t * d * 2 * d + t * d * k + t * d * d;  // pointwise_conv1, depthwise, pointwise_conv2
+  macs += b.num_layers() * block;
+  if (o.vocab_size() > 0) macs += t * d * o.vocab_size();
+  return macs;
+}
+
 ModelStats model_stats(const ModelConfig& config) {
   ModelStats stats;
   switch (config.family) {
-    case ModelFamily::kViT:
+    case ModelFamily::kViT: {
+      const auto& size = config.image.input_size;
       stats.parameters = vit_parameter_count(config.vit);
-      stats.macs = vit_macs(config.vit, config.image.input_size[1], config.image.input_size[2]);
+      stats.macs = vit_macs(config.vit, size[1], size[2]);
+      stats.basis = std::to_string(size[0]) + "x" + std::to_string(size[1]) + "x" +
+                    std::to_string(size[2]) + " image";
       break;
+    }
+    case ModelFamily::kConformer: {
+      // Frames per second from the features (100 at Kaldi's 10 ms shift).
+      const double fps = config.features.frames_per_second();
+      constexpr int64_t kSeconds = 10;
+      const auto frames = static_cast<int64_t>(fps * kSeconds);
+      stats.parameters = conformer_parameter_count(config.conformer);
+      stats.macs = conformer_macs(config.conformer, frames) / kSeconds;
+      // Without a features section the input frames are the user's; 100 per second assumed.
+      stats.basis = config.features.kind == "none" ? "100 input frames (of 1000)"
+                                                   : "1 s audio (10 s utterance)";
+      break;
+    }
   }
   return stats;
 }

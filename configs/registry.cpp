@@ -2,6 +2,7 @@
 
 #include "configs/yaml_reader.h"
 #include "models/checkpoint.h"
+#include "models/conformer_checkpoint.h"
 #include "models/vit_checkpoint.h"
 
 #include <algorithm>
@@ -125,6 +126,10 @@ ZooModel build_model(const ModelConfig& config) {
       model.vit = VisionTransformer(config.vit);
       model.module = model.vit.ptr();
       break;
+    case ModelFamily::kConformer:
+      model.conformer = ConformerEncoder(config.conformer);
+      model.module = model.conformer.ptr();
+      break;
   }
   return model;
 }
@@ -151,6 +156,24 @@ std::string load_weights(ZooModel& model, const std::string& path, const std::st
       options.source = path;
       load_state_dict(*model.module, mapped.tensors, options);
       return vit_format_name(layout);
+    }
+    case ModelFamily::kConformer: {
+      const auto layout = requested.empty() ? detect_conformer_format(file.tensors)
+                                            : parse_conformer_format(requested);
+      auto mapped = to_conformer_layout(file.tensors, layout);
+      if (layout == ConformerCheckpointFormat::kTorchaudio) {
+        // torchaudio's Conformer is the block stack: the encoder's `conformer` submodule.
+        io::TensorDict prefixed;
+        for (const auto& item : mapped.tensors) {
+          prefixed.insert("conformer." + item.key(), item.value());
+        }
+        mapped.tensors = std::move(prefixed);
+      }
+      LoadOptions options;
+      options.ignore = mapped.ignored;
+      options.source = path;
+      load_state_dict(*model.module, mapped.tensors, options);
+      return conformer_format_name(layout);
     }
   }
   return requested;

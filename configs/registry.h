@@ -13,6 +13,7 @@
 #pragma once
 
 #include "configs/model_config.h"
+#include "models/conformer.h"
 #include "models/vit.h"
 
 #include <map>
@@ -24,12 +25,12 @@ namespace attnzoo {
 
 // A model built from its config. `module` is the model as a generic torch::nn::Module (eval(),
 // to(), parameters(), weight loading); the typed handle of the config's family is set, the others
-// are null. A family added later adds its handle here (e.g. a Conformer next to `vit`), since its
-// forward takes other inputs than images.
+// are null (each family's forward takes its own inputs).
 struct ZooModel {
   ModelConfig config;
   std::shared_ptr<torch::nn::Module> module;
-  VisionTransformer vit{nullptr};  // family vit
+  VisionTransformer vit{nullptr};       // family vit: images -> logits
+  ConformerEncoder conformer{nullptr};  // family conformer: (features, lengths) -> encoded
 };
 
 // The configs directory: $ATTNZOO_CONFIGS_DIR when set and non-empty, else the source tree's.
@@ -79,7 +80,8 @@ ZooModel create_model_from_yaml(const std::string& path,
 // Loads a safetensors checkpoint into `model`, strictly (models/checkpoint.h: every missing,
 // unexpected or mis-shaped tensor reported at once). The layout is `format` when non-empty, else
 // the config's checkpoint.format, else detected from the tensor names; the layout used is
-// returned (for ViT: timm, torchvision or hf).
+// returned (ViT: timm, torchvision or hf; Conformer: attnzoo, torchaudio, wenet or espnet, where
+// torchaudio's Conformer is the encoder's block stack).
 std::string load_weights(ZooModel& model, const std::string& path, const std::string& format = "");
 
 }  // namespace attnzoo

@@ -163,6 +163,7 @@ AttentionOutput MultiheadAttentionImpl::forward_with_weights(const torch::Tensor
 torch::Tensor MultiheadAttentionImpl::head_gates(const torch::Tensor& query,
                                                  const torch::Tensor& memory,
                                                  const AttentionMask& mask) {
+  TORCH_CHECK_VALUE(head_gate, "MultiheadAttention: head_gates needs head_gating: true");
   torch::Tensor pooled;  // [B, D]
   // In self-attention the key padding describes the query sequence too: pool its valid positions
   // only, so that padding does not change the gates (the design notes' x.mean(1) would).

@@ -96,6 +96,10 @@ class MultiheadAttentionImpl : public torch::nn::Cloneable<MultiheadAttentionImp
   int64_t inner_dim() const { return head_dim_ * options.num_heads(); }
   // Switches the backend of a built layer (e.g. from a YAML override); validated.
   void set_backend(const std::string& backend);
+  // head_gating: softmax gates [B, H] from the mean of query [B, L, D] over its valid positions
+  // (self-attention: memory undefined, the mask's key padding describes the queries too).
+  torch::Tensor head_gates(const torch::Tensor& query, const torch::Tensor& memory,
+                           const AttentionMask& mask);
 
   MultiheadAttentionOptions options;
 
@@ -112,9 +116,6 @@ class MultiheadAttentionImpl : public torch::nn::Cloneable<MultiheadAttentionImp
  private:
   AttentionOutput run(const torch::Tensor& query, const torch::Tensor& memory,
                       const AttentionMask& mask, bool need_weights);
-  // Softmax gates [B, H] from the mean of query [B, L, D] over its valid positions.
-  torch::Tensor head_gates(const torch::Tensor& query, const torch::Tensor& memory,
-                           const AttentionMask& mask);
 
   int64_t head_dim_ = 0;
 };

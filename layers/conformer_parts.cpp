@@ -148,8 +148,8 @@ void ConformerConvModuleImpl::reset() {
   norm = register_module("norm", layer_norm(d, o.norm_eps()));
   pointwise_conv1 = register_module("pointwise_conv1", conv(d, 2 * d, 1, 1));
   depthwise_conv = register_module("depthwise_conv", conv(d, d, o.kernel_size(), d));
-  conv_norm =
-      register_module("conv_norm", ConvNorm(ConvNormOptions(d).kind(o.norm()).eps(o.conv_norm_eps())));
+  conv_norm = register_module("conv_norm",
+                              ConvNorm(ConvNormOptions(d).kind(o.norm()).eps(o.conv_norm_eps())));
   pointwise_conv2 = register_module("pointwise_conv2", conv(d, d, 1, 1));
   dropout = register_module("dropout", torch::nn::Dropout(o.dropout()));
 }
@@ -268,6 +268,7 @@ void ConformerAttentionImpl::reset() {
                                                .proj_drop(o.dropout())
                                                .backend(o.backend())
                                                .backend_options(o.backend_options())
+                                               .head_gating(o.head_gating())
                                                .init("jax")));
   if (o.position() != "none") {
     TORCH_CHECK_VALUE(o.embed_dim() % 2 == 0, "ConformerAttention: embed_dim must be even for ",
@@ -293,6 +294,9 @@ torch::Tensor ConformerAttentionImpl::forward(const torch::Tensor& x, const Atte
 std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::forward_chunk(
     const torch::Tensor& x, const torch::Tensor& cache, int64_t first_position,
     const AttentionMask& mask) {
+  TORCH_CHECK_VALUE(!options.head_gating(),
+                    "ConformerAttention: head_gating pools over the whole utterance and cannot "
+                    "stream");
   return attend(x, cache, first_position, mask, {}, /*want_cache=*/true);
 }
 
@@ -362,8 +366,14 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::attend(
   problem.dropout_p = is_training() ? o.dropout() : 0.0;
   problem.options = o.backend_options();
   const auto attended = scaled_dot_product_attention(std::move(problem), mha->options.backend());
+  auto heads_out = attended.output;  // [B, H, T, E]
+  if (o.head_gating()) {
+    // As MultiheadAttention: H·gate per head, so uniform gates change nothing.
+    const auto gates = mha->head_gates(x, {}, mask);
+    heads_out = heads_out * (static_cast<double>(heads) * gates).view({batch, heads, 1, 1});
+  }
   // [B, H, T, E] -> [B, T, H·E]
-  const auto merged = attended.output.transpose(1, 2).reshape({batch, frames, heads * e});
+  const auto merged = heads_out.transpose(1, 2).reshape({batch, frames, heads * e});
   return {mha->proj_drop(mha->proj(merged)), new_cache};
 }
 

@@ -184,6 +184,9 @@ struct ConformerAttentionOptions {
   TORCH_ARG(double, dropout) = 0.0;
   TORCH_ARG(std::string, backend) = "auto";
   TORCH_ARG(AttentionBackendOptions, backend_options) = {};
+  // Per-utterance softmax gates over the heads (MultiheadAttentionOptions::head_gating), pooled
+  // over the utterance's valid frames; offline only (a chunk does not see its utterance).
+  TORCH_ARG(bool, head_gating) = false;
 };
 
 // Multi-head self-attention with an optional relative positional term (Dai et al. 2019, eq. in

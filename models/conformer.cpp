@@ -54,7 +54,8 @@ void ConformerBlockImpl::reset() {
                                                         .position(o.position())
                                                         .dropout(o.dropout())
                                                         .backend(o.attention_backend())
-                                                        .backend_options(o.attention_options())));
+                                                        .backend_options(o.attention_options())
+                                                        .head_gating(o.head_gating())));
   conv = register_module(
       "conv", ConformerConvModule(ConformerConvModuleOptions(d, o.depthwise_conv_kernel_size())
                                       .causal(o.causal_conv())

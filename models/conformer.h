@@ -58,6 +58,8 @@ struct ConformerOptions {
   TORCH_ARG(double, conv_norm_eps) = 1e-5;
   TORCH_ARG(std::string, attention_backend) = "auto";
   TORCH_ARG(AttentionBackendOptions, attention_options) = {};
+  // Per-utterance softmax gates over the heads (ConformerAttentionOptions::head_gating).
+  TORCH_ARG(bool, head_gating) = false;
 };
 
 class ConformerBlockImpl : public torch::nn::Cloneable<ConformerBlockImpl> {

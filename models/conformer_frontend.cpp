@@ -56,41 +56,35 @@ void ConformerSubsamplingImpl::reset() {
                     o.input_dim(), ", ", o.output_dim(), ", ", o.channels());
   const int64_t c = o.channels() > 0 ? o.channels() : o.output_dim();
   conv = register_module("conv", torch::nn::ModuleList());
-  steps.clear();
-  // Appends a Conv2d (and its step) with square kernel k, stride s, padding p.
-  const auto add_conv = [&](int64_t in, int64_t k, int64_t s, int64_t p, int64_t groups) {
-    conv->push_back(
-        torch::nn::Conv2d(torch::nn::Conv2dOptions(in, c, k).stride(s).padding(p).groups(groups)));
-    steps.push_back({k, s, p});
-  };
-  const auto relu = [&] { conv->push_back(torch::nn::ReLU()); };
-  if (o.kind() == "dw_striding8") {
-    add_conv(1, 3, 2, 1, 1);
-    relu();
-    for (int i = 0; i < 2; ++i) {
-      add_conv(c, 3, 2, 1, c);  // depthwise, strides
-      add_conv(c, 1, 1, 0, 1);  // pointwise
-      relu();
-    }
-  } else {
-    add_conv(1, 3, 2, 0, 1);
-    relu();
-    if (o.kind() == "conv2d6") {
-      add_conv(c, 5, 3, 0, 1);
-      relu();
-    } else {
-      add_conv(c, 3, 2, 0, 1);
-      relu();
-      if (o.kind() == "conv2d8") {
-        add_conv(c, 3, 2, 0, 1);
-        relu();
-      }
-    }
+  steps = conformer_subsampling_steps(o.kind());
+  // The Sequential's layout: a ReLU after each convolution, except after a depthwise one (its
+  // pointwise partner follows directly).
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto& s = steps[i];
+    const int64_t in = i == 0 ? 1 : c;
+    conv->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(in, c, s.kernel)
+                                          .stride(s.stride)
+                                          .padding(s.padding)
+                                          .groups(s.depthwise ? c : 1)));
+    if (!s.depthwise) conv->push_back(torch::nn::ReLU());
   }
   const int64_t frequencies = subsampled_length(steps, o.input_dim());
   TORCH_CHECK_VALUE(frequencies > 0, "ConformerSubsampling: ", o.kind(), " needs at least ",
                     min_frames(), " input features, got input_dim ", o.input_dim());
   out = register_module("out", torch::nn::Linear(c * frequencies, o.output_dim()));
+}
+
+std::vector<ConformerSubsamplingImpl::Step> conformer_subsampling_steps(const std::string& kind) {
+  TORCH_CHECK_VALUE(is_conformer_subsampling(kind), "ConformerSubsampling: unknown kind '", kind,
+                    "'; expected conv2d4, conv2d6, conv2d8 or dw_striding8");
+  using Step = ConformerSubsamplingImpl::Step;
+  if (kind == "dw_striding8") {
+    // Conv(3, 2, pad 1), then twice [depthwise Conv(3, 2, pad 1), pointwise Conv(1)].
+    return {Step{3, 2, 1}, Step{3, 2, 1, true}, Step{1, 1, 0}, Step{3, 2, 1, true}, Step{1, 1, 0}};
+  }
+  if (kind == "conv2d6") return {Step{3, 2, 0}, Step{5, 3, 0}};
+  if (kind == "conv2d8") return {Step{3, 2, 0}, Step{3, 2, 0}, Step{3, 2, 0}};
+  return {Step{3, 2, 0}, Step{3, 2, 0}};  // conv2d4
 }
 
 int64_t ConformerSubsamplingImpl::output_length(int64_t frames) const {

@@ -86,9 +86,11 @@ class ConformerSubsamplingImpl : public torch::nn::Cloneable<ConformerSubsamplin
   int64_t min_frames() const;
   int64_t factor() const;
 
-  // One convolution of the stack, for the length arithmetic.
+  // One Conv2d of the stack: square kernel, stride and padding (for the length arithmetic);
+  // depthwise (groups = channels) or not. The first takes 1 channel, the others C.
   struct Step {
     int64_t kernel, stride, padding;
+    bool depthwise = false;
   };
 
   ConformerSubsamplingOptions options;
@@ -100,5 +102,9 @@ TORCH_MODULE(ConformerSubsampling);
 
 // Output length of a stack of steps for an input of `frames` frames (0 when too short).
 int64_t subsampled_length(const std::vector<ConformerSubsamplingImpl::Step>& steps, int64_t frames);
+
+// The Conv2d steps of a subsampling kind, in order (what ConformerSubsampling builds); throws for
+// an unknown kind. The frequency axis goes through the same arithmetic as time.
+std::vector<ConformerSubsamplingImpl::Step> conformer_subsampling_steps(const std::string& kind);
 
 }  // namespace attnzoo

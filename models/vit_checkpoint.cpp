@@ -97,7 +97,7 @@ ViTCheckpointFormat parse_vit_format(const std::string& name) {
   if (name == "timm") return ViTCheckpointFormat::kTimm;
   if (name == "torchvision") return ViTCheckpointFormat::kTorchvision;
   if (name == "hf") return ViTCheckpointFormat::kHuggingFace;
-  TORCH_CHECK_VALUE(false, "unknown checkpoint format '", name,
+  TORCH_CHECK_VALUE(false, "unknown ViT checkpoint format '", name,
                     "'; expected timm, torchvision or hf");
 }
 

@@ -98,7 +98,7 @@ case "$case_name" in
     ;;
   forward_bad_model)
     o=$out/o.safetensors
-    refused 1 "^attnzoo forward: unknown model 'vit_nope'; registered in .*: deit_base_patch16_224, " \
+    refused 1 "^attnzoo forward: unknown model 'vit_nope'; registered in .*: conformer_l, conformer_m, " \
       forward --model vit_nope --input "$input" --output "$o"
     refused 1 "^attnzoo forward: .*/nope.yaml: no such config file$" \
       forward --model "$out/nope.yaml" --input "$input" --output "$o"
@@ -137,11 +137,20 @@ case "$case_name" in
     for name in vit_tiny_patch16_224 vit_small_patch16_224 vit_base_patch16_224 \
       vit_large_patch16_224 vit_base_patch16_384 vit_base_patch32_224 vit_huge_patch14_224 \
       deit_tiny_patch16_224 deit_small_patch16_224 deit_base_patch16_224; do
-      expect stdout "^$name +vit +[0-9]+ +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +3x[0-9]+x[0-9]+$"
+      expect stdout "^$name +vit +[0-9]+ +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +3x[0-9]+x[0-9]+ image$"
     done
-    expect stdout '^vit_base_patch16_224 +vit +86567656 +86\.57 +35\.13 +3x224x224$'
-    expect stdout '^vit_base_patch16_384 +vit +86859496 +86\.86 +[0-9.]+ +3x384x384$'
-    expect stdout '^# GFLOPs: 2 x multiply-accumulates of one image at the input size'
+    expect stdout '^vit_base_patch16_224 +vit +86567656 +86\.57 +35\.13 +3x224x224 image$'
+    expect stdout '^vit_base_patch16_384 +vit +86859496 +86\.86 +[0-9.]+ +3x384x384 image$'
+    for name in conformer_s conformer_m conformer_l wenet_conformer_librispeech \
+      wenet_u2pp_conformer_librispeech; do
+      expect stdout "^$name +conformer +[0-9]+ +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +1 s audio \(10 s utterance\)$"
+    done
+    # torchaudio's and ESPnet's own counts (tests/configs/test_conformer_zoo.cpp checks them).
+    expect stdout '^conformer_torchaudio_base +conformer +24367104 +24\.37 +[0-9.]+ +100 input frames \(of 1000\)$'
+    expect stdout '^espnet_conformer_librispeech +conformer +85796744 +85\.80 +'
+    # No features section (NeMo's own log-mel): the cost is per 100 input frames.
+    expect stdout '^fastconformer_large +conformer +[0-9]+ +[0-9.]+ +[0-9.]+ +100 input frames \(of 1000\)$'
+    expect stdout '^# GFLOPs: 2 x multiply-accumulates of matrix products and convolutions'
     ;;
   *)
     echo "unknown case $case_name"

@@ -1,6 +1,6 @@
 """timm's view of every model of the zoo, for tests/configs/test_zoo.cpp.
 
-For each YAML file under CONFIGS_DIR (its `name:` is a timm model name) writes, into
+For each YAML file of family vit under CONFIGS_DIR (its `name:` is a timm model name) writes, into
 OUT_DIR/timm_zoo.json, what timm says about that name with no weights downloaded:
   parameters   sum(p.numel() for p in model.parameters())
   shapes       {parameter name: shape}: the checkpoint layout the model must load
@@ -87,10 +87,11 @@ def main() -> None:
     set_fused_attn(False)
     configs, out = Path(sys.argv[1]), Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
-    names = sorted(
-        yaml.safe_load(path.read_text())["name"]
+    documents = [
+        yaml.safe_load(path.read_text())
         for path in list(configs.rglob("*.yaml")) + list(configs.rglob("*.yml"))
-    )
+    ]
+    names = sorted(d["name"] for d in documents if d.get("family") == "vit")
     zoo = {name: describe(name) for name in names}
     (out / "timm_zoo.json").write_text(json.dumps(zoo, indent=1))
     print(f"timm {timm.__version__}: {len(zoo)} models -> {out / 'timm_zoo.json'}")

@@ -248,7 +248,7 @@ TEST(ModelConfigErrors, UnknownNames) {
                "attention.backend", 11, 12,
                "unknown attention backend 'flash9'; expected one of auto");
   expect_error(parse_error(with(kTinyConfig, "format: timm", "format: onnx")), "checkpoint.format",
-               20, 11, "unknown checkpoint format 'onnx'; expected timm, torchvision or hf");
+               20, 11, "unknown ViT checkpoint format 'onnx'; expected timm, torchvision or hf");
   expect_error(
       parse_error(with(kTinyConfig, "  num_classes: 5", "  num_classes: 5\n  global_pool: mean")),
       "architecture.global_pool", 10, 16,
@@ -256,8 +256,8 @@ TEST(ModelConfigErrors, UnknownNames) {
   expect_error(
       parse_error(with(kTinyConfig, "  num_classes: 5", "  num_classes: 5\n  activation: relu")),
       "architecture.activation", 10, 15, "expected one of gelu, gelu_tanh, got 'relu'");
-  expect_error(parse_error(with(kTinyConfig, "family: vit", "family: conformer")), "family", 2, 9,
-               "expected one of vit, got 'conformer'");
+  expect_error(parse_error(with(kTinyConfig, "family: vit", "family: cnn")), "family", 2, 9,
+               "expected one of vit, conformer, got 'cnn'");
   expect_error(parse_error(with(kTinyConfig, "interpolation: bicubic", "interpolation: lanczos")),
                "preprocess.interpolation", 15, 18, "expected one of bicubic, bilinear");
 }

@@ -1,4 +1,4 @@
-// Every registered model against timm's model of the same name (tests/configs/
+// Every registered ViT against timm's model of the same name (tests/configs/
 // make_timm_reference.py, run as a CTest fixture): parameter count, parameter names and shapes,
 // FLOPs, the options that leave no trace in the shapes, and the preprocessing of its default
 // pretrained weights; and every model builds and runs at batch 2.
@@ -28,9 +28,16 @@ const nlohmann::json& timm_zoo() {
 // The zoo of the source tree (not $ATTNZOO_CONFIGS_DIR: these tests are about the shipped files).
 ModelRegistry source_zoo() { return ModelRegistry(ATTNZOO_CONFIGS_SOURCE_DIR); }
 
+// The ViTs of the zoo (the Conformers are compared with their libraries in
+// test_conformer_zoo.cpp).
 std::vector<std::string> zoo_names() {
   try {
-    return source_zoo().names();
+    const auto zoo = source_zoo();
+    std::vector<std::string> names;
+    for (const auto& name : zoo.names()) {
+      if (zoo.config(name).family == ModelFamily::kViT) names.push_back(name);
+    }
+    return names;
   } catch (const std::exception&) {
     return {};  // reported by ZooRegistry.LoadsAndIsNotEmpty
   }

@@ -1,0 +1,330 @@
+// YAML configs of family conformer: every key read into ConformerEncoderOptions, features and
+// streaming; every relation between values reported at its key; the attention backends selected
+// from YAML and --set reach the blocks; the analytic size and cost.
+#include "configs/model_config.h"
+#include "configs/model_stats.h"
+#include "configs/registry.h"
+
+#include "config_test_util.h"
+
+#include <torch/torch.h>
+
+namespace attnzoo {
+namespace {
+
+using test_util::with;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// Line and column of every value are relied on below: edit with care.
+const char* const kConformer = R"(name: conformer_test
+family: conformer
+architecture:
+  input_dim: 20
+  encoder_dim: 16
+  num_layers: 2
+  num_heads: 4
+  ffn_dim: 24
+  depthwise_conv_kernel_size: 5
+  conv_norm: layer_norm
+  convolution_first: true
+  causal_conv: true
+  subsampling: conv2d6
+  subsampling_channels: 8
+  position: rel_pos
+  global_cmvn: true
+  final_norm: false
+  vocab_size: 9
+  dropout: 0.2
+  norm_eps: 1.0e-12
+  conv_norm_eps: 1.0e-3
+attention:
+  backend: math
+streaming:
+  chunk_size: 4
+  num_left_chunks: 2
+features:
+  kind: fbank
+  sample_rate: 8000
+  num_mel_bins: 20
+  frame_length_ms: 32
+  frame_shift_ms: 16
+  dither: 0.5
+  preemphasis: 0.9
+  remove_dc_offset: false
+  window: hamming
+  snip_edges: false
+  energy_floor: 1.0
+  low_freq: 40
+  high_freq: -400
+  int16_scale: false
+checkpoint:
+  format: wenet
+)";
+
+ConfigError parse_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_model_config(yaml, "bad.yaml", overrides);
+  } catch (const ConfigError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no ConfigError for:\n" << yaml;
+  return ConfigError("", "", "");
+}
+
+// An error about a value set by an override names the override instead of a line.
+void expect_override_error(const ConfigError& e, const std::string& key,
+                           const std::string& override_text, const std::string& expected) {
+  EXPECT_EQ(e.key_path(), key);
+  EXPECT_EQ(e.line(), 0);
+  EXPECT_THAT(e.what(), StartsWith("bad.yaml: override '" + override_text + "': " + key + ": "));
+  EXPECT_THAT(e.what(), HasSubstr(expected));
+}
+
+void expect_error(const ConfigError& e, const std::string& key, int line, int column,
+                  const std::string& expected) {
+  EXPECT_EQ(e.key_path(), key);
+  EXPECT_EQ(e.line(), line);
+  EXPECT_EQ(e.column(), column);
+  EXPECT_THAT(e.what(), StartsWith("bad.yaml:" + std::to_string(line) + ":" +
+                                   std::to_string(column) + ": " + key + ": "));
+  EXPECT_THAT(e.what(), HasSubstr(expected));
+}
+
+TEST(ConformerConfig, ReadsEveryKey) {
+  const auto config = parse_model_config(kConformer, "test.yaml");
+  EXPECT_EQ(config.family, ModelFamily::kConformer);
+  EXPECT_STREQ(model_family_name(config.family), "conformer");
+  const auto& o = config.conformer;
+  EXPECT_EQ(o.input_dim(), 20);
+  EXPECT_EQ(o.subsampling(), "conv2d6");
+  EXPECT_EQ(o.subsampling_channels(), 8);
+  EXPECT_EQ(o.position(), "rel_pos");
+  EXPECT_TRUE(o.global_cmvn());
+  EXPECT_FALSE(o.final_norm());
+  EXPECT_EQ(o.vocab_size(), 9);
+  const auto& b = o.blocks();
+  EXPECT_EQ(b.input_dim(), 16);
+  EXPECT_EQ(b.num_layers(), 2);
+  EXPECT_EQ(b.num_heads(), 4);
+  EXPECT_EQ(b.ffn_dim(), 24);
+  EXPECT_EQ(b.depthwise_conv_kernel_size(), 5);
+  EXPECT_EQ(b.conv_norm(), "layer_norm");
+  EXPECT_TRUE(b.convolution_first());
+  EXPECT_TRUE(b.causal_conv());
+  EXPECT_DOUBLE_EQ(b.dropout(), 0.2);
+  EXPECT_DOUBLE_EQ(b.norm_eps(), 1e-12);
+  EXPECT_DOUBLE_EQ(b.conv_norm_eps(), 1e-3);
+  EXPECT_EQ(b.attention_backend(), "math");
+  EXPECT_EQ(config.streaming.chunk_size, 4);
+  EXPECT_EQ(config.streaming.num_left_chunks, 2);
+  const auto& f = config.features;
+  EXPECT_EQ(f.kind, "fbank");
+  EXPECT_EQ(f.sample_rate, 8000);
+  EXPECT_EQ(f.num_mel_bins, 20);
+  EXPECT_DOUBLE_EQ(f.frame_length_ms, 32.0);
+  EXPECT_DOUBLE_EQ(f.frame_shift_ms, 16.0);
+  EXPECT_DOUBLE_EQ(f.dither, 0.5);
+  EXPECT_DOUBLE_EQ(f.preemphasis, 0.9);
+  EXPECT_FALSE(f.remove_dc_offset);
+  EXPECT_EQ(f.window, "hamming");
+  EXPECT_FALSE(f.snip_edges);
+  EXPECT_DOUBLE_EQ(f.energy_floor, 1.0);
+  EXPECT_DOUBLE_EQ(f.low_freq, 40.0);
+  EXPECT_DOUBLE_EQ(f.high_freq, -400.0);
+  EXPECT_FALSE(f.int16_scale);
+  EXPECT_DOUBLE_EQ(f.frames_per_second(), 62.5);
+  EXPECT_EQ(config.checkpoint_format, "wenet");
+
+  // The built model is what the config says.
+  torch::manual_seed(0);
+  auto model = build_model(config);
+  ASSERT_TRUE(model.conformer);
+  EXPECT_FALSE(model.vit);
+  EXPECT_EQ(model.module.get(), model.conformer.ptr().get());
+  EXPECT_TRUE(model.conformer->global_cmvn);
+  EXPECT_EQ(model.conformer->embed->factor(), 6);
+  EXPECT_EQ(model.conformer->ctc->weight.sizes(), (torch::IntArrayRef{9, 16}));
+}
+
+TEST(ConformerConfig, AbsentKeysTakeWenetsLibrispeechConformer) {
+  const auto config =
+      parse_model_config("name: c\nfamily: conformer\narchitecture: {}\n", "defaults.yaml");
+  const auto& o = config.conformer;
+  EXPECT_EQ(o.input_dim(), 80);
+  EXPECT_EQ(o.blocks().input_dim(), 256);
+  EXPECT_EQ(o.blocks().num_layers(), 12);
+  EXPECT_EQ(o.blocks().num_heads(), 4);
+  EXPECT_EQ(o.blocks().ffn_dim(), 2048);
+  EXPECT_EQ(o.blocks().depthwise_conv_kernel_size(), 15);
+  EXPECT_EQ(o.subsampling(), "conv2d4");
+  EXPECT_EQ(o.position(), "rel_pos_wenet");
+  EXPECT_EQ(o.blocks().attention_backend(), "auto");
+  EXPECT_EQ(config.features.kind, "none");  // no features section: features made elsewhere
+  EXPECT_EQ(config.streaming.chunk_size, 0);
+  EXPECT_TRUE(config.checkpoint_format.empty());
+}
+
+TEST(ConformerConfig, RelationsAreReportedAtTheirKeys) {
+  expect_error(parse_error(with(kConformer, "num_heads: 4", "num_heads: 3")),
+               "architecture.encoder_dim", 5, 16, "encoder_dim 16 is not divisible by num_heads 3");
+  expect_override_error(parse_error(kConformer, {"architecture.num_heads=3"}),
+                        "architecture.num_heads", "architecture.num_heads=3",
+                        "encoder_dim 16 is not divisible by num_heads 3");
+  expect_error(parse_error(with(with(kConformer, "encoder_dim: 16", "encoder_dim: 15"),
+                                "num_heads: 4", "num_heads: 5")),
+               "architecture.encoder_dim", 5, 16,
+               "sinusoidal encodings, which need an even encoder_dim");
+  expect_error(parse_error(with(kConformer, "subsampling: conv2d6", "subsampling: none")),
+               "architecture.input_dim", 4, 14, "input_dim 20 must equal encoder_dim 16");
+  expect_override_error(
+      parse_error(kConformer, {"architecture.input_dim=10", "features.num_mel_bins=10"}),
+      "architecture.input_dim", "architecture.input_dim=10",
+      "subsampling conv2d6 leaves no features of input_dim 10");
+  expect_error(parse_error(with(kConformer, "num_mel_bins: 20", "num_mel_bins: 40")),
+               "features.num_mel_bins", 30, 17, "must equal architecture.input_dim 20");
+  expect_error(parse_error(with(kConformer, "high_freq: -400", "high_freq: 5000")),
+               "features.high_freq", 40, 14, "need 0 <= low_freq < high_freq <= sample_rate / 2");
+  expect_error(parse_error(with(kConformer, "frame_shift_ms: 16", "frame_shift_ms: 40")),
+               "features.frame_shift_ms", 32, 19, "must not exceed frame_length_ms");
+  expect_error(parse_error(with(kConformer, "kind: fbank", "kind: mfcc")), "features.kind", 28, 9,
+               "expected one of fbank, whisper_log_mel");
+  // Streaming needs what can stream.
+  expect_error(parse_error(with(kConformer, "causal_conv: true", "causal_conv: false")),
+               "streaming.chunk_size", 25, 15, "needs architecture.causal_conv: true");
+  expect_error(parse_error(with(kConformer, "conv_norm: layer_norm", "conv_norm: group_norm")),
+               "streaming.chunk_size", 25, 15, "a conv_norm other than group_norm");
+  expect_error(parse_error(kConformer, {"architecture.subsampling=dw_striding8"}),
+               "streaming.chunk_size", 25, 15, "a subsampling without padding");
+  expect_error(parse_error(kConformer, {"attention.head_gating=true"}), "streaming.chunk_size", 25,
+               15, "attention.head_gating: false");
+  expect_error(parse_error(with(kConformer, "num_left_chunks: 2", "num_left_chunks: -2")),
+               "streaming.num_left_chunks", 26, 20, "expected an integer in [-1, 1048576]");
+  // Family-specific values.
+  expect_error(parse_error(with(kConformer, "format: wenet", "format: timm")), "checkpoint.format",
+               43, 11,
+               "unknown Conformer checkpoint format 'timm'; expected attnzoo, torchaudio, wenet "
+               "or espnet");
+  expect_error(parse_error(std::string(kConformer) + "labels: imagenet\n"), "labels", 44, 9,
+               "imagenet labels are for image classifiers");
+  expect_error(parse_error(with(kConformer, "position: rel_pos", "position: relative")),
+               "architecture.position", 15, 13,
+               "expected one of none, abs_pos, rel_pos, rel_pos_wenet");
+  expect_error(
+      parse_error(with(kConformer, "  vocab_size: 9", "  vocab_size: 9\n  patch_size: 16")),
+      "architecture.patch_size", 19, 3, "unknown key 'patch_size'");
+}
+
+// The attention backends of the design notes, chosen in YAML or with --set, reach every block of
+// a Conformer (relative positions arrive as the attention's bias, which every backend takes).
+TEST(ConformerConfig, AttentionBackendsFromYamlAndOverridesReachTheBlocks) {
+  const std::vector<std::string> offline = {"streaming.chunk_size=0"};
+  const auto reference_config = parse_model_config(kConformer, "t.yaml", offline);
+  torch::manual_seed(0);
+  auto reference = build_model(reference_config);
+  reference.module->eval();
+  const auto features = torch::randn({2, 60, 20});
+  const auto lengths = torch::tensor({60, 41});
+  torch::NoGradGuard no_grad;
+  const auto expected = std::get<0>(reference.conformer(features, lengths));
+  const auto run = [&](const std::vector<std::string>& overrides) {
+    auto all = offline;
+    all.insert(all.end(), overrides.begin(), overrides.end());
+    const auto config = parse_model_config(kConformer, "t.yaml", all);
+    torch::manual_seed(0);
+    auto model = build_model(config);
+    model.module->eval();
+    for (const auto& layer : *model.conformer->conformer->layers) {
+      const auto* block = layer->as<ConformerBlockImpl>();
+      EXPECT_EQ(block->attn->mha->options.backend(), config.conformer.blocks().attention_backend());
+    }
+    return std::get<0>(model.conformer(features, lengths));
+  };
+  const auto valid = [&](const torch::Tensor& t) {
+    return torch::cat({t[0], t[1].narrow(0, 0, 5)});  // 41 frames -> 5 after x6
+  };
+  for (const auto& exact : std::vector<std::vector<std::string>>{
+           {"attention.backend=chunked", "attention.chunk_size=3"},
+           {"attention.backend=sdpa"},
+           {"attention.backend=block_local", "attention.block_size=64"}}) {
+    EXPECT_LE((valid(run(exact)) - valid(expected)).abs().max().item<double>(), 1e-5) << exact[0];
+  }
+  // Linear attention approximates softmax attention and takes no additive bias: with absolute
+  // positions it runs (another output, still finite); relative positions are refused up front.
+  const auto linear = run({"attention.backend=linear", "architecture.position=abs_pos"});
+  EXPECT_TRUE(torch::isfinite(linear).all().item<bool>());
+  EXPECT_GT((valid(linear) - valid(expected)).abs().max().item<double>(), 1e-3);
+  expect_override_error(parse_error(kConformer, {"attention.backend=linear"}), "attention.backend",
+                        "attention.backend=linear",
+                        "linear attention cannot add the relative-position bias of position "
+                        "rel_pos; use position abs_pos or none");
+  // Head gating: a gate per block, uniform at initialisation (the output unchanged).
+  const auto gated_config = parse_model_config(
+      kConformer, "t.yaml", {"streaming.chunk_size=0", "attention.head_gating=true"});
+  torch::manual_seed(0);
+  auto gated = build_model(gated_config);
+  gated.module->eval();
+  int64_t gates = 0;
+  for (const auto& item : gated.module->named_parameters()) {
+    gates += item.key().find("head_gate") != std::string::npos;
+  }
+  EXPECT_EQ(gates, 2 * 2);  // weight and bias in each of 2 blocks
+  EXPECT_EQ(model_stats(gated_config).parameters,
+            model_stats(reference_config).parameters + 2 * (16 * 4 + 4));
+}
+
+int64_t built_parameters(const ConformerEncoderOptions& options) {
+  ConformerEncoder model(options);
+  int64_t n = 0;
+  for (const auto& p : model->parameters()) n += p.numel();
+  return n;
+}
+
+TEST(ConformerStats, ParameterCountEqualsTheBuiltModelForEveryLayoutOption) {
+  const auto base = [] { return ConformerEncoderOptions(40, ConformerOptions(16, 4, 24, 2, 5)); };
+  const std::vector<std::pair<std::string, ConformerEncoderOptions>> cases = {
+      {"wenet defaults", base()},
+      {"conv2d6", base().subsampling("conv2d6")},
+      {"conv2d8", base().subsampling("conv2d8")},
+      {"dw_striding8 with 8 channels", base().subsampling("dw_striding8").subsampling_channels(8)},
+      {"no subsampling",
+       ConformerEncoderOptions(16, ConformerOptions(16, 4, 24, 2, 5)).subsampling("none")},
+      {"rel_pos", base().position("rel_pos")},
+      {"abs_pos", base().position("abs_pos")},
+      {"no positions", base().position("none")},
+      {"cmvn, ctc, no final norm", base().global_cmvn(true).vocab_size(11).final_norm(false)},
+      {"group_norm",
+       ConformerEncoderOptions(40, ConformerOptions(16, 4, 24, 2, 5).conv_norm("group_norm"))},
+      {"head gating",
+       ConformerEncoderOptions(40, ConformerOptions(16, 4, 24, 3, 4).head_gating(true))},
+  };
+  for (const auto& [name, options] : cases) {
+    EXPECT_EQ(conformer_parameter_count(options), built_parameters(options)) << name;
+  }
+}
+
+TEST(ConformerStats, MacsFollowTheConvention) {
+  // No subsampling, no positions, no head: only the blocks. T = 10, D = 8, ffn 12, kernel 3.
+  const auto plain = ConformerEncoderOptions(8, ConformerOptions(8, 2, 12, 1, 3))
+                         .subsampling("none")
+                         .position("none");
+  const int64_t t = 10, d = 8;
+  const int64_t block =
+      2 * 2 * t * d * 12 + 4 * t * d * d + 2 * t * t * d + (t * d * 2 * d + t * d * 3 + t * d * d);
+  EXPECT_EQ(conformer_macs(plain, t), block);
+  // rel_pos adds linear_pos over 2T − 1 positions, (q + v)·p and u·k; WeNet's over T positions.
+  EXPECT_EQ(conformer_macs(ConformerEncoderOptions(plain).position("rel_pos"), t) - block,
+            19 * d * d + t * 19 * d + t * d);
+  EXPECT_EQ(conformer_macs(ConformerEncoderOptions(plain).position("rel_pos_wenet"), t) - block,
+            t * d * d + t * t * d + t * d);
+  // The CTC head: T' · D · vocab.
+  EXPECT_EQ(conformer_macs(ConformerEncoderOptions(plain).vocab_size(5), t) - block, t * d * 5);
+  // conv2d4 on 100 frames of 40 features, 8 channels: 49 x 19 then 24 x 9 outputs.
+  const auto sub = ConformerEncoderOptions(40, ConformerOptions(8, 2, 12, 0, 3))
+                       .subsampling("conv2d4")
+                       .position("none");
+  EXPECT_EQ(conformer_macs(sub, 100), 49 * 19 * 8 * 9 + 24 * 9 * 8 * 8 * 9 + 24 * 8 * 9 * 8);
+}
+
+}  // namespace
+}  // namespace attnzoo
