@@ -1,0 +1,227 @@
+#include "api/image_classifier.h"
+
+#include "configs/registry.h"
+#include "preprocess/from_config.h"
+
+#include <c10/util/Exception.h>
+#include <torch/torch.h>
+#include <opencv2/imgproc.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <stdexcept>
+
+namespace attnzoo {
+
+std::string imagenet_labels_file() { return ATTNZOO_IMAGENET_LABELS_FILE; }
+
+std::vector<std::string> load_labels(const LabelsConfig& labels, int64_t classes) {
+  if (labels.source == LabelsConfig::Source::kNone) return {};
+  const std::string file =
+      labels.source == LabelsConfig::Source::kImageNet ? imagenet_labels_file() : labels.file;
+  std::ifstream in(file);
+  if (!in) throw std::runtime_error(file + ": cannot read the labels file");
+  std::vector<std::string> names;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) {
+      throw std::runtime_error(file + ":" + std::to_string(names.size() + 1) +
+                               ": empty label (one label per line, line i for class i)");
+    }
+    names.push_back(line);
+  }
+  if (static_cast<int64_t>(names.size()) != classes) {
+    throw std::runtime_error(file + ": " + std::to_string(names.size()) +
+                             " labels for a model of " + std::to_string(classes) + " classes");
+  }
+  return names;
+}
+
+struct ImageClassifier::State {
+  ModelConfig config;
+  ImageClassifierOptions options;
+  VisionTransformer model{nullptr};
+  std::unique_ptr<EvalImageTransform> transform;
+  std::vector<std::string> labels;
+  torch::Device device{torch::kCPU};
+  torch::Dtype dtype = torch::kFloat;
+  std::string weights;
+};
+
+namespace {
+
+torch::Dtype parse_dtype(const std::string& name) {
+  if (name == "fp32") return torch::kFloat;
+  if (name == "bf16") return torch::kBFloat16;
+  if (name == "fp16") return torch::kHalf;
+  TORCH_CHECK_VALUE(false, "ImageClassifier: dtype must be fp32, bf16 or fp16, got '", name, "'");
+}
+
+torch::Device parse_device(const std::string& name) {
+  TORCH_CHECK_VALUE(name == "cpu" || name.rfind("cuda", 0) == 0,
+                    "ImageClassifier: device must be cpu, cuda or cuda:N, got '", name, "'");
+  const torch::Device device(name);
+  TORCH_CHECK_VALUE(!device.is_cuda() || torch::cuda::is_available(), "ImageClassifier: device ",
+                    name, ": no CUDA device is available to this process");
+  TORCH_CHECK_VALUE(!device.is_cuda() || !device.has_index() ||
+                        device.index() < static_cast<int>(torch::cuda::device_count()),
+                    "ImageClassifier: device ", name, ": only ", torch::cuda::device_count(),
+                    " CUDA devices");
+  return device;
+}
+
+// Any 8-bit 1/3/4-channel image -> 8-bit RGB.
+cv::Mat to_rgb(const cv::Mat& image, ChannelOrder order) {
+  TORCH_CHECK_VALUE(!image.empty(), "ImageClassifier: the image is empty");
+  TORCH_CHECK_VALUE(image.depth() == CV_8U,
+                    "ImageClassifier: the image must be 8-bit (CV_8U), got depth ", image.depth());
+  cv::Mat rgb;
+  const bool bgr = order == ChannelOrder::kBGR;
+  switch (image.channels()) {
+    case 1:
+      cv::cvtColor(image, rgb, cv::COLOR_GRAY2RGB);
+      break;
+    case 3:
+      if (bgr) {
+        cv::cvtColor(image, rgb, cv::COLOR_BGR2RGB);
+      } else {
+        rgb = image;
+      }
+      break;
+    case 4:
+      cv::cvtColor(image, rgb, bgr ? cv::COLOR_BGRA2RGB : cv::COLOR_RGBA2RGB);
+      break;
+    default:
+      TORCH_CHECK_VALUE(false, "ImageClassifier: the image must have 1, 3 or 4 channels, got ",
+                        image.channels());
+  }
+  return rgb;
+}
+
+}  // namespace
+
+ImageClassifier::ImageClassifier(const std::string& model, ImageClassifierOptions options)
+    : state_(std::make_unique<State>()) {
+  auto& s = *state_;
+  TORCH_CHECK_VALUE(options.batch_size >= 1, "ImageClassifier: batch_size must be >= 1, got ",
+                    options.batch_size);
+  TORCH_CHECK_VALUE(options.threads >= 0, "ImageClassifier: threads must be >= 0, got ",
+                    options.threads);
+  s.device = parse_device(options.device);
+  s.dtype = parse_dtype(options.dtype);
+  s.config = resolve_model_config(model, options.overrides);
+  TORCH_CHECK_VALUE(s.config.family == ModelFamily::kViT, "ImageClassifier: ", s.config.source,
+                    " is a ", model_family_name(s.config.family),
+                    " model; an image classifier needs family vit");
+  const int64_t classes = s.config.vit.num_classes();
+  TORCH_CHECK_VALUE(classes > 0, "ImageClassifier: ", s.config.source,
+                    " has no classifier (architecture.num_classes 0)");
+  s.labels = load_labels(s.config.labels, classes);
+  s.transform = std::make_unique<EvalImageTransform>(image_transform_options(s.config.image));
+  if (options.threads > 0) torch::set_num_threads(options.threads);
+
+  torch::manual_seed(0);
+  auto zoo = build_model(s.config);
+  s.weights = "random weights (seed 0)";
+  if (!options.weights.empty()) {
+    const auto layout = load_weights(zoo, options.weights, options.format);
+    s.weights = options.weights + " (" + layout + " layout)";
+  }
+  s.model = zoo.vit;
+  s.model->eval();
+  s.model->to(s.device, s.dtype);
+  s.options = std::move(options);
+}
+
+ImageClassifier::~ImageClassifier() = default;
+ImageClassifier::ImageClassifier(ImageClassifier&&) noexcept = default;
+ImageClassifier& ImageClassifier::operator=(ImageClassifier&&) noexcept = default;
+
+const ModelConfig& ImageClassifier::config() const { return state_->config; }
+const std::vector<std::string>& ImageClassifier::labels() const { return state_->labels; }
+const std::string& ImageClassifier::weights_description() const { return state_->weights; }
+
+torch::Tensor ImageClassifier::preprocess(const cv::Mat& rgb) const {
+  return (*state_->transform)(rgb);
+}
+
+torch::Tensor ImageClassifier::logits(const torch::Tensor& pixels) const {
+  // The model is not changed by a forward in eval mode under InferenceMode (hence const).
+  auto& s = *state_;
+  TORCH_CHECK_VALUE(pixels.dim() == 4 && pixels.size(1) == 3,
+                    "ImageClassifier: pixels must be [N, 3, H, W], got ", pixels.sizes());
+  torch::InferenceMode inference;
+  return s.model->forward(pixels.to(s.device, s.dtype)).to(torch::kCPU, torch::kFloat);
+}
+
+namespace {
+
+std::vector<Prediction> top_predictions(const torch::Tensor& logits_row, int64_t topk,
+                                        const std::vector<std::string>& labels) {
+  const auto probabilities = torch::softmax(logits_row.to(torch::kDouble), -1);
+  const int64_t k = std::min<int64_t>(topk, probabilities.size(0));
+  const auto [values, indices] = probabilities.topk(k);
+  std::vector<Prediction> out;
+  out.reserve(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) {
+    Prediction p;
+    p.index = indices[i].item<int64_t>();
+    p.probability = values[i].item<double>();
+    p.label =
+        labels.empty() ? "class " + std::to_string(p.index) : labels[static_cast<size_t>(p.index)];
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+void check_topk(int64_t topk) {
+  TORCH_CHECK_VALUE(topk >= 1, "ImageClassifier: topk must be >= 1, got ", topk);
+}
+
+}  // namespace
+
+std::vector<Prediction> ImageClassifier::classify(const std::string& path, int64_t topk) const {
+  check_topk(topk);
+  const auto rgb = decode_image(path, state_->options.decode);
+  return top_predictions(logits(preprocess(rgb).unsqueeze(0))[0], topk, state_->labels);
+}
+
+std::vector<Prediction> ImageClassifier::classify(const cv::Mat& image, int64_t topk,
+                                                  ChannelOrder order) const {
+  check_topk(topk);
+  return top_predictions(logits(preprocess(to_rgb(image, order)).unsqueeze(0))[0], topk,
+                         state_->labels);
+}
+
+std::vector<ImageResult> ImageClassifier::classify(const std::vector<std::string>& paths,
+                                                   int64_t topk) const {
+  check_topk(topk);
+  const auto& s = *state_;
+  std::vector<ImageResult> results(paths.size());
+  const auto batch_size = static_cast<size_t>(s.options.batch_size);
+  for (size_t start = 0; start < paths.size(); start += batch_size) {
+    const size_t end = std::min(paths.size(), start + batch_size);
+    std::vector<torch::Tensor> pixels;
+    std::vector<size_t> which;
+    for (size_t i = start; i < end; ++i) {
+      results[i].image = paths[i];
+      try {
+        pixels.push_back(preprocess(decode_image(paths[i], s.options.decode)));
+        which.push_back(i);
+      } catch (const std::exception& e) {
+        const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+        results[i].error = c10_error ? c10_error->what_without_backtrace() : e.what();
+      }
+    }
+    if (pixels.empty()) continue;
+    const auto batch_logits = logits(torch::stack(pixels));
+    for (size_t j = 0; j < which.size(); ++j) {
+      results[which[j]].top =
+          top_predictions(batch_logits[static_cast<int64_t>(j)], topk, s.labels);
+    }
+  }
+  return results;
+}
+
+}  // namespace attnzoo

@@ -1,0 +1,101 @@
+// Image classification in one object: a model of the zoo (or any YAML config), its weights, the
+// config's eval transform and its labels.
+//
+//   attnzoo::ImageClassifierOptions options;
+//   options.weights = "vit_base.safetensors";
+//   attnzoo::ImageClassifier classifier("vit_base_patch16_224", options);
+//   for (const auto& p : classifier.classify("cat.jpg", 5))
+//     std::cout << p.label << " " << p.probability << "\n";
+//
+// Inference runs under torch::InferenceMode on a model in eval mode, which nothing mutates: one
+// classifier may be used from several threads at once (tested with 4), each call computing what a
+// serial call computes. Errors are exceptions naming the file, option or key: ImageError (from
+// preprocess/) for images, ConfigError for configs, CheckpointError for weights, c10::Error for
+// options.
+#pragma once
+
+#include "configs/model_config.h"
+#include "preprocess/image_decode.h"
+#include "preprocess/image_transform.h"
+
+#include <torch/types.h>
+#include <opencv2/core/mat.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attnzoo {
+
+struct ImageClassifierOptions {
+  std::string weights;                 // safetensors checkpoint; empty: random weights (seed 0)
+  std::string format;                  // checkpoint layout; empty: the config's, else detected
+  std::vector<std::string> overrides;  // key.path=value, as the CLI's --set
+  std::string device = "cpu";          // cpu | cuda | cuda:N
+  std::string dtype = "fp32";          // fp32 | bf16 | fp16
+  // LibTorch's intra-op threads; 0 leaves them as they are. This is process-wide
+  // (torch::set_num_threads): the last classifier constructed with a value wins.
+  int threads = 0;
+  int64_t batch_size = 8;  // images per forward pass in classify(paths)
+  ImageDecodeOptions decode;
+};
+
+struct Prediction {
+  int64_t index = 0;
+  std::string label;  // "class <index>" when the config names no labels
+  double probability = 0.0;
+};
+
+// One image of classify(paths): its predictions, or the error that stopped it.
+struct ImageResult {
+  std::string image;
+  std::vector<Prediction> top;
+  std::string error;  // empty on success
+  bool ok() const { return error.empty(); }
+};
+
+// The order of the channels of a cv::Mat given to classify.
+enum class ChannelOrder { kBGR, kRGB };
+
+class ImageClassifier {
+ public:
+  // `model`: a registered name or a YAML file (configs/registry.h resolve_model_config). The
+  // config must be a vision classifier (family vit, num_classes > 0).
+  explicit ImageClassifier(const std::string& model, ImageClassifierOptions options = {});
+  ~ImageClassifier();
+  ImageClassifier(ImageClassifier&&) noexcept;
+  ImageClassifier& operator=(ImageClassifier&&) noexcept;
+
+  // The top `topk` classes (1 <= topk <= classes; larger values are clamped), most probable first.
+  std::vector<Prediction> classify(const std::string& path, int64_t topk = 5) const;
+  // image: 8-bit, 1 (gray), 3 or 4 channels (alpha dropped), as cv::imread gives (kBGR).
+  std::vector<Prediction> classify(const cv::Mat& image, int64_t topk = 5,
+                                   ChannelOrder order = ChannelOrder::kBGR) const;
+  // Every image, in batches of options.batch_size; an image that fails gets its error and the
+  // others are still classified.
+  std::vector<ImageResult> classify(const std::vector<std::string>& paths, int64_t topk = 5) const;
+
+  // The model on prepared pixels [N, 3, H, W] (any device and dtype) -> logits [N, classes],
+  // float32 on the CPU.
+  torch::Tensor logits(const torch::Tensor& pixels) const;
+  // The eval transform of one decoded RGB image -> [3, H, W] float32.
+  torch::Tensor preprocess(const cv::Mat& rgb) const;
+
+  const ModelConfig& config() const;
+  const std::vector<std::string>& labels() const;  // one per class; empty if none configured
+  const std::string& weights_description() const;  // e.g. "vit.safetensors (timm layout, detected)"
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// The labels file of a config: the shipped ImageNet-1k names for `labels: imagenet`, the named
+// file for `labels: FILE`, nothing for no labels. Throws naming the file when it cannot be read
+// or does not have exactly `classes` non-empty lines.
+std::vector<std::string> load_labels(const LabelsConfig& labels, int64_t classes);
+
+// The shipped ImageNet-1k class names file (configs/labels/imagenet1k.txt).
+std::string imagenet_labels_file();
+
+}  // namespace attnzoo
