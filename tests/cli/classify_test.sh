@@ -64,6 +64,16 @@ PY
     run 1 classify --model "$yaml" --set architecture.num_classes=5 "$ref/a.png"
     expect stderr 'micro_labels.txt: 7 labels for a model of 5 classes$'
     ;;
+  classify_example)
+    # tools/examples/classify_image, the README's example: the same classes as the CLI.
+    example=$(dirname "$bin")/tools/examples/classify_image
+    "$example" "$yaml" "$w" "$ref/a.png" >"$out/example" 2>&1 || { cat "$out/example"; exit 1; }
+    run 0 classify --model "$yaml" --weights "$w" --topk 5 "$ref/a.png"
+    diff <(sed -n '2,6s/^ *[0-9.]*% *//p' "$out/example") \
+      <(sed -n '3,7s/^ *[0-9.]*% *[0-9]*  //p' "$out/stdout") || { echo "FAIL: example differs"; exit 1; }
+    [ "$(grep -c '%' "$out/example")" -eq 5 ] || { echo "FAIL: no 5 classes"; cat "$out/example"; exit 1; }
+    "$example" "$yaml" >/dev/null 2>&1 && { echo "FAIL: usage error not reported"; exit 1; }
+    ;;
   *)
     echo "unknown case $case_name"
     exit 1

@@ -1,0 +1,33 @@
+// Classifies images with a timm ViT checkpoint: the README's C++ example.
+//
+//   python tools/to_safetensors.py vit_base_patch16_224.pth vit_base.safetensors   # once
+//   build/tools/examples/classify_image vit_base_patch16_224 vit_base.safetensors cat.jpg
+//
+// The model is a name of the zoo (configs/vit/) or a YAML file; its config brings the
+// preprocessing (resize, crop, mean, std) and the labels.
+#include "api/image_classifier.h"
+
+#include <cstdio>
+#include <exception>
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: %s MODEL WEIGHTS.safetensors IMAGE...\n", argv[0]);
+    return 2;
+  }
+  try {
+    attnzoo::ImageClassifierOptions options;
+    options.weights = argv[2];
+    const attnzoo::ImageClassifier classifier(argv[1], options);
+    for (int i = 3; i < argc; ++i) {
+      std::printf("%s\n", argv[i]);
+      for (const auto& p : classifier.classify(argv[i], /*topk=*/5)) {
+        std::printf("  %5.1f%%  %s\n", 100.0 * p.probability, p.label.c_str());
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "classify_image: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
