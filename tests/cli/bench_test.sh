@@ -132,6 +132,30 @@ if m["status"] != "n/a" or "allocate" not in m["reason"] or m["times_ms"] or m["
     fail("%r" % m)
 '
     ;;
+  bench_model)
+    # A model's latency: the timed calls and their median, in the table and the JSON; the
+    # output of the last call (a ViT's logits, a Conformer's encoded frames).
+    run 0 bench model --model vit_tiny_patch16_224 --set architecture.depth=2 --iterations 3 \
+      --warmup 1 --threads 1 --json "$out/m.json" --output "$out/m.safetensors"
+    expect stdout '^vit_tiny_patch16_224 batch 1 fp32 cpu threads 1: median [0-9.]+ ms, min [0-9.]+ ms over 3 calls$'
+    python3 - "$out/m.json" <<'PY' || exit 1
+import json, statistics, sys
+j = json.load(open(sys.argv[1]))
+assert j["model"] == "vit_tiny_patch16_224" and j["input"] == [1, 3, 224, 224], j
+assert len(j["times_ms"]) == 3 and j["median_ms"] == statistics.median(j["times_ms"]), j
+assert j["min_ms"] == min(j["times_ms"]) and j["threads"] == 1, j
+PY
+    [ -s "$out/m.safetensors" ] || { echo "FAIL: no output file"; exit 1; }
+    run 0 bench model --model conformer_s --set architecture.num_layers=1 --seconds 1 \
+      --iterations 1 --warmup 0 --batch 2 --json "$out/c.json"
+    expect stdout '^conformer_s batch 2 fp32 cpu threads [0-9]+: median'
+    grep -q '"input": \[' "$out/c.json" || { echo "FAIL: no input shape"; exit 1; }
+    python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['input'] == [2, 100, 80]" \
+      "$out/c.json" || { echo "FAIL: conformer input is not 1 s of 80 features"; exit 1; }
+    run 2 bench model --model vit_tiny_patch16_224 --iterations 0
+    run 1 bench model --model vit_nope
+    expect stderr "^attnzoo bench: unknown model 'vit_nope'"
+    ;;
   bench_memcheck)
     # The tracker must see a 100 MiB LibTorch tensor as 100 MiB, and math's score buffer.
     run 0 bench memcheck --mb 100

@@ -1,7 +1,9 @@
 // `attnzoo bench`: cost benchmarks. `bench attention` measures the attention backends' time and
-// peak memory against sequence length (bench_attention.h); `bench memcheck` checks that the peak
-// memory those figures rest on is really measured.
+// peak memory against sequence length (bench_attention.h); `bench model` the latency of a model
+// of the zoo (bench_model.h); `bench memcheck` checks that the peak memory those figures rest on
+// is really measured.
 #include "tools/cli/bench_attention.h"
+#include "tools/cli/bench_model.h"
 #include "tools/cli/commands.h"
 
 #include <memory>
@@ -9,7 +11,8 @@
 namespace attnzoo::cli {
 
 Command add_bench_command(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "Benchmarks: cost of the attention backends");
+  auto* bench =
+      app.add_subcommand("bench", "Benchmarks: attention backends, model latency, memory check");
   bench->require_subcommand(1, 1);
 
   auto o = std::make_shared<AttentionBenchOptions>();
@@ -63,13 +66,44 @@ Command add_bench_command(CLI::App& app) {
   attention->add_option("--plot", o->plot,
                         "write time and peak memory against N (log-log) to this PNG");
 
+  auto m = std::make_shared<ModelBenchOptions>();
+  auto* model = bench->add_subcommand(
+      "model", "Latency of one model of the zoo on a fixed random input (random weights)");
+  model->add_option("--model", m->model, "A registered name or a YAML file")->required();
+  model->add_option("--set", m->overrides, "Override a config value, key.path=value; repeatable");
+  model->add_option("--batch", m->batch, "batch size")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}))
+      ->capture_default_str();
+  model->add_option("--seconds", m->seconds, "Conformer: seconds of audio per utterance")
+      ->check(CLI::Range(0.1, 7200.0))
+      ->capture_default_str();
+  model->add_option("--iterations", m->iterations, "timed calls; median and min")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}))
+      ->capture_default_str();
+  model->add_option("--warmup", m->warmup, "untimed calls before them")
+      ->check(CLI::Range(int64_t{0}, int64_t{100000}))
+      ->capture_default_str();
+  model->add_option("--threads", m->threads, "CPU threads (0: LibTorch's default)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1024}))
+      ->capture_default_str();
+  model->add_option("--dtype", m->dtype, "fp32, bf16 or fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  model->add_option("--device", m->device, "cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  model->add_option("--json", m->json, "write every timed call and the summary to this file");
+  model->add_option("--output", m->output,
+                    "write the input and the last output to this safetensors file");
+
   auto megabytes = std::make_shared<int64_t>(100);
   auto* memcheck = bench->add_subcommand(
       "memcheck", "Check that peak-memory tracking sees LibTorch's CPU allocations");
   memcheck->add_option("--mb", *megabytes, "size of the test tensor in MiB")->capture_default_str();
 
-  return {bench, [o, megabytes, attention] {
+  return {bench, [o, m, megabytes, attention, model] {
             if (attention->parsed()) return run_attention_bench(*o);
+            if (model->parsed()) return run_model_bench(*m);
             return run_memory_tracking_check(*megabytes);
           }};
 }

@@ -1,0 +1,168 @@
+"""ViT inference latency on the CPU: attnzoo (C++, `attnzoo bench model`) against timm eager (Python,
+the same LibTorch underneath) and ONNX Runtime (the model exported from timm), measured side by
+side in one session: rounds alternate the three in a rotating order, every timed call is kept, and
+the medians over all rounds are compared as ratios. Same thread count for all (intra-op; ONNX
+Runtime's inter-op 1). Random weights: latency does not depend on them.
+
+With --bf16, also attnzoo in bfloat16 against its own float32 (ratio of medians) and the drift of
+the logits (max |bf16 - fp32| on the same input and weights).
+
+usage: tools/bench_vit_cpu.py [--models vit_tiny_patch16_224,...] [--batches 1,8] [--threads N]
+                              [--rounds 5] [--iterations 10] [--warmup 3] [--bf16] [--json FILE]
+Run from the repository root after tools/setup.sh (uses build/attnzoo and the venv's packages).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import timm
+import torch
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def attnzoo_times(binary, model, batch, threads, iterations, warmup, dtype="fp32", output=None):
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "bench.json"
+        cmd = [str(binary), "bench", "model", "--model", model, "--batch", str(batch),
+               "--threads", str(threads), "--iterations", str(iterations), "--warmup",
+               str(warmup), "--dtype", dtype, "--json", str(report)]
+        if output:
+            cmd += ["--output", str(output)]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        return json.loads(report.read_text())["times_ms"]
+
+
+def python_times(call, iterations, warmup):
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(iterations):
+        t0 = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="vit_tiny_patch16_224,vit_small_patch16_224,"
+                                            "vit_base_patch16_224")
+    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--binary", default=str(ROOT / "build" / "attnzoo"))
+    parser.add_argument("--json")
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    results = {"threads": args.threads, "rounds": args.rounds, "iterations": args.iterations,
+               "torch": torch.__version__, "timm": timm.__version__,
+               "onnxruntime": ort.__version__, "cpu": cpu_model(), "cases": []}
+    print(f"# threads {args.threads}, {args.rounds} rounds x {args.iterations} calls, "
+          f"alternating; medians in ms; torch {torch.__version__}, timm {timm.__version__}, "
+          f"onnxruntime {ort.__version__}; {results['cpu']}")
+    print(f"{'model':24} {'batch':>5} {'attnzoo':>9} {'timm':>9} {'ORT':>9} "
+          f"{'vs timm':>8} {'vs ORT':>8}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            model = timm.create_model(name, pretrained=False).eval()
+            onnx_path = Path(tmp) / f"{name}.onnx"
+            size = model.default_cfg["input_size"]
+            torch.onnx.export(model, (torch.randn(1, *size),), str(onnx_path), dynamo=False,
+                              input_names=["pixels"], output_names=["logits"],
+                              dynamic_axes={"pixels": {0: "batch"}}, opset_version=17)
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = args.threads
+            options.inter_op_num_threads = 1
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            session = ort.InferenceSession(str(onnx_path), options,
+                                           providers=["CPUExecutionProvider"])
+            for batch in [int(b) for b in args.batches.split(",")]:
+                x = torch.randn(batch, *size)
+                xn = x.numpy()
+
+                def run_timm():
+                    with torch.inference_mode():
+                        model(x)
+
+                def run_ort():
+                    session.run(None, {"pixels": xn})
+
+                runners = {
+                    "attnzoo": lambda: attnzoo_times(args.binary, name, batch, args.threads,
+                                                     args.iterations, args.warmup),
+                    "timm": lambda: python_times(run_timm, args.iterations, args.warmup),
+                    "ort": lambda: python_times(run_ort, args.iterations, args.warmup),
+                }
+                order = list(runners)
+                times = {k: [] for k in order}
+                for r in range(args.rounds):
+                    for k in order[r % 3:] + order[: r % 3]:
+                        times[k] += runners[k]()
+                med = {k: statistics.median(v) for k, v in times.items()}
+                case = {"model": name, "batch": batch, "median_ms": med, "times_ms": times,
+                        "attnzoo_vs_timm": med["attnzoo"] / med["timm"],
+                        "attnzoo_vs_ort": med["attnzoo"] / med["ort"]}
+                results["cases"].append(case)
+                print(f"{name:24} {batch:>5} {med['attnzoo']:9.2f} {med['timm']:9.2f} "
+                      f"{med['ort']:9.2f} {case['attnzoo_vs_timm']:8.3f} "
+                      f"{case['attnzoo_vs_ort']:8.3f}", flush=True)
+        if args.bf16:
+            results["bf16"] = bf16_report(args, Path(tmp))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+def bf16_report(args, tmp: Path) -> list:
+    print(f"\n# attnzoo bf16 vs fp32 (same input and random weights), alternating")
+    print(f"{'model':24} {'batch':>5} {'fp32':>9} {'bf16':>9} {'bf16/fp32':>10} "
+          f"{'max|dlogit|':>12} {'max|logit|':>11}")
+    report = []
+    for name in args.models.split(","):
+        for batch in [int(b) for b in args.batches.split(",")]:
+            times = {"fp32": [], "bf16": []}
+            for r in range(args.rounds):
+                for dtype in (["fp32", "bf16"] if r % 2 == 0 else ["bf16", "fp32"]):
+                    times[dtype] += attnzoo_times(args.binary, name, batch, args.threads,
+                                                  args.iterations, args.warmup, dtype,
+                                                  tmp / f"{dtype}.safetensors")
+            fp32 = load_file(str(tmp / "fp32.safetensors"))["output"].double()
+            bf16 = load_file(str(tmp / "bf16.safetensors"))["output"].double()
+            med = {k: statistics.median(v) for k, v in times.items()}
+            drift = (fp32 - bf16).abs().max().item()
+            entry = {"model": name, "batch": batch, "median_ms": med,
+                     "bf16_vs_fp32": med["bf16"] / med["fp32"], "max_logit_diff": drift,
+                     "max_abs_logit": fp32.abs().max().item()}
+            report.append(entry)
+            print(f"{name:24} {batch:>5} {med['fp32']:9.2f} {med['bf16']:9.2f} "
+                  f"{entry['bf16_vs_fp32']:10.3f} {drift:12.4f} {entry['max_abs_logit']:11.3f}",
+                  flush=True)
+    return report
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

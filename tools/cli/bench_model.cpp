@@ -1,0 +1,105 @@
+#include "tools/cli/bench_model.h"
+
+#include "configs/registry.h"
+#include "io/safetensors.h"
+
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+
+namespace attnzoo::cli {
+namespace {
+
+torch::Dtype parse_dtype(const std::string& name) {
+  if (name == "bf16") return torch::kBFloat16;
+  if (name == "fp16") return torch::kHalf;
+  return torch::kFloat;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+}  // namespace
+
+int run_model_bench(const ModelBenchOptions& o) {
+  if (o.device == "cuda" && !torch::cuda::is_available()) {
+    throw std::runtime_error("--device cuda: no CUDA device is available to this process");
+  }
+  if (o.threads > 0) torch::set_num_threads(static_cast<int>(o.threads));
+  const auto config = resolve_model_config(o.model, o.overrides);
+  torch::manual_seed(0);
+  auto model = build_model(config);
+  const torch::Device device(o.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  const auto dtype = parse_dtype(o.dtype);
+  model.module->eval();
+  model.module->to(device, dtype);
+
+  // The input: seeded, so that two runs (e.g. fp32 and bf16) see the same numbers.
+  torch::manual_seed(1);
+  torch::Tensor input;
+  std::string shape;
+  if (config.family == ModelFamily::kViT) {
+    const auto& size = config.image.input_size;
+    input = torch::randn({o.batch, size[0], size[1], size[2]});
+  } else {
+    const auto frames = static_cast<int64_t>(o.seconds * config.features.frames_per_second());
+    input = torch::randn({o.batch, frames, config.conformer.input_dim()});
+  }
+  const auto on_device = input.to(device, dtype);
+  const auto forward = [&] {
+    torch::InferenceMode inference;
+    if (config.family == ModelFamily::kViT) return model.vit(on_device);
+    return std::get<0>(model.conformer(on_device));
+  };
+  const auto sync = [&] {
+    if (device.is_cuda()) torch::cuda::synchronize();
+  };
+  for (int64_t i = 0; i < o.warmup; ++i) forward();
+  sync();
+  std::vector<double> times;
+  torch::Tensor output;
+  for (int64_t i = 0; i < o.iterations; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    output = forward();
+    sync();
+    times.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  const double med = median(times);
+  const double best = *std::min_element(times.begin(), times.end());
+  std::printf("%s batch %lld %s %s threads %d: median %.3f ms, min %.3f ms over %lld calls\n",
+              config.name.c_str(), static_cast<long long>(o.batch), o.dtype.c_str(),
+              o.device.c_str(), torch::get_num_threads(), med, best,
+              static_cast<long long>(o.iterations));
+  if (!o.json.empty()) {
+    nlohmann::json j = {{"model", config.name},
+                        {"batch", o.batch},
+                        {"dtype", o.dtype},
+                        {"device", o.device},
+                        {"threads", torch::get_num_threads()},
+                        {"input", input.sizes().vec()},
+                        {"times_ms", times},
+                        {"median_ms", med},
+                        {"min_ms", best}};
+    std::ofstream out(o.json);
+    out << j.dump(1) << "\n";
+    if (!out) throw std::runtime_error(o.json + ": cannot write");
+  }
+  if (!o.output.empty()) {
+    io::TensorDict tensors;
+    tensors.insert("input", input.contiguous());
+    tensors.insert("output", output.to(torch::kCPU, torch::kFloat).contiguous());
+    io::save_safetensors(o.output, tensors, {{"model", config.name}, {"dtype", o.dtype}});
+  }
+  return 0;
+}
+
+}  // namespace attnzoo::cli
