@@ -152,6 +152,10 @@ PY
     grep -q '"input": \[' "$out/c.json" || { echo "FAIL: no input shape"; exit 1; }
     python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['input'] == [2, 100, 80]" \
       "$out/c.json" || { echo "FAIL: conformer input is not 1 s of 80 features"; exit 1; }
+    run 0 bench model --model conformer_s --set architecture.num_layers=1 --frames 37 \
+      --iterations 1 --warmup 0 --json "$out/f.json"
+    python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['input'] == [1, 37, 80]" \
+      "$out/f.json" || { echo "FAIL: --frames not honoured"; exit 1; }
     run 2 bench model --model vit_tiny_patch16_224 --iterations 0
     run 1 bench model --model vit_nope
     expect stderr "^attnzoo bench: unknown model 'vit_nope'"

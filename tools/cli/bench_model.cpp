@@ -50,7 +50,9 @@ int run_model_bench(const ModelBenchOptions& o) {
     const auto& size = config.image.input_size;
     input = torch::randn({o.batch, size[0], size[1], size[2]});
   } else {
-    const auto frames = static_cast<int64_t>(o.seconds * config.features.frames_per_second());
+    const auto frames = o.frames > 0
+                            ? o.frames
+                            : static_cast<int64_t>(o.seconds * config.features.frames_per_second());
     input = torch::randn({o.batch, frames, config.conformer.input_dim()});
   }
   const auto on_device = input.to(device, dtype);

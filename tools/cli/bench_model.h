@@ -15,7 +15,8 @@ struct ModelBenchOptions {
   std::string model;
   std::vector<std::string> overrides;
   int64_t batch = 1;
-  double seconds = 10.0;  // Conformer input: seconds of audio at the features' frame rate
+  double seconds = 10.0;  // Conformer input: seconds of audio at the features' frame rate,
+  int64_t frames = 0;     //   or this many input frames when > 0
   int64_t iterations = 20;
   int64_t warmup = 3;
   int64_t threads = 0;  // 0: LibTorch's default

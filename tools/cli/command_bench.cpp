@@ -77,6 +77,10 @@ Command add_bench_command(CLI::App& app) {
   model->add_option("--seconds", m->seconds, "Conformer: seconds of audio per utterance")
       ->check(CLI::Range(0.1, 7200.0))
       ->capture_default_str();
+  model
+      ->add_option("--frames", m->frames,
+                   "Conformer: input frames per utterance (instead of --seconds)")
+      ->check(CLI::Range(int64_t{1}, int64_t{10000000}));
   model->add_option("--iterations", m->iterations, "timed calls; median and min")
       ->check(CLI::Range(int64_t{1}, int64_t{100000}))
       ->capture_default_str();
