@@ -1,0 +1,436 @@
+#include "preprocess/fbank.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace attnzoo {
+namespace {
+
+constexpr int64_t kBatchFrames = 2048;  // frames per rfft/matmul: bounds the temporaries
+constexpr int64_t kDitherChunk = 64;    // frames per dither generator
+constexpr double kFltEpsilon = 1.1920928955078125e-07;  // FLT_EPSILON, Kaldi's log floor
+
+// Kaldi's WindowSize() / WindowShift(): static_cast<int32>(samp_freq * 0.001 * ms).
+int64_t samples_of(double rate, double ms) { return static_cast<int64_t>(rate * 0.001 * ms); }
+
+int64_t round_up_to_power_of_two(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+double kaldi_mel(double hz) { return 1127.0 * std::log1p(hz / 700.0); }
+
+// librosa's Slaney mel scale: linear below 1 kHz (3 mels per 200 Hz), logarithmic above.
+constexpr double kSlaneyFsp = 200.0 / 3.0, kSlaneyMinLogHz = 1000.0,
+                 kSlaneyMinLogMel = kSlaneyMinLogHz / kSlaneyFsp;
+double slaney_logstep() { return std::log(6.4) / 27.0; }
+double slaney_hz_to_mel(double hz) {
+  return hz >= kSlaneyMinLogHz
+             ? kSlaneyMinLogMel + std::log(hz / kSlaneyMinLogHz) / slaney_logstep()
+             : hz / kSlaneyFsp;
+}
+torch::Tensor slaney_mel_to_hz(const torch::Tensor& mel) {
+  return torch::where(mel >= kSlaneyMinLogMel,
+                      kSlaneyMinLogHz * torch::exp(slaney_logstep() * (mel - kSlaneyMinLogMel)),
+                      kSlaneyFsp * mel);
+}
+
+// Kaldi's FeatureWindowFunction (symmetric windows, a = 2π / (N − 1)).
+torch::Tensor kaldi_window(FrameWindow type, int64_t length) {
+  const auto n = torch::arange(length, torch::kDouble);
+  const double a = 2.0 * M_PI / double(length - 1);
+  const auto hann = 0.5 - 0.5 * torch::cos(a * n);
+  switch (type) {
+    case FrameWindow::kHanning:
+      return hann;
+    case FrameWindow::kPovey:
+      return torch::pow(hann, 0.85);
+    case FrameWindow::kHamming:
+      return 0.54 - 0.46 * torch::cos(a * n);
+    case FrameWindow::kRectangular:
+      return torch::ones({length}, torch::kDouble);
+    case FrameWindow::kBlackman:  // Kaldi's --blackman-coeff default, 0.42
+      return 0.42 - 0.5 * torch::cos(a * n) + 0.08 * torch::cos(2.0 * a * n);
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown window");
+}
+
+std::string format_number(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+}  // namespace
+
+AudioFeatureKind parse_audio_feature_kind(const std::string& name) {
+  if (name == "fbank") return AudioFeatureKind::kFbank;
+  if (name == "whisper_log_mel") return AudioFeatureKind::kWhisperLogMel;
+  TORCH_CHECK_VALUE(false, "features kind '", name, "': expected fbank or whisper_log_mel");
+}
+
+const char* audio_feature_kind_name(AudioFeatureKind kind) {
+  return kind == AudioFeatureKind::kFbank ? "fbank" : "whisper_log_mel";
+}
+
+FrameWindow parse_frame_window(const std::string& name) {
+  if (name == "povey") return FrameWindow::kPovey;
+  if (name == "hamming") return FrameWindow::kHamming;
+  if (name == "hanning") return FrameWindow::kHanning;
+  if (name == "rectangular") return FrameWindow::kRectangular;
+  if (name == "blackman") return FrameWindow::kBlackman;
+  TORCH_CHECK_VALUE(false, "window '", name,
+                    "': expected povey, hamming, hanning, rectangular or blackman");
+}
+
+const char* frame_window_name(FrameWindow window) {
+  switch (window) {
+    case FrameWindow::kPovey:
+      return "povey";
+    case FrameWindow::kHamming:
+      return "hamming";
+    case FrameWindow::kHanning:
+      return "hanning";
+    case FrameWindow::kRectangular:
+      return "rectangular";
+    case FrameWindow::kBlackman:
+      return "blackman";
+  }
+  return "?";
+}
+
+// Kaldi's MelBanks (mel-computations.cc) without VTLN: filter b rises linearly in mel from
+// left = low + b·Δ to centre = left + Δ and falls to right = left + 2Δ, Δ = (high − low) / (bins
+// + 1) in mel; FFT bin k at frequency k · rate / fft_size, k < fft_size / 2.
+torch::Tensor kaldi_mel_banks(int64_t num_bins, int64_t fft_size, double sample_rate,
+                              double low_freq, double high_freq) {
+  TORCH_CHECK_VALUE(num_bins >= 1, "num_mel_bins must be >= 1, got ", num_bins);
+  TORCH_CHECK_VALUE(fft_size >= 2 && sample_rate > 0, "kaldi_mel_banks: fft_size ", fft_size,
+                    ", sample_rate ", sample_rate);
+  const double nyquist = 0.5 * sample_rate;
+  const double high = high_freq > 0.0 ? high_freq : nyquist + high_freq;
+  TORCH_CHECK_VALUE(low_freq >= 0.0 && low_freq < high && high <= nyquist,
+                    "mel frequencies: need 0 <= low_freq < high_freq <= sample_rate / 2 = ",
+                    nyquist, " Hz, got low_freq ", low_freq, ", high_freq ", high_freq,
+                    " (high_freq <= 0 counts down from ", nyquist, ": ", high, ")");
+  const double mel_low = kaldi_mel(low_freq), mel_high = kaldi_mel(high);
+  const double delta = (mel_high - mel_low) / double(num_bins + 1);
+  const auto b = torch::arange(num_bins, torch::kDouble).unsqueeze(1);
+  const auto left = mel_low + b * delta, centre = left + delta, right = left + 2.0 * delta;
+  const auto hz = torch::arange(fft_size / 2, torch::kDouble) * (sample_rate / double(fft_size));
+  const auto mel = (1127.0 * torch::log1p(hz / 700.0)).unsqueeze(0);
+  const auto up = (mel - left) / (centre - left), down = (right - mel) / (right - centre);
+  const auto banks = torch::clamp_min(torch::minimum(up, down), 0.0);
+  const auto empty = (banks.sum(1) == 0).nonzero();
+  TORCH_CHECK_VALUE(empty.size(0) == 0, "num_mel_bins ", num_bins, " is too large for an FFT of ",
+                    fft_size, " points at ", sample_rate, " Hz between ", low_freq, " and ", high,
+                    " Hz: mel bin ", empty.size(0) ? empty[0][0].item<int64_t>() : 0,
+                    " covers no FFT bin (Kaldi refuses this too)");
+  return banks;
+}
+
+// librosa.filters.mel(norm="slaney", htk=False): bins + 2 points evenly spaced on the Slaney
+// scale, triangles in Hz over the rfft frequencies, each scaled by 2 / its width in Hz.
+torch::Tensor slaney_mel_filters(int64_t num_bins, int64_t n_fft, double sample_rate, double fmin,
+                                 double fmax) {
+  TORCH_CHECK_VALUE(num_bins >= 1 && n_fft >= 2 && sample_rate > 0 && fmin >= 0 && fmin < fmax,
+                    "slaney_mel_filters: bins ", num_bins, ", n_fft ", n_fft, ", rate ",
+                    sample_rate, ", fmin ", fmin, ", fmax ", fmax);
+  const auto freqs = torch::arange(n_fft / 2 + 1, torch::kDouble) * (sample_rate / double(n_fft));
+  const auto mel_f = slaney_mel_to_hz(torch::linspace(
+      slaney_hz_to_mel(fmin), slaney_hz_to_mel(fmax), num_bins + 2, torch::kDouble));
+  const auto fdiff = mel_f.narrow(0, 1, num_bins + 1) - mel_f.narrow(0, 0, num_bins + 1);
+  const auto ramps = mel_f.unsqueeze(1) - freqs.unsqueeze(0);
+  const auto lower = -ramps.narrow(0, 0, num_bins) / fdiff.narrow(0, 0, num_bins).unsqueeze(1);
+  const auto upper = ramps.narrow(0, 2, num_bins) / fdiff.narrow(0, 1, num_bins).unsqueeze(1);
+  const auto enorm = 2.0 / (mel_f.narrow(0, 2, num_bins) - mel_f.narrow(0, 0, num_bins));
+  return torch::clamp_min(torch::minimum(lower, upper), 0.0) * enorm.unsqueeze(1);
+}
+
+FeatureExtractor::FeatureExtractor(AudioFeatureOptions options) : options_(std::move(options)) {
+  const auto& o = options_;
+  const bool fbank = o.kind == AudioFeatureKind::kFbank;
+  TORCH_CHECK_VALUE(o.sample_rate >= 1 && o.sample_rate <= 1'000'000,
+                    "AudioFeatureOptions.sample_rate: 1 to 1000000 Hz, got ", o.sample_rate);
+  TORCH_CHECK_VALUE(o.num_mel_bins >= 1 && o.num_mel_bins <= 4096,
+                    "AudioFeatureOptions.num_mel_bins: 1 to 4096, got ", o.num_mel_bins);
+  TORCH_CHECK_VALUE(std::isfinite(o.frame_length_ms) && std::isfinite(o.frame_shift_ms) &&
+                        o.frame_length_ms <= 1000.0 && o.frame_shift_ms <= 1000.0,
+                    "AudioFeatureOptions: frame_length_ms and frame_shift_ms must be at most ",
+                    "1000 ms, got ", o.frame_length_ms, " and ", o.frame_shift_ms);
+  length_ = samples_of(double(o.sample_rate), o.frame_length_ms);
+  shift_ = samples_of(double(o.sample_rate), o.frame_shift_ms);
+  TORCH_CHECK_VALUE(length_ >= 2, "AudioFeatureOptions.frame_length_ms: ", o.frame_length_ms,
+                    " ms at ", o.sample_rate, " Hz is ", length_,
+                    " samples; a frame needs at least 2");
+  TORCH_CHECK_VALUE(shift_ >= 1 && shift_ <= length_,
+                    "AudioFeatureOptions.frame_shift_ms: ", o.frame_shift_ms, " ms at ",
+                    o.sample_rate, " Hz is ", shift_, " samples; need 1 to frame_length (", length_,
+                    " samples)");
+  if (fbank) {
+    TORCH_CHECK_VALUE(std::isfinite(o.dither) && o.dither >= 0.0,
+                      "AudioFeatureOptions.dither: must be >= 0, got ", o.dither);
+    TORCH_CHECK_VALUE(o.preemphasis >= 0.0 && o.preemphasis <= 1.0,
+                      "AudioFeatureOptions.preemphasis: 0 to 1, got ", o.preemphasis);
+    TORCH_CHECK_VALUE(o.energy_floor >= 0.0, "AudioFeatureOptions.energy_floor: must be >= 0, got ",
+                      o.energy_floor);
+    fft_size_ = round_up_to_power_of_two(length_);
+    offset_ = o.snip_edges ? 0 : length_ / 2 - shift_ / 2;
+    window_ = kaldi_window(o.window, length_);
+    mel_ =
+        kaldi_mel_banks(o.num_mel_bins, fft_size_, double(o.sample_rate), o.low_freq, o.high_freq);
+  } else {
+    fft_size_ = length_;
+    offset_ = length_ / 2;  // torch.stft(center=True) pads n_fft // 2 on both sides
+    const auto n = torch::arange(length_, torch::kDouble);
+    window_ = 0.5 - 0.5 * torch::cos((2.0 * M_PI / double(length_)) * n);  // periodic hann
+    mel_ = slaney_mel_filters(o.num_mel_bins, fft_size_, double(o.sample_rate), 0.0,
+                              0.5 * double(o.sample_rate));
+  }
+  mel_t_ = mel_.t().contiguous();
+}
+
+int64_t FeatureExtractor::num_frames(int64_t n) const {
+  if (n <= 0) return 0;
+  if (options_.kind == AudioFeatureKind::kWhisperLogMel) {
+    // torch.stft's reflect padding needs more samples than the pad; the last frame is dropped.
+    return n <= offset_ ? 0 : n / shift_;
+  }
+  if (options_.snip_edges) return n < length_ ? 0 : 1 + (n - length_) / shift_;
+  return (n + shift_ / 2) / shift_;
+}
+
+int64_t FeatureExtractor::min_samples() const {
+  if (options_.kind == AudioFeatureKind::kWhisperLogMel) return std::max(offset_ + 1, shift_);
+  return options_.snip_edges ? length_ : shift_ - shift_ / 2;
+}
+
+std::string FeatureExtractor::describe() const {
+  const auto& o = options_;
+  std::ostringstream out;
+  if (o.kind == AudioFeatureKind::kWhisperLogMel) {
+    out << "Whisper log-mel: " << o.num_mel_bins << " Slaney mel bins, n_fft " << length_
+        << ", hop " << shift_ << " at " << o.sample_rate << " Hz, periodic hann, centred";
+    return out.str();
+  }
+  const double nyquist = 0.5 * double(o.sample_rate);
+  out << "Kaldi fbank: " << o.num_mel_bins << " mel bins " << o.low_freq << "-"
+      << (o.high_freq > 0 ? o.high_freq : nyquist + o.high_freq) << " Hz, "
+      << format_number(o.frame_length_ms) << " ms frames (" << length_ << " samples, FFT "
+      << fft_size_ << ") every " << format_number(o.frame_shift_ms) << " ms at " << o.sample_rate
+      << " Hz, " << frame_window_name(o.window) << " window, preemphasis " << o.preemphasis
+      << ", dc offset " << (o.remove_dc_offset ? "removed" : "kept") << ", snip_edges "
+      << (o.snip_edges ? "true" : "false") << ", dither " << o.dither
+      << (o.int16_scale ? ", int16 scale" : "");
+  return out.str();
+}
+
+torch::Tensor FeatureExtractor::log_mel(torch::Tensor frames, int64_t first) const {
+  const auto& o = options_;
+  const int64_t n = frames.size(0);
+  if (o.kind == AudioFeatureKind::kFbank) {
+    if (o.dither > 0.0) {
+      // Noise of frame m from the generator of chunk m / kDitherChunk: independent of batching.
+      std::vector<torch::Tensor> noise;
+      const int64_t c0 = first / kDitherChunk, c1 = (first + n - 1) / kDitherChunk;
+      for (int64_t c = c0; c <= c1; ++c) {
+        auto generator = at::make_generator<at::CPUGeneratorImpl>(
+            splitmix64(o.dither_seed ^ splitmix64(static_cast<uint64_t>(c))));
+        noise.push_back(torch::randn({kDitherChunk, length_}, generator, torch::kDouble));
+      }
+      frames = frames + o.dither * torch::cat(noise).narrow(0, first - c0 * kDitherChunk, n);
+    }
+    if (o.remove_dc_offset) frames = frames - frames.mean(1, /*keepdim=*/true);
+    if (o.preemphasis != 0.0) {
+      const double p = o.preemphasis;
+      frames = torch::cat({frames.narrow(1, 0, 1) * (1.0 - p),
+                           frames.narrow(1, 1, length_ - 1) - p * frames.narrow(1, 0, length_ - 1)},
+                          1);
+    }
+  }
+  const auto spectrum = torch::fft::rfft(frames * window_, fft_size_, 1);
+  const auto power = torch::view_as_real(spectrum).square().sum(-1);  // [n, fft_size / 2 + 1]
+  if (o.kind == AudioFeatureKind::kFbank) {
+    // Kaldi's filters leave out the Nyquist bin.
+    const auto energies = torch::matmul(power.narrow(1, 0, fft_size_ / 2), mel_t_);
+    return torch::log(torch::clamp_min(energies, kFltEpsilon));
+  }
+  return torch::log10(torch::clamp_min(torch::matmul(power, mel_t_), 1e-10));
+}
+
+torch::Tensor FeatureExtractor::whisper_normalize(const torch::Tensor& log_mel) {
+  const auto clamped = torch::maximum(log_mel, log_mel.max() - 8.0);
+  return (clamped + 4.0) / 4.0;
+}
+
+torch::Tensor FeatureExtractor::operator()(const torch::Tensor& waveform,
+                                           const std::string& source) const {
+  FeatureStream stream(*this, source);
+  const auto body = stream.push(waveform);
+  const auto tail = stream.finish();
+  return body.size(0) == 0 ? tail : tail.size(0) == 0 ? body : torch::cat({body, tail});
+}
+
+FeatureStream::FeatureStream(FeatureExtractor extractor, std::string source)
+    : extractor_(std::move(extractor)),
+      source_(std::move(source)),
+      head_(torch::empty({0}, torch::kDouble)),
+      buffer_(torch::empty({0}, torch::kDouble)) {}
+
+torch::Tensor FeatureStream::gather(int64_t begin, int64_t end, int64_t total) const {
+  const int64_t length = extractor_.length_, shift = extractor_.shift_;
+  auto index = (torch::arange(begin, end, torch::kLong) * shift - extractor_.offset_).unsqueeze(1) +
+               torch::arange(length, torch::kLong).unsqueeze(0);
+  const bool whisper = extractor_.options_.kind == AudioFeatureKind::kWhisperLogMel;
+  if (whisper) {
+    // torch's reflect padding: ... x2, x1 | x0, x1, ... (the edge sample once); total > offset.
+    index = torch::where(index < 0, -index, index);
+    if (total >= 0) index = torch::where(index >= total, 2 * total - 2 - index, index);
+  } else if (total < 0) {
+    // Kaldi's mirror: ... x1, x0 | x0, x1, ...; only the start is known yet.
+    index = torch::where(index < 0, -index - 1, index);
+  } else {
+    // Kaldi's ExtractWindow loop (s = -s - 1 below 0, s = 2N - 1 - s past the end) until inside:
+    // the reflections have period 2N, so a signal shorter than the frame folds as often as needed.
+    const auto r = torch::remainder(index, 2 * total);
+    index = torch::where(r < total, r, 2 * total - 1 - r);
+  }
+  const int64_t head_length = head_.size(0);
+  const auto position =
+      torch::where(index < head_length, index, index - buffer_start_ + head_length);
+  TORCH_INTERNAL_ASSERT(index.min().item<int64_t>() >= 0 &&
+                            index.max().item<int64_t>() < received_ &&
+                            !((index >= head_length) & (index < buffer_start_)).any().item<bool>(),
+                        "FeatureStream: a frame needs samples no longer held");
+  return torch::take(torch::cat({head_, buffer_}), position);
+}
+
+torch::Tensor FeatureStream::frames(int64_t begin, int64_t end, int64_t total) const {
+  const int64_t length = extractor_.length_, shift = extractor_.shift_;
+  const int64_t first = begin * shift - extractor_.offset_;
+  const int64_t last = (end - 1) * shift - extractor_.offset_ + length;
+  if (first >= buffer_start_ && last <= received_) {
+    return buffer_.narrow(0, first - buffer_start_, last - first).unfold(0, length, shift);
+  }
+  return gather(begin, end, total);
+}
+
+// Frames [begin, end) as float64 log mel energies: the frames inside the held samples by unfold
+// (a view), the mirrored ones at either end by index, in batches of kBatchFrames.
+torch::Tensor FeatureStream::emit(int64_t begin, int64_t end, int64_t total) {
+  const int64_t shift = extractor_.shift_, offset = extractor_.offset_;
+  const int64_t inside_from = std::clamp(ceil_div(buffer_start_ + offset, shift), begin, end);
+  const int64_t inside_to =
+      std::clamp(floor_div(received_ - extractor_.length_ + offset, shift) + 1, inside_from, end);
+  std::vector<torch::Tensor> out;
+  for (const auto& [from, to] : {std::pair{begin, inside_from}, std::pair{inside_from, inside_to},
+                                 std::pair{inside_to, end}}) {
+    for (int64_t m = from; m < to; m += kBatchFrames) {
+      const int64_t n = std::min(kBatchFrames, to - m);
+      out.push_back(extractor_.log_mel(frames(m, m + n, total), m));
+    }
+  }
+  if (out.empty()) return torch::empty({0, extractor_.num_features()}, torch::kDouble);
+  return out.size() == 1 ? out[0] : torch::cat(out);
+}
+
+torch::Tensor FeatureStream::push(const torch::Tensor& samples) {
+  TORCH_CHECK_VALUE(!finished_, "FeatureStream::push: the stream is finished");
+  TORCH_CHECK_VALUE(samples.dim() == 1 && samples.is_floating_point(),
+                    "FeatureStream::push: samples must be a 1-D floating-point tensor, got ",
+                    samples.scalar_type(), " ", samples.sizes());
+  const auto& o = extractor_.options_;
+  const int64_t length = extractor_.length_, shift = extractor_.shift_;
+  const int64_t offset = extractor_.offset_;
+  auto x = samples.to(torch::kCPU, torch::kDouble).contiguous();
+  if (x.data_ptr() == samples.data_ptr()) x = x.clone();  // held past this call: not the caller's
+  const auto finite = torch::isfinite(x);
+  if (!finite.all().item<bool>()) {
+    const int64_t at = received_ + torch::nonzero(finite.logical_not())[0][0].item<int64_t>();
+    std::ostringstream what;
+    what << source_ << ": NaN or infinite sample at sample " << at << " ("
+         << double(at) / double(o.sample_rate) << " s)";
+    throw AudioError(what.str());
+  }
+  if (o.kind == AudioFeatureKind::kFbank && o.int16_scale) x = x * 32768.0;
+  const int64_t n = x.size(0);
+  if (head_.size(0) < length) {
+    head_ = torch::cat({head_, x.narrow(0, 0, std::min(n, length - head_.size(0)))});
+  }
+  buffer_ = buffer_.size(0) == 0 ? x : torch::cat({buffer_, x});
+  received_ += n;
+
+  // Frame m is complete when it ends within the samples received, and the samples its start
+  // mirrors are there too (Whisper's reflection reaches sample `offset`).
+  const int64_t span = received_ - length + offset;
+  int64_t ready = span >= 0 ? span / shift + 1 : 0;
+  if (offset > 0 && received_ <= offset) ready = 0;
+  ready = std::max(ready, next_frame_);
+  auto out = emit(next_frame_, ready, -1);
+  next_frame_ = ready;
+
+  // Keep what later frames need: from the next frame's start, and the last frame_length
+  // samples (the end mirrors them once the stream is finished).
+  const int64_t keep_from =
+      std::max(buffer_start_, std::min(received_ - length, next_frame_ * shift - offset));
+  if (keep_from > buffer_start_) {
+    buffer_ = buffer_.narrow(0, keep_from - buffer_start_, received_ - keep_from).clone();
+    buffer_start_ = keep_from;
+  }
+  if (o.kind == AudioFeatureKind::kWhisperLogMel) {
+    if (out.size(0) > 0) held_.push_back(out);
+    return torch::empty({0, extractor_.num_features()}, torch::kFloat);
+  }
+  return out.to(torch::kFloat);
+}
+
+torch::Tensor FeatureStream::finish() {
+  TORCH_CHECK_VALUE(!finished_, "FeatureStream::finish: called twice");
+  finished_ = true;
+  const auto& o = extractor_.options_;
+  if (received_ == 0) throw AudioError(source_ + ": no audio (0 samples)");
+  const int64_t total = extractor_.num_frames(received_);
+  if (total == 0) {
+    std::ostringstream what;
+    what << source_ << ": too short: " << received_ << " samples ("
+         << 1000.0 * double(received_) / double(o.sample_rate) << " ms at " << o.sample_rate
+         << " Hz); one frame needs " << extractor_.min_samples() << " samples";
+    if (o.kind == AudioFeatureKind::kWhisperLogMel) {
+      what << " (n_fft " << extractor_.length_ << " with reflect padding of " << extractor_.offset_
+           << ", hop " << extractor_.shift_ << ")";
+    } else if (o.snip_edges) {
+      what << " (" << format_number(o.frame_length_ms) << " ms frames, snip_edges true)";
+    } else {
+      what << " (half of a " << format_number(o.frame_shift_ms) << " ms shift, snip_edges false)";
+    }
+    throw AudioError(what.str());
+  }
+  TORCH_INTERNAL_ASSERT(next_frame_ <= total, "FeatureStream: emitted frames past the end");
+  auto out = emit(next_frame_, total, received_);
+  next_frame_ = total;
+  if (o.kind == AudioFeatureKind::kWhisperLogMel) {
+    held_.push_back(out);
+    const auto all = FeatureExtractor::whisper_normalize(torch::cat(held_));
+    held_.clear();
+    return all.to(torch::kFloat);
+  }
+  return out.to(torch::kFloat);
+}
+
+}  // namespace attnzoo
