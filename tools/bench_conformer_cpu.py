@@ -17,40 +17,23 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import torch
 import torchaudio
 import yaml
 
+from bench_common import alternate, attnzoo_times, python_times
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def attnzoo_times(binary, model, overrides, frames, threads, iterations, warmup):
-    with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "bench.json"
-        cmd = [str(binary), "bench", "model", "--model", model, "--frames", str(frames),
-               "--threads", str(threads), "--iterations", str(iterations), "--warmup",
-               str(warmup), "--json", str(report)]
-        for o in overrides:
-            cmd += ["--set", o]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        return json.loads(report.read_text())["times_ms"]
-
-
-def python_times(call, iterations, warmup):
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(iterations):
-        t0 = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return times
+def conformer_times(binary, model, overrides, frames, threads, iterations, warmup):
+    extra = ["--frames", str(frames)]
+    for o in overrides:
+        extra += ["--set", o]
+    return attnzoo_times(binary, model, iterations, warmup, threads, extra)
 
 
 def main() -> None:
@@ -95,19 +78,14 @@ def main() -> None:
                 with torch.inference_mode():
                     reference(x, lengths)
 
-            runners = {
-                "attnzoo": lambda: attnzoo_times(args.binary, name, stack, frames, args.threads,
-                                                 args.iterations, args.warmup),
+            times = alternate({
+                "attnzoo": lambda: conformer_times(args.binary, name, stack, frames,
+                                                   args.threads, args.iterations, args.warmup),
                 "torchaudio": lambda: python_times(run_torchaudio, args.iterations,
                                                    args.warmup),
-                "full": lambda: attnzoo_times(args.binary, name, [], seconds * 100,
-                                              args.threads, args.iterations, args.warmup),
-            }
-            order = list(runners)
-            times = {k: [] for k in order}
-            for r in range(args.rounds):
-                for k in order[r % 3:] + order[: r % 3]:
-                    times[k] += runners[k]()
+                "full": lambda: conformer_times(args.binary, name, [], seconds * 100,
+                                                args.threads, args.iterations, args.warmup),
+            }, args.rounds)
             med = {k: statistics.median(v) for k, v in times.items()}
             case = {"model": name, "seconds": seconds, "frames": frames, "median_ms": med,
                     "times_ms": times, "attnzoo_vs_torchaudio": med["attnzoo"] / med["torchaudio"],

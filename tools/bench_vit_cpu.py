@@ -15,42 +15,23 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import numpy as np
 import onnxruntime as ort
 import timm
 import torch
 from safetensors.torch import load_file
 
+from bench_common import alternate, attnzoo_times, cpu_model, python_times
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def attnzoo_times(binary, model, batch, threads, iterations, warmup, dtype="fp32", output=None):
-    with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "bench.json"
-        cmd = [str(binary), "bench", "model", "--model", model, "--batch", str(batch),
-               "--threads", str(threads), "--iterations", str(iterations), "--warmup",
-               str(warmup), "--dtype", dtype, "--json", str(report)]
-        if output:
-            cmd += ["--output", str(output)]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        return json.loads(report.read_text())["times_ms"]
-
-
-def python_times(call, iterations, warmup):
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(iterations):
-        t0 = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return times
+def vit_times(binary, model, batch, threads, iterations, warmup, dtype="fp32", output=None):
+    extra = ["--batch", str(batch), "--dtype", dtype] + (["--output", str(output)] if output else [])
+    return attnzoo_times(binary, model, iterations, warmup, threads, extra)
 
 
 def main() -> None:
@@ -102,17 +83,12 @@ def main() -> None:
                 def run_ort():
                     session.run(None, {"pixels": xn})
 
-                runners = {
-                    "attnzoo": lambda: attnzoo_times(args.binary, name, batch, args.threads,
-                                                     args.iterations, args.warmup),
+                times = alternate({
+                    "attnzoo": lambda: vit_times(args.binary, name, batch, args.threads,
+                                                 args.iterations, args.warmup),
                     "timm": lambda: python_times(run_timm, args.iterations, args.warmup),
                     "ort": lambda: python_times(run_ort, args.iterations, args.warmup),
-                }
-                order = list(runners)
-                times = {k: [] for k in order}
-                for r in range(args.rounds):
-                    for k in order[r % 3:] + order[: r % 3]:
-                        times[k] += runners[k]()
+                }, args.rounds)
                 med = {k: statistics.median(v) for k, v in times.items()}
                 case = {"model": name, "batch": batch, "median_ms": med, "times_ms": times,
                         "attnzoo_vs_timm": med["attnzoo"] / med["timm"],
@@ -128,18 +104,17 @@ def main() -> None:
 
 
 def bf16_report(args, tmp: Path) -> list:
-    print(f"\n# attnzoo bf16 vs fp32 (same input and random weights), alternating")
+    print("\n# attnzoo bf16 vs fp32 (same input and random weights), alternating")
     print(f"{'model':24} {'batch':>5} {'fp32':>9} {'bf16':>9} {'bf16/fp32':>10} "
           f"{'max|dlogit|':>12} {'max|logit|':>11}")
     report = []
     for name in args.models.split(","):
         for batch in [int(b) for b in args.batches.split(",")]:
-            times = {"fp32": [], "bf16": []}
-            for r in range(args.rounds):
-                for dtype in (["fp32", "bf16"] if r % 2 == 0 else ["bf16", "fp32"]):
-                    times[dtype] += attnzoo_times(args.binary, name, batch, args.threads,
-                                                  args.iterations, args.warmup, dtype,
-                                                  tmp / f"{dtype}.safetensors")
+            times = alternate({
+                dtype: (lambda dtype=dtype: vit_times(args.binary, name, batch, args.threads,
+                                                      args.iterations, args.warmup, dtype,
+                                                      tmp / f"{dtype}.safetensors"))
+                for dtype in ("fp32", "bf16")}, args.rounds)
             fp32 = load_file(str(tmp / "fp32.safetensors"))["output"].double()
             bf16 = load_file(str(tmp / "bf16.safetensors"))["output"].double()
             med = {k: statistics.median(v) for k, v in times.items()}
@@ -152,16 +127,6 @@ def bf16_report(args, tmp: Path) -> list:
                   f"{entry['bf16_vs_fp32']:10.3f} {drift:12.4f} {entry['max_abs_logit']:11.3f}",
                   flush=True)
     return report
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 if __name__ == "__main__":

@@ -13,13 +13,6 @@ trap 'rm -rf "$out"' EXIT
 
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-refused() { # refused STATUS REGEX ARGS...: one line on stderr matching REGEX, exit STATUS
-  local status=$1 regex=$2
-  shift 2
-  run "$status" "$@"
-  lines stderr 1
-  expect stderr "$regex"
-}
 # compare OUTPUT EXPECTED TOLERANCE: every utterance's valid frames of "encoded" (and "logits"
 # when EXPECTED has ctc_b) within TOLERANCE of the reference's per-utterance outputs.
 compare() {

@@ -13,13 +13,6 @@ trap 'rm -rf "$out"' EXIT
 
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-refused() { # refused STATUS REGEX ARGS...: one line on stderr matching REGEX, exit STATUS
-  local status=$1 regex=$2
-  shift 2
-  run "$status" "$@"
-  lines stderr 1
-  expect stderr "$regex"
-}
 compare() { # compare OUTPUT TENSOR TOLERANCE: OUTPUT holds only TENSOR, within TOLERANCE of timm's
   "$py" - "$1" "$ref/expected.safetensors" "$2" "$3" <<'EOF' || exit 1
 import sys

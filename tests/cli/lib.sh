@@ -27,3 +27,11 @@ lines() { # lines FILE N: FILE has exactly N lines
   n=$(wc -l <"$out/$1")
   [ "$n" -eq "$2" ] || { echo "FAIL: $1 has $n lines, expected $2"; cat "$out/$1"; exit 1; }
 }
+
+refused() { # refused STATUS REGEX ARGS...: one line on stderr matching REGEX, exit STATUS
+  local status=$1 regex=$2
+  shift 2
+  run "$status" "$@"
+  lines stderr 1
+  expect stderr "$regex"
+}

@@ -13,13 +13,6 @@ trap 'rm -rf "$out"' EXIT
 
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-refused() { # refused STATUS REGEX ARGS...: one line on stderr matching REGEX, exit STATUS
-  local status=$1 regex=$2
-  shift 2
-  run "$status" "$@"
-  lines stderr 1
-  expect stderr "$regex"
-}
 compare() { # compare OUTPUT REFERENCE NAME...: 'pixels' [i] against REFERENCE[NAME_i], mean <= 1/255
   "$py" - "$@" <<'EOF' || exit 1
 import sys

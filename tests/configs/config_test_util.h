@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <vector>
 
 namespace attnzoo::test_util {
 
@@ -73,5 +74,39 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// The ConfigError that parsing `yaml` (named "bad.yaml") throws; a test failure if none.
+inline ConfigError parse_error(const std::string& yaml,
+                               const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_model_config(yaml, "bad.yaml", overrides);
+  } catch (const ConfigError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no ConfigError for:\n" << yaml;
+  return ConfigError("", "", "");
+}
+
+// The error is at bad.yaml:line:column, about `key`, and says `expected`.
+inline void expect_error(const ConfigError& e, const std::string& key, int line, int column,
+                         const std::string& expected) {
+  EXPECT_EQ(e.file(), "bad.yaml");
+  EXPECT_EQ(e.key_path(), key);
+  EXPECT_EQ(e.line(), line);
+  EXPECT_EQ(e.column(), column);
+  EXPECT_THAT(e.what(), ::testing::StartsWith("bad.yaml:" + std::to_string(line) + ":" +
+                                              std::to_string(column) + ": " + key + ": "));
+  EXPECT_THAT(e.what(), ::testing::HasSubstr(expected));
+}
+
+// An error about a value set by an override names the override instead of a line.
+inline void expect_override_error(const ConfigError& e, const std::string& key,
+                                  const std::string& override_text, const std::string& expected) {
+  EXPECT_EQ(e.key_path(), key);
+  EXPECT_EQ(e.line(), 0);
+  EXPECT_THAT(e.what(),
+              ::testing::StartsWith("bad.yaml: override '" + override_text + "': " + key + ": "));
+  EXPECT_THAT(e.what(), ::testing::HasSubstr(expected));
+}
 
 }  // namespace attnzoo::test_util

@@ -12,9 +12,11 @@
 namespace attnzoo {
 namespace {
 
+using test_util::expect_error;
+using test_util::expect_override_error;
+using test_util::parse_error;
 using test_util::with;
 using ::testing::HasSubstr;
-using ::testing::StartsWith;
 
 // Line and column of every value are relied on below: edit with care.
 const char* const kConformer = R"(name: conformer_test
@@ -61,35 +63,6 @@ features:
 checkpoint:
   format: wenet
 )";
-
-ConfigError parse_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  try {
-    parse_model_config(yaml, "bad.yaml", overrides);
-  } catch (const ConfigError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no ConfigError for:\n" << yaml;
-  return ConfigError("", "", "");
-}
-
-// An error about a value set by an override names the override instead of a line.
-void expect_override_error(const ConfigError& e, const std::string& key,
-                           const std::string& override_text, const std::string& expected) {
-  EXPECT_EQ(e.key_path(), key);
-  EXPECT_EQ(e.line(), 0);
-  EXPECT_THAT(e.what(), StartsWith("bad.yaml: override '" + override_text + "': " + key + ": "));
-  EXPECT_THAT(e.what(), HasSubstr(expected));
-}
-
-void expect_error(const ConfigError& e, const std::string& key, int line, int column,
-                  const std::string& expected) {
-  EXPECT_EQ(e.key_path(), key);
-  EXPECT_EQ(e.line(), line);
-  EXPECT_EQ(e.column(), column);
-  EXPECT_THAT(e.what(), StartsWith("bad.yaml:" + std::to_string(line) + ":" +
-                                   std::to_string(column) + ": " + key + ": "));
-  EXPECT_THAT(e.what(), HasSubstr(expected));
-}
 
 TEST(ConformerConfig, ReadsEveryKey) {
   const auto config = parse_model_config(kConformer, "test.yaml");

@@ -7,32 +7,12 @@
 namespace attnzoo {
 namespace {
 
+using test_util::expect_error;
 using test_util::kTinyConfig;
+using test_util::parse_error;
 using test_util::with;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-ConfigError parse_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  try {
-    parse_model_config(yaml, "bad.yaml", overrides);
-  } catch (const ConfigError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no ConfigError for:\n" << yaml;
-  return ConfigError("", "", "");
-}
-
-// The error is at FILE:line:column, about `key`, and says `expected`.
-void expect_error(const ConfigError& e, const std::string& key, int line, int column,
-                  const std::string& expected) {
-  EXPECT_EQ(e.file(), "bad.yaml");
-  EXPECT_EQ(e.key_path(), key);
-  EXPECT_EQ(e.line(), line);
-  EXPECT_EQ(e.column(), column);
-  EXPECT_THAT(e.what(), StartsWith("bad.yaml:" + std::to_string(line) + ":" +
-                                   std::to_string(column) + ": " + key + ": "));
-  EXPECT_THAT(e.what(), HasSubstr(expected));
-}
 
 TEST(ModelConfig, ReadsTheTinyConfig) {
   const auto config = parse_model_config(kTinyConfig, "tiny.yaml");
