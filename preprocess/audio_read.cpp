@@ -148,6 +148,33 @@ void check_wav_data_chunk(ByteSource& bytes, const std::string& source) {
   // No data chunk within the file: libsndfile says so when it opens it.
 }
 
+// An Ogg stream must end with a whole page that carries the end-of-stream flag. libsndfile takes
+// the length from the last page it finds, so a cut file reads as a shorter one; a page is at
+// most 27 + 255 + 255 · 255 bytes, so the last one starts within that distance of the end.
+void check_ogg_end(ByteSource& bytes, const std::string& source) {
+  constexpr int64_t kMaxPage = 27 + 255 + 255 * 255;
+  const int64_t from = std::max<int64_t>(0, bytes.size() - kMaxPage);
+  const std::string tail = bytes.peek(from, bytes.size() - from);
+  for (size_t at = tail.rfind("OggS"); at != std::string::npos;
+       at = at == 0 ? std::string::npos : tail.rfind("OggS", at - 1)) {
+    if (at + 27 > tail.size() || tail[at + 4] != 0) continue;  // stream structure version 0
+    const size_t segments = uint8_t(tail[at + 26]);
+    if (at + 27 + segments > tail.size()) continue;
+    size_t body = 0;
+    for (size_t i = 0; i < segments; ++i) body += uint8_t(tail[at + 27 + i]);
+    if (at + 27 + segments + body != tail.size()) continue;  // not a page that ends the data
+    if ((uint8_t(tail[at + 5]) & 0x04) == 0) {
+      fail(source,
+           "truncated Ogg: the stream ends without its end-of-stream page (was the "
+           "download or copy interrupted?)");
+    }
+    return;
+  }
+  fail(source,
+       "truncated Ogg: the data ends inside a page (was the download or copy "
+       "interrupted?)");
+}
+
 // The container, from the first bytes; anything the frontend does not read is refused here.
 AudioContainer identify(ByteSource& bytes, const std::string& source) {
   std::string head = bytes.peek(0, 16);
@@ -158,7 +185,10 @@ AudioContainer identify(ByteSource& bytes, const std::string& source) {
   if (head.size() >= 12 && head.compare(0, 4, "RF64") == 0 && head.compare(8, 4, "WAVE") == 0) {
     return AudioContainer::kRf64;
   }
-  if (head.compare(0, 4, "OggS") == 0) return AudioContainer::kOgg;
+  if (head.compare(0, 4, "OggS") == 0) {
+    check_ogg_end(bytes, source);
+    return AudioContainer::kOgg;
+  }
   // An ID3v2 tag (MP3s, sometimes FLACs) is skipped to what follows it, as libsndfile does.
   int64_t start = 0;
   if (head.size() >= 10 && head.compare(0, 3, "ID3") == 0) {
@@ -312,9 +342,7 @@ struct AudioReader::Impl {
     if (file == nullptr) {
       std::string why = sf_strerror(nullptr);
       while (!why.empty() && (why.back() == '.' || why.back() == ' ')) why.pop_back();
-      fail(source,
-           "cannot decode the " + container + " data (libsndfile: " + why + ")" +
-               (info.container == AudioContainer::kOgg ? "; a cut Ogg stream reads so" : ""));
+      fail(source, "cannot decode the " + container + " data (libsndfile: " + why + ")");
     }
     const int subtype = sf.format & SF_FORMAT_SUBMASK;
     const char* encoding = subtype_name(subtype);
@@ -358,8 +386,16 @@ struct AudioReader::Impl {
     const sf_count_t n = sf_readf_float(file, block.data(), options.block_frames);
     const int error = sf_error(file);
     if (error != SF_ERR_NO_ERROR) {
-      fail(source, "decoding error after " + std::to_string(frames_read) +
-                       " frames (libsndfile: " + sf_error_number(error) + ")");
+      std::string why = sf_error_number(error);
+      while (!why.empty() && (why.back() == '.' || why.back() == ' ')) why.pop_back();
+      const std::string container = audio_container_name(info.container);
+      if (info.frames != SF_COUNT_MAX && frames_read < info.frames) {
+        fail(source, "truncated or corrupt " + container + ": decoding failed after " +
+                         std::to_string(frames_read) + " of the " + std::to_string(info.frames) +
+                         " frames its header announces (libsndfile: " + why + ")");
+      }
+      fail(source, "corrupt " + container + ": decoding failed after " +
+                       std::to_string(frames_read) + " frames (libsndfile: " + why + ")");
     }
     if (n <= 0) {
       at_end = true;

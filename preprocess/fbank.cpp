@@ -11,8 +11,8 @@
 namespace attnzoo {
 namespace {
 
-constexpr int64_t kBatchFrames = 2048;  // frames per rfft/matmul: bounds the temporaries
-constexpr int64_t kDitherChunk = 64;    // frames per dither generator
+constexpr int64_t kBatchFrames = 512;  // frames per rfft/matmul: bounds the temporaries
+constexpr int64_t kDitherChunk = 64;   // frames per dither generator
 constexpr double kFltEpsilon = 1.1920928955078125e-07;  // FLT_EPSILON, Kaldi's log floor
 
 // Kaldi's WindowSize() / WindowShift(): static_cast<int32>(samp_freq * 0.001 * ms).
@@ -233,9 +233,10 @@ std::string FeatureExtractor::describe() const {
   out << "Kaldi fbank: " << o.num_mel_bins << " mel bins " << o.low_freq << "-"
       << (o.high_freq > 0 ? o.high_freq : nyquist + o.high_freq) << " Hz, "
       << format_number(o.frame_length_ms) << " ms frames (" << length_ << " samples, FFT "
-      << fft_size_ << ") every " << format_number(o.frame_shift_ms) << " ms at " << o.sample_rate
-      << " Hz, " << frame_window_name(o.window) << " window, preemphasis " << o.preemphasis
-      << ", dc offset " << (o.remove_dc_offset ? "removed" : "kept") << ", snip_edges "
+      << fft_size_ << ") every " << format_number(o.frame_shift_ms) << " ms (" << shift_
+      << " samples) at " << o.sample_rate << " Hz, " << frame_window_name(o.window)
+      << " window, preemphasis " << o.preemphasis << ", dc offset "
+      << (o.remove_dc_offset ? "removed" : "kept") << ", snip_edges "
       << (o.snip_edges ? "true" : "false") << ", dither " << o.dither
       << (o.int16_scale ? ", int16 scale" : "");
   return out.str();
