@@ -36,7 +36,7 @@ APT_PACKAGES=(
   libsndfile1-dev libsoxr-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev
   clang clang-format libclang-rt-14-dev
-  opencv-doc
+  opencv-doc espeak-ng
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

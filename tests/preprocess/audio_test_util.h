@@ -1,0 +1,147 @@
+// Shared by the audio frontend's tests: the reference directory written by
+// make_audio_reference.py (a CTest fixture), its manifest, files written with libsndfile, and
+// the comparison rule against float32 references.
+#pragma once
+
+#include "io/safetensors.h"
+#include "preprocess/fbank.h"
+
+#include <gtest/gtest.h>
+#include <sndfile.h>
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+namespace attnzoo::testing {
+
+inline std::string reference_dir() { return ATTNZOO_AUDIO_REFERENCE_DIR; }
+inline std::string reference_path(const std::string& relative) {
+  return reference_dir() + "/" + relative;
+}
+
+inline const nlohmann::json& manifest() {
+  static const nlohmann::json value = [] {
+    std::ifstream in(reference_path("manifest.json"));
+    if (!in) {
+      throw std::runtime_error("no " + reference_path("manifest.json") +
+                               ": run the fixture (ctest -R audio)");
+    }
+    return nlohmann::json::parse(in);
+  }();
+  return value;
+}
+
+// The tensors of one reference file, loaded once.
+inline const io::TensorDict& reference_tensors(const std::string& file) {
+  static std::map<std::string, io::TensorDict> cache;
+  auto found = cache.find(file);
+  if (found == cache.end()) {
+    found = cache.emplace(file, io::load_safetensors(reference_path(file)).tensors).first;
+  }
+  return found->second;
+}
+
+// An option set of the manifest (AudioFeatureOptions' field names) as options.
+inline AudioFeatureOptions fbank_options(const nlohmann::json& o) {
+  AudioFeatureOptions options;
+  options.kind = AudioFeatureKind::kFbank;
+  options.num_mel_bins = o["num_mel_bins"].get<int64_t>();
+  options.frame_length_ms = o["frame_length_ms"].get<double>();
+  options.frame_shift_ms = o["frame_shift_ms"].get<double>();
+  options.preemphasis = o["preemphasis"].get<double>();
+  options.remove_dc_offset = o["remove_dc_offset"].get<bool>();
+  options.window = parse_frame_window(o["window"].get<std::string>());
+  options.snip_edges = o["snip_edges"].get<bool>();
+  options.energy_floor = o["energy_floor"].get<double>();
+  options.low_freq = o["low_freq"].get<double>();
+  options.high_freq = o["high_freq"].get<double>();
+  options.int16_scale = o["int16_scale"].get<bool>();
+  return options;
+}
+
+// Ours against a float32 reference, with the reference's own rounding error measured against
+// the float64 oracle. The rule (FlashAttention's, ARCHITECTURE.md): every element within
+// 1e-3 + 2 × the reference's own error; `over` counts the elements above 1e-3.
+struct Parity {
+  double max = 0.0;            // max |ours - reference|
+  double reference_max = 0.0;  // max |reference - float64|
+  int64_t over = 0;            // elements with |ours - reference| > 1e-3
+  int64_t count = 0;
+  bool ok = false;
+};
+
+inline Parity parity(const torch::Tensor& ours, const torch::Tensor& reference,
+                     const torch::Tensor& oracle) {
+  Parity p;
+  const auto d = (ours.to(torch::kDouble) - reference.to(torch::kDouble)).abs();
+  const auto own = (reference.to(torch::kDouble) - oracle.to(torch::kDouble)).abs();
+  p.max = d.max().item<double>();
+  p.reference_max = own.max().item<double>();
+  p.over = (d > 1e-3).sum().item<int64_t>();
+  p.count = d.numel();
+  p.ok = (d <= 1e-3 + 2.0 * own).all().item<bool>();
+  return p;
+}
+
+inline double max_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+// A scratch directory per test, removed afterwards.
+class Scratch {
+ public:
+  Scratch() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::temp_directory_path() /
+           ("attnzoo_audio_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  ~Scratch() { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+inline std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+inline void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Writes frames [N, C] float32 (interleaved by row) with libsndfile in `format`
+// (SF_FORMAT_WAV | SF_FORMAT_PCM_16, ...). Returns false when this libsndfile cannot write it.
+inline bool write_sndfile(const std::string& path, const torch::Tensor& frames, int rate,
+                          int format) {
+  const auto data = frames.to(torch::kFloat).contiguous();
+  SF_INFO info{};
+  info.samplerate = rate;
+  info.channels = static_cast<int>(data.size(1));
+  info.format = format;
+  if (!sf_format_check(&info)) return false;
+  SNDFILE* file = sf_open(path.c_str(), SFM_WRITE, &info);
+  if (file == nullptr) return false;
+  // Float data is clipped to [-1, 1] by the integer encoders, as by any writer.
+  sf_command(file, SFC_SET_CLIPPING, nullptr, SF_TRUE);
+  const auto written = sf_writef_float(file, data.data_ptr<float>(), data.size(0));
+  sf_close(file);
+  return written == data.size(0);
+}
+
+// The Python interpreter of the venv, as ctest passes it.
+inline std::string python() {
+  const char* value = std::getenv("ATTNZOO_PYTHON");
+  return value != nullptr ? value : "";
+}
+
+}  // namespace attnzoo::testing
