@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, ASan + UBSan) and runs one on its seed corpus.
-#   tools/fuzz.sh [TARGET] [SECONDS]      defaults: safetensors 600; targets: safetensors, image
+#   tools/fuzz.sh [TARGET] [SECONDS]   defaults: safetensors 600; targets: safetensors, image, audio
 # New inputs found go to a scratch corpus under build-fuzz/, not into the repository; a crash
 # leaves its reproducer in build-fuzz/ (add it to tests/fuzz/corpus/TARGET/ once fixed).
 set -euo pipefail
@@ -8,8 +8,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 target=${1:-safetensors}
 seconds=${2:-600}
 build="$ROOT/build-fuzz"
-# fuzz_image links LibTorch: that of the venv tools/setup.sh makes (named as it names it), unless
-# ATTNZOO_TORCH_PREFIX says where another is.
+# fuzz_image and fuzz_audio link LibTorch: that of the venv tools/setup.sh makes (named as it
+# names it), unless ATTNZOO_TORCH_PREFIX says where another is.
 if [ -z "${ATTNZOO_TORCH_PREFIX:-}" ]; then
   key=$({ "${ATTNZOO_BASE_PYTHON:-python3}" -c 'import sys; print(sys.version)'
           cat "$ROOT/tools/requirements.lock"; } | sha256sum | cut -c1-12)
