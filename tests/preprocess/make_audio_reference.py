@@ -32,6 +32,7 @@ IN (16 kHz float32, keyed by name) into OUT, keyed as above.
 import importlib
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -209,6 +210,9 @@ def read_wav(path):
 
 
 def espeak(text, path):
+    if shutil.which("espeak-ng") is None:
+        sys.exit("espeak-ng not found: the speech of the audio tests is synthesised with Debian's "
+                 "espeak-ng package (tools/setup.sh installs it)")
     subprocess.run(["espeak-ng", "-w", str(path), text], check=True)
     x, rate = read_wav(path)
     return x[:, 0], rate
