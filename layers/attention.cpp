@@ -210,8 +210,9 @@ AttentionOutput MultiheadAttentionImpl::run(const torch::Tensor& query, const to
                       ", memory has B = ", memory.size(0));
     const int64_t key_len = memory.size(1);
     // [B, L, H·E] -> [B, H, L, E] and [B, S, 2·H·E] -> 2 × [B, H, S, E], all views.
-    problem.query = q(query).view({batch, query_len, heads, e}).transpose(1, 2);
-    auto kv_heads = kv(memory).view({batch, key_len, 2, heads, e}).permute({2, 0, 3, 1, 4});
+    problem.query = q_packed(q, query).view({batch, query_len, heads, e}).transpose(1, 2);
+    auto kv_heads =
+        kv_packed(kv, memory).view({batch, key_len, 2, heads, e}).permute({2, 0, 3, 1, 4});
     problem.key = kv_heads[0];
     problem.value = kv_heads[1];
   } else {
@@ -219,7 +220,8 @@ AttentionOutput MultiheadAttentionImpl::run(const torch::Tensor& query, const to
                       ": this layer is a self-attention layer; set cross_attention(true) in its "
                       "options to attend to a memory sequence");
     // [B, L, 3·H·E] -> 3 × [B, H, L, E], all views of the one projection output.
-    auto qkv_heads = qkv(query).view({batch, query_len, 3, heads, e}).permute({2, 0, 3, 1, 4});
+    auto qkv_heads =
+        qkv_packed(qkv, query).view({batch, query_len, 3, heads, e}).permute({2, 0, 3, 1, 4});
     problem.query = qkv_heads[0];
     problem.key = qkv_heads[1];
     problem.value = qkv_heads[2];
@@ -258,7 +260,7 @@ AttentionOutput MultiheadAttentionImpl::run(const torch::Tensor& query, const to
   }
   // [B, H, L, E] -> [B, L, H·E]
   auto merged = heads_out.transpose(1, 2).reshape({batch, query_len, inner});
-  result.output = proj_drop(proj(merged));
+  result.output = proj_drop(proj_packed(proj, merged));
   return result;
 }
 

@@ -9,6 +9,7 @@
 
 #include "layers/attention_backend.h"
 #include "layers/attention_mask.h"
+#include "layers/packed_linear.h"
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/any_module_holder.h>
@@ -112,6 +113,9 @@ class MultiheadAttentionImpl : public torch::nn::Cloneable<MultiheadAttentionImp
   torch::nn::Linear head_gate{nullptr};  // [H, D], when head_gating
   torch::nn::Linear proj{nullptr};       // [D, H·E]
   torch::nn::Dropout proj_drop{nullptr};
+  // The inference fast path of the projections (layers/packed_linear.h), for layers built on
+  // this one (ConformerAttention) too: qkv_packed(qkv, x) == qkv(x).
+  PackedLinear qkv_packed, q_packed, kv_packed, proj_packed;
 
  private:
   AttentionOutput run(const torch::Tensor& query, const torch::Tensor& memory,

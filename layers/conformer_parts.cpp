@@ -44,7 +44,8 @@ void ConformerFeedForwardImpl::reset() {
 
 torch::Tensor ConformerFeedForwardImpl::forward(const torch::Tensor& x) {
   // Swish = SiLU (Ramachandran et al. 2017), as the paper's figure 4.
-  return dropout(linear2(dropout(torch::silu(linear1(norm(x))))));
+  const auto h = linear1_packed_(linear1, norm(x), LinearActivation::kSilu);
+  return dropout(linear2_packed_(linear2, dropout(h)));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -322,7 +323,8 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::attend(
   const int64_t keys = cached + frames;
 
   // [B, T, 3·H·E] -> 3 × [B, H, T, E], views of the one projection.
-  const auto qkv = mha->qkv(x).view({batch, frames, 3, heads, e}).permute({2, 0, 3, 1, 4});
+  const auto qkv =
+      mha->qkv_packed(mha->qkv, x).view({batch, frames, 3, heads, e}).permute({2, 0, 3, 1, 4});
   const auto q = qkv[0];
   auto k = qkv[1], v = qkv[2];
   torch::Tensor new_cache;
@@ -374,7 +376,7 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::attend(
   }
   // [B, H, T, E] -> [B, T, H·E]
   const auto merged = heads_out.transpose(1, 2).reshape({batch, frames, heads * e});
-  return {mha->proj_drop(mha->proj(merged)), new_cache};
+  return {mha->proj_drop(mha->proj_packed(mha->proj, merged)), new_cache};
 }
 
 }  // namespace attnzoo

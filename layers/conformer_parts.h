@@ -50,6 +50,9 @@ class ConformerFeedForwardImpl : public torch::nn::Cloneable<ConformerFeedForwar
   torch::nn::Linear linear1{nullptr};  // [ffn, D]
   torch::nn::Linear linear2{nullptr};  // [D, ffn]
   torch::nn::Dropout dropout{nullptr};
+
+ private:
+  PackedLinear linear1_packed_, linear2_packed_;  // the inference fast path
 };
 TORCH_MODULE(ConformerFeedForward);
 

@@ -23,8 +23,10 @@ void MlpImpl::reset() {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  auto h = torch::gelu(fc1(x), options.activation() == "gelu_tanh" ? "tanh" : "none");
-  return drop(fc2(drop(h)));
+  const auto activation =
+      options.activation() == "gelu_tanh" ? LinearActivation::kGeluTanh : LinearActivation::kGelu;
+  const auto h = fc1_packed_(fc1, x, activation);
+  return drop(fc2_packed_(fc2, drop(h)));
 }
 
 void LayerScaleImpl::reset() {

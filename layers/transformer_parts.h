@@ -2,6 +2,8 @@
 // the MLP (fc1 → GELU → fc2), LayerScale (`gamma`), stochastic depth (DropPath).
 #pragma once
 
+#include "layers/packed_linear.h"
+
 #include <torch/nn/module.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/dropout.h>
@@ -35,6 +37,9 @@ class MlpImpl : public torch::nn::Cloneable<MlpImpl> {
   torch::nn::Linear fc1{nullptr};
   torch::nn::Linear fc2{nullptr};
   torch::nn::Dropout drop{nullptr};
+
+ private:
+  PackedLinear fc1_packed_, fc2_packed_;  // the inference fast path (layers/packed_linear.h)
 };
 TORCH_MODULE(Mlp);
 

@@ -1,0 +1,116 @@
+#include "layers/packed_linear.h"
+
+#include <ATen/Context.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+#include <optional>
+
+namespace attnzoo {
+namespace {
+
+// ATTNZOO_PACKED_LINEAR=0 turns the fast path off, e.g. to measure what it brings.
+std::atomic<bool> g_enabled{[] {
+  const char* value = std::getenv("ATTNZOO_PACKED_LINEAR");
+  return value == nullptr || std::string(value) != "0";
+}()};
+
+// oneDNN's linear ops, as LibTorch registers them for its own CPU graph compiler; absent from a
+// LibTorch built without oneDNN.
+struct OneDnnOps {
+  std::optional<c10::OperatorHandle> linear, reorder;
+};
+
+const OneDnnOps& onednn_ops() {
+  static const OneDnnOps ops = [] {
+    OneDnnOps o;
+    auto& dispatcher = c10::Dispatcher::singleton();
+    o.linear = dispatcher.findSchema({"mkldnn::_linear_pointwise", ""});
+    o.reorder = dispatcher.findSchema({"mkldnn::_reorder_linear_weight", ""});
+    return o;
+  }();
+  return ops;
+}
+
+torch::Tensor activate(const torch::Tensor& y, LinearActivation activation) {
+  switch (activation) {
+    case LinearActivation::kGelu:
+      return torch::gelu(y);
+    case LinearActivation::kGeluTanh:
+      return torch::gelu(y, "tanh");
+    case LinearActivation::kSilu:
+      return torch::silu(y);
+    case LinearActivation::kNone:
+      break;
+  }
+  return y;
+}
+
+}  // namespace
+
+void PackedLinear::set_enabled(bool enabled) { g_enabled = enabled; }
+
+bool PackedLinear::applies(const torch::Tensor& x, const torch::Tensor& weight) {
+  if (!g_enabled || !at::hasMKLDNN() || !at::globalContext().userEnabledMkldnn()) return false;
+  const auto& ops = onednn_ops();
+  if (!ops.linear || !ops.reorder) return false;
+  const bool recording = torch::GradMode::is_enabled() && !c10::InferenceMode::is_enabled() &&
+                         (x.requires_grad() || weight.requires_grad());
+  const auto dtype = x.scalar_type();
+  return !recording && x.device().is_cpu() && weight.device().is_cpu() && x.dim() >= 2 &&
+         (dtype == torch::kFloat || dtype == torch::kBFloat16) && weight.scalar_type() == dtype &&
+         x.numel() > 0;
+}
+
+torch::Tensor PackedLinear::packed(const torch::Tensor& weight) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Inference tensors (made under InferenceMode) have no version counter: only their storage
+  // tells a new weight from the old one.
+  const uint32_t version = weight.is_inference() ? 0 : weight._version();
+  if (!packed_.defined() || data_ != weight.data_ptr() || version_ != version ||
+      packed_.scalar_type() != weight.scalar_type()) {
+    torch::NoGradGuard no_grad;
+    std::vector<c10::IValue> stack{weight.detach().contiguous(), c10::IValue()};
+    onednn_ops().reorder->callBoxed(&stack);
+    packed_ = stack.at(0).toTensor();
+    data_ = weight.data_ptr();
+    version_ = version;
+  }
+  return packed_;
+}
+
+torch::Tensor PackedLinear::operator()(const torch::nn::Linear& linear, const torch::Tensor& x,
+                                       LinearActivation activation) const {
+  const auto& weight = linear->weight;
+  if (!applies(x, weight)) return activate(torch::linear(x, weight, linear->bias), activation);
+  c10::List<std::optional<at::Scalar>> scalars;
+  std::string attr = "none", algorithm;  // as LibTorch's CPU graph compiler calls it
+  switch (activation) {
+    case LinearActivation::kGelu:
+    case LinearActivation::kGeluTanh:
+      attr = "gelu";
+      scalars.push_back(std::nullopt);
+      algorithm = activation == LinearActivation::kGelu ? "none" : "tanh";
+      break;
+    case LinearActivation::kSilu:
+      attr = "swish";
+      break;
+    case LinearActivation::kNone:
+      break;
+  }
+  const auto& bias = linear->bias;
+  std::vector<c10::IValue> stack{x.contiguous(),
+                                 packed(weight),
+                                 bias.defined() ? c10::IValue(bias.detach()) : c10::IValue(),
+                                 c10::IValue(attr),
+                                 c10::IValue(scalars),
+                                 c10::IValue(algorithm)};
+  onednn_ops().linear->callBoxed(&stack);
+  return stack.at(0).toTensor();
+}
+
+}  // namespace attnzoo

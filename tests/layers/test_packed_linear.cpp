@@ -1,0 +1,144 @@
+// PackedLinear: the oneDNN inference path equals torch::linear + the activation (to the matrix
+// product's rounding), is taken only where no autograd can see it, repacks when the weight
+// changes, and serves several threads at once.
+#include "layers/packed_linear.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <thread>
+
+namespace attnzoo {
+namespace {
+
+torch::Tensor reference(const torch::nn::Linear& linear, const torch::Tensor& x,
+                        LinearActivation activation) {
+  const auto y = torch::linear(x, linear->weight, linear->bias);
+  switch (activation) {
+    case LinearActivation::kGelu:
+      return torch::gelu(y);
+    case LinearActivation::kGeluTanh:
+      return torch::gelu(y, "tanh");
+    case LinearActivation::kSilu:
+      return torch::silu(y);
+    case LinearActivation::kNone:
+      break;
+  }
+  return y;
+}
+
+double relative_error(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max() /
+          b.to(torch::kDouble).abs().max().clamp_min(1e-30))
+      .item<double>();
+}
+
+TEST(PackedLinear, EqualsLinearAndActivationInInference) {
+  torch::manual_seed(0);
+  for (bool bias : {true, false}) {
+    torch::nn::Linear linear(torch::nn::LinearOptions(48, 40).bias(bias));
+    const PackedLinear packed;
+    for (auto activation : {LinearActivation::kNone, LinearActivation::kGelu,
+                            LinearActivation::kGeluTanh, LinearActivation::kSilu}) {
+      for (const auto& shape : std::vector<std::vector<int64_t>>{{7, 48}, {2, 5, 48}}) {
+        const auto x = torch::randn(shape);
+        torch::InferenceMode inference;
+        ASSERT_TRUE(PackedLinear::applies(x, linear->weight) || !at::hasMKLDNN());
+        const auto got = packed(linear, x, activation);
+        auto expected_shape = shape;
+        expected_shape.back() = 40;
+        EXPECT_EQ(got.sizes().vec(), expected_shape);
+        EXPECT_LE(relative_error(got, reference(linear, x, activation)), 1e-5)
+            << "bias " << bias << " activation " << static_cast<int>(activation);
+      }
+    }
+  }
+}
+
+TEST(PackedLinear, TakenOnlyWhereAutogradCannotSeeIt) {
+  torch::nn::Linear linear(8, 4);
+  const auto x = torch::randn({3, 8});
+  // Training: the weight requires grad and grad mode records.
+  EXPECT_FALSE(PackedLinear::applies(x, linear->weight));
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_EQ(PackedLinear::applies(x, linear->weight), at::hasMKLDNN());
+  }
+  {
+    torch::InferenceMode inference;
+    EXPECT_EQ(PackedLinear::applies(x, linear->weight), at::hasMKLDNN());
+    EXPECT_FALSE(PackedLinear::applies(x.to(torch::kDouble), linear->weight.to(torch::kDouble)));
+    EXPECT_FALSE(PackedLinear::applies(x.to(torch::kHalf), linear->weight.to(torch::kHalf)));
+    PackedLinear::set_enabled(false);
+    EXPECT_FALSE(PackedLinear::applies(x, linear->weight));
+    PackedLinear::set_enabled(true);
+  }
+  // Gradients flow through the fallback as through torch::linear.
+  const PackedLinear packed;
+  auto y = packed(linear, x.clone().requires_grad_(), LinearActivation::kGelu);
+  y.sum().backward();
+  EXPECT_TRUE(linear->weight.grad().defined());
+}
+
+TEST(PackedLinear, RepacksWhenTheWeightChanges) {
+  torch::manual_seed(1);
+  torch::nn::Linear linear(16, 8);
+  const PackedLinear packed;
+  const auto x = torch::randn({4, 16});
+  const auto run = [&](const torch::Tensor& input) {
+    torch::InferenceMode inference;
+    return packed(linear, input);
+  };
+  const auto expect_reference = [&](const torch::Tensor& input, double tolerance) {
+    torch::InferenceMode inference;
+    EXPECT_LE(relative_error(run(input), reference(linear, input, LinearActivation::kNone)),
+              tolerance);
+  };
+  const auto before = run(x);
+  {
+    torch::NoGradGuard no_grad;
+    linear->weight.mul_(2.0);  // in place: the version counter moves
+  }
+  const auto after = run(x);
+  expect_reference(x, 1e-5);
+  EXPECT_GT((after - before).abs().max().item<double>(), 1e-3);
+  {
+    torch::NoGradGuard no_grad;
+    linear->weight.set_data(torch::randn({8, 16}));  // another storage altogether
+  }
+  expect_reference(x, 1e-5);
+  // bfloat16 after float32: repacked in the new dtype.
+  linear->to(torch::kBFloat16);
+  const auto xb = x.to(torch::kBFloat16);
+  EXPECT_EQ(run(xb).scalar_type(), torch::kBFloat16);
+  expect_reference(xb, 2e-2);
+}
+
+TEST(PackedLinear, FourThreadsAtOnce) {
+  torch::manual_seed(2);
+  torch::nn::Linear linear(64, 64);
+  const PackedLinear packed;
+  std::vector<torch::Tensor> inputs, expected;
+  for (int i = 0; i < 4; ++i) {
+    inputs.push_back(torch::randn({9, 64}));
+    torch::InferenceMode inference;
+    expected.push_back(reference(linear, inputs.back(), LinearActivation::kGelu));
+  }
+  std::vector<double> errors(4, 0.0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      torch::InferenceMode inference;
+      for (int round = 0; round < 20; ++round) {
+        const auto got = packed(linear, inputs[static_cast<size_t>(t)], LinearActivation::kGelu);
+        errors[static_cast<size_t>(t)] = std::max(
+            errors[static_cast<size_t>(t)], relative_error(got, expected[static_cast<size_t>(t)]));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (double e : errors) EXPECT_LE(e, 1e-5);
+}
+
+}  // namespace
+}  // namespace attnzoo
