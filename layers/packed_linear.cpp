@@ -7,8 +7,8 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <string>
 #include <optional>
+#include <string>
 
 namespace attnzoo {
 namespace {
