@@ -57,6 +57,8 @@ SpeechEncoder::SpeechEncoder(const std::string& model, SpeechEncoderOptions opti
   auto& s = *state_;
   TORCH_CHECK_VALUE(options.threads >= 0, "SpeechEncoder: threads must be >= 0, got ",
                     options.threads);
+  TORCH_CHECK_VALUE(options.stream_chunk >= 0, "SpeechEncoder: stream_chunk must be >= 0, got ",
+                    options.stream_chunk);
   s.device = parse_device(options.device);
   s.dtype = parse_dtype(options.dtype);
   s.config = resolve_model_config(model, options.overrides);
@@ -113,8 +115,12 @@ EncodedSpeech SpeechEncoder::encode_features(torch::Tensor features, const std::
   const auto& streaming = s.config.streaming;
   torch::InferenceMode inference;
   const auto input = features.unsqueeze(0).to(s.device, s.dtype);
-  const auto encoded = std::get<0>(
-      s.model->forward(input, torch::Tensor(), streaming.chunk_size, streaming.num_left_chunks));
+  const auto encoded =
+      s.options.stream_chunk > 0
+          ? std::get<0>(s.model->forward_chunk_by_chunk(input, s.options.stream_chunk,
+                                                        streaming.num_left_chunks))
+          : std::get<0>(s.model->forward(input, torch::Tensor(), streaming.chunk_size,
+                                         streaming.num_left_chunks));
   out.encoded = encoded[0].to(torch::kCPU, torch::kFloat);
   out.embedding = out.encoded.mean(0);
   if (s.config.conformer.vocab_size() > 0) {

@@ -30,6 +30,10 @@ struct SpeechEncoderOptions {
   std::string dtype = "fp32";          // fp32 | bf16 | fp16
   int threads = 0;                     // LibTorch intra-op threads, process-wide; 0: unchanged
   AudioReadOptions read;               // channel choice, length limit
+  // > 0: encode chunk by chunk through the streaming caches (ConformerStream) in chunks of this
+  // many encoder frames, with the config's streaming.num_left_chunks; the model must stream.
+  // 0: the offline forward (with the config's streaming chunk mask, if any).
+  int64_t stream_chunk = 0;
 };
 
 // One utterance: its encoder frames and what follows from them, or the error that stopped it.

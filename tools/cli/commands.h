@@ -25,5 +25,6 @@ Command add_forward_command(CLI::App& app);
 Command add_preprocess_command(CLI::App& app);
 Command add_classify_command(CLI::App& app);
 Command add_features_command(CLI::App& app);
+Command add_encode_command(CLI::App& app);
 
 }  // namespace attnzoo::cli
