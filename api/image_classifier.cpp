@@ -1,5 +1,6 @@
 #include "api/image_classifier.h"
 
+#include "api/inference.h"
 #include "configs/registry.h"
 #include "preprocess/from_config.h"
 
@@ -51,26 +52,6 @@ struct ImageClassifier::State {
 
 namespace {
 
-torch::Dtype parse_dtype(const std::string& name) {
-  if (name == "fp32") return torch::kFloat;
-  if (name == "bf16") return torch::kBFloat16;
-  if (name == "fp16") return torch::kHalf;
-  TORCH_CHECK_VALUE(false, "ImageClassifier: dtype must be fp32, bf16 or fp16, got '", name, "'");
-}
-
-torch::Device parse_device(const std::string& name) {
-  TORCH_CHECK_VALUE(name == "cpu" || name.rfind("cuda", 0) == 0,
-                    "ImageClassifier: device must be cpu, cuda or cuda:N, got '", name, "'");
-  const torch::Device device(name);
-  TORCH_CHECK_VALUE(!device.is_cuda() || torch::cuda::is_available(), "ImageClassifier: device ",
-                    name, ": no CUDA device is available to this process");
-  TORCH_CHECK_VALUE(!device.is_cuda() || !device.has_index() ||
-                        device.index() < static_cast<int>(torch::cuda::device_count()),
-                    "ImageClassifier: device ", name, ": only ", torch::cuda::device_count(),
-                    " CUDA devices");
-  return device;
-}
-
 // Any 8-bit 1/3/4-channel image -> 8-bit RGB.
 cv::Mat to_rgb(const cv::Mat& image, ChannelOrder order) {
   TORCH_CHECK_VALUE(!image.empty(), "ImageClassifier: the image is empty");
@@ -108,8 +89,8 @@ ImageClassifier::ImageClassifier(const std::string& model, ImageClassifierOption
                     options.batch_size);
   TORCH_CHECK_VALUE(options.threads >= 0, "ImageClassifier: threads must be >= 0, got ",
                     options.threads);
-  s.device = parse_device(options.device);
-  s.dtype = parse_dtype(options.dtype);
+  s.device = api_detail::parse_device("ImageClassifier", options.device);
+  s.dtype = api_detail::parse_dtype("ImageClassifier", options.dtype);
   s.config = resolve_model_config(model, options.overrides);
   TORCH_CHECK_VALUE(s.config.family == ModelFamily::kViT, "ImageClassifier: ", s.config.source,
                     " is a ", model_family_name(s.config.family),
@@ -121,16 +102,9 @@ ImageClassifier::ImageClassifier(const std::string& model, ImageClassifierOption
   s.transform = std::make_unique<EvalImageTransform>(image_transform_options(s.config.image));
   if (options.threads > 0) torch::set_num_threads(options.threads);
 
-  torch::manual_seed(0);
-  auto zoo = build_model(s.config);
-  s.weights = "random weights (seed 0)";
-  if (!options.weights.empty()) {
-    const auto layout = load_weights(zoo, options.weights, options.format);
-    s.weights = options.weights + " (" + layout + " layout)";
-  }
-  s.model = zoo.vit;
-  s.model->eval();
-  s.model->to(s.device, s.dtype);
+  s.model = api_detail::inference_model(s.config, options.weights, options.format, s.device,
+                                        s.dtype, s.weights)
+                .vit;
   s.options = std::move(options);
 }
 

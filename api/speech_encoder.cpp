@@ -1,5 +1,6 @@
 #include "api/speech_encoder.h"
 
+#include "api/inference.h"
 #include "configs/registry.h"
 #include "models/conformer_frontend.h"
 #include "preprocess/audio_error.h"
@@ -28,22 +29,6 @@ struct SpeechEncoder::State {
 
 namespace {
 
-torch::Dtype parse_dtype(const std::string& name) {
-  if (name == "fp32") return torch::kFloat;
-  if (name == "bf16") return torch::kBFloat16;
-  if (name == "fp16") return torch::kHalf;
-  TORCH_CHECK_VALUE(false, "SpeechEncoder: dtype must be fp32, bf16 or fp16, got '", name, "'");
-}
-
-torch::Device parse_device(const std::string& name) {
-  TORCH_CHECK_VALUE(name == "cpu" || name.rfind("cuda", 0) == 0,
-                    "SpeechEncoder: device must be cpu, cuda or cuda:N, got '", name, "'");
-  const torch::Device device(name);
-  TORCH_CHECK_VALUE(!device.is_cuda() || torch::cuda::is_available(), "SpeechEncoder: device ",
-                    name, ": no CUDA device is available to this process");
-  return device;
-}
-
 std::string seconds_text(double seconds) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(3) << seconds << " s";
@@ -59,8 +44,8 @@ SpeechEncoder::SpeechEncoder(const std::string& model, SpeechEncoderOptions opti
                     options.threads);
   TORCH_CHECK_VALUE(options.stream_chunk >= 0, "SpeechEncoder: stream_chunk must be >= 0, got ",
                     options.stream_chunk);
-  s.device = parse_device(options.device);
-  s.dtype = parse_dtype(options.dtype);
+  s.device = api_detail::parse_device("SpeechEncoder", options.device);
+  s.dtype = api_detail::parse_dtype("SpeechEncoder", options.dtype);
   s.config = resolve_model_config(model, options.overrides);
   TORCH_CHECK_VALUE(s.config.family == ModelFamily::kConformer, "SpeechEncoder: ", s.config.source,
                     " is a ", model_family_name(s.config.family),
@@ -75,16 +60,9 @@ SpeechEncoder::SpeechEncoder(const std::string& model, SpeechEncoderOptions opti
     while (subsampled_length(steps, s.min_frames) < 1) ++s.min_frames;
   }
   if (options.threads > 0) torch::set_num_threads(options.threads);
-  torch::manual_seed(0);
-  auto zoo = build_model(s.config);
-  s.weights = "random weights (seed 0)";
-  if (!options.weights.empty()) {
-    const auto layout = load_weights(zoo, options.weights, options.format);
-    s.weights = options.weights + " (" + layout + " layout)";
-  }
-  s.model = zoo.conformer;
-  s.model->eval();
-  s.model->to(s.device, s.dtype);
+  s.model = api_detail::inference_model(s.config, options.weights, options.format, s.device,
+                                        s.dtype, s.weights)
+                .conformer;
   s.options = std::move(options);
 }
 

@@ -1,0 +1,43 @@
+#include "api/inference.h"
+
+#include <c10/util/Exception.h>
+#include <torch/torch.h>
+
+namespace attnzoo::api_detail {
+
+torch::Dtype parse_dtype(const char* who, const std::string& name) {
+  if (name == "fp32") return torch::kFloat;
+  if (name == "bf16") return torch::kBFloat16;
+  if (name == "fp16") return torch::kHalf;
+  TORCH_CHECK_VALUE(false, who, ": dtype must be fp32, bf16 or fp16, got '", name, "'");
+}
+
+torch::Device parse_device(const char* who, const std::string& name) {
+  TORCH_CHECK_VALUE(name == "cpu" || name.rfind("cuda", 0) == 0, who,
+                    ": device must be cpu, cuda or cuda:N, got '", name, "'");
+  const torch::Device device(name);
+  TORCH_CHECK_VALUE(!device.is_cuda() || torch::cuda::is_available(), who, ": device ", name,
+                    ": no CUDA device is available to this process");
+  TORCH_CHECK_VALUE(!device.is_cuda() || !device.has_index() ||
+                        device.index() < static_cast<int>(torch::cuda::device_count()),
+                    who, ": device ", name, ": only ", torch::cuda::device_count(),
+                    " CUDA devices");
+  return device;
+}
+
+ZooModel inference_model(const ModelConfig& config, const std::string& weights,
+                         const std::string& format, torch::Device device, torch::Dtype dtype,
+                         std::string& description) {
+  torch::manual_seed(0);
+  auto model = build_model(config);
+  description = "random weights (seed 0)";
+  if (!weights.empty()) {
+    const auto layout = load_weights(model, weights, format);
+    description = weights + " (" + layout + " layout)";
+  }
+  model.module->eval();
+  model.module->to(device, dtype);
+  return model;
+}
+
+}  // namespace attnzoo::api_detail
