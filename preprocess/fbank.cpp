@@ -1,6 +1,7 @@
 #include "preprocess/fbank.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
 
@@ -75,6 +76,60 @@ std::string format_number(double value) {
   std::ostringstream out;
   out << value;
   return out.str();
+}
+
+// One pass per frame instead of LibTorch's op-by-op passes over [n, frame_length]: the frame
+// (any strides: an unfold view of the held samples) minus its mean (remove_dc), pre-emphasised
+// (Kaldi: x[i] -= p x[i-1] from the end, x[0] -= p x[0]), times the window, zero-padded to
+// fft_size. float64 in and out.
+torch::Tensor prepare_frames(const torch::Tensor& frames, const torch::Tensor& window,
+                             int64_t fft_size, bool remove_dc, double preemphasis) {
+  TORCH_INTERNAL_ASSERT(frames.dim() == 2 && frames.scalar_type() == torch::kDouble &&
+                        window.is_contiguous() && window.size(0) == frames.size(1));
+  const int64_t n = frames.size(0), length = frames.size(1);
+  const int64_t row = frames.stride(0), col = frames.stride(1);
+  auto out = torch::zeros({n, fft_size}, torch::kDouble);
+  const double* x = frames.const_data_ptr<double>();
+  const double* w = window.const_data_ptr<double>();
+  double* y = out.mutable_data_ptr<double>();
+  at::parallel_for(0, n, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t m = begin; m < end; ++m) {
+      const double* in = x + m * row;
+      double* frame = y + m * fft_size;
+      for (int64_t i = 0; i < length; ++i) frame[i] = in[i * col];
+      if (remove_dc) {
+        double sum = 0.0;
+        for (int64_t i = 0; i < length; ++i) sum += frame[i];
+        const double mean = sum / static_cast<double>(length);
+        for (int64_t i = 0; i < length; ++i) frame[i] -= mean;
+      }
+      if (preemphasis != 0.0) {
+        for (int64_t i = length - 1; i > 0; --i) frame[i] -= preemphasis * frame[i - 1];
+        frame[0] -= preemphasis * frame[0];
+      }
+      for (int64_t i = 0; i < length; ++i) frame[i] *= w[i];
+    }
+  });
+  return out;
+}
+
+// |X_k|^2 of the first `bins` bins of complex128 spectra [n, >= bins] -> [n, bins] float64.
+torch::Tensor power_spectrum(const torch::Tensor& spectrum, int64_t bins) {
+  TORCH_INTERNAL_ASSERT(spectrum.is_contiguous() &&
+                        spectrum.scalar_type() == torch::kComplexDouble);
+  const int64_t n = spectrum.size(0), width = spectrum.size(1);
+  auto out = torch::empty({n, bins}, torch::kDouble);
+  const auto* x = spectrum.const_data_ptr<c10::complex<double>>();
+  double* y = out.mutable_data_ptr<double>();
+  at::parallel_for(0, n, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t m = begin; m < end; ++m) {
+      for (int64_t k = 0; k < bins; ++k) {
+        const auto z = x[m * width + k];
+        y[m * bins + k] = z.real() * z.real() + z.imag() * z.imag();
+      }
+    }
+  });
+  return out;
 }
 
 }  // namespace
@@ -257,22 +312,16 @@ torch::Tensor FeatureExtractor::log_mel(torch::Tensor frames, int64_t first) con
       }
       frames = frames + o.dither * torch::cat(noise).narrow(0, first - c0 * kDitherChunk, n);
     }
-    if (o.remove_dc_offset) frames = frames - frames.mean(1, /*keepdim=*/true);
-    if (o.preemphasis != 0.0) {
-      const double p = o.preemphasis;
-      frames = torch::cat({frames.narrow(1, 0, 1) * (1.0 - p),
-                           frames.narrow(1, 1, length_ - 1) - p * frames.narrow(1, 0, length_ - 1)},
-                          1);
-    }
   }
-  const auto spectrum = torch::fft::rfft(frames * window_, fft_size_, 1);
-  const auto power = torch::view_as_real(spectrum).square().sum(-1);  // [n, fft_size / 2 + 1]
-  if (o.kind == AudioFeatureKind::kFbank) {
-    // Kaldi's filters leave out the Nyquist bin.
-    const auto energies = torch::matmul(power.narrow(1, 0, fft_size_ / 2), mel_t_);
-    return torch::log(torch::clamp_min(energies, kFltEpsilon));
-  }
-  return torch::log10(torch::clamp_min(torch::matmul(power, mel_t_), 1e-10));
+  const bool fbank = o.kind == AudioFeatureKind::kFbank;
+  const auto padded = prepare_frames(frames, window_, fft_size_, fbank && o.remove_dc_offset,
+                                     fbank ? o.preemphasis : 0.0);
+  // Kaldi's filters leave out the Nyquist bin; Whisper's include it.
+  const auto power = power_spectrum(torch::fft::rfft(padded, fft_size_, 1),
+                                    fbank ? fft_size_ / 2 : fft_size_ / 2 + 1);
+  auto energies = torch::matmul(power, mel_t_);
+  if (fbank) return energies.clamp_min_(kFltEpsilon).log_();
+  return energies.clamp_min_(1e-10).log10_();
 }
 
 torch::Tensor FeatureExtractor::whisper_normalize(const torch::Tensor& log_mel) {

@@ -1,6 +1,7 @@
 // Speech features from a waveform: Kaldi's log mel filterbank and Whisper's log-mel spectrogram,
-// computed frame-parallel with LibTorch (framing by unfold, torch::fft::rfft, one matmul with the
-// mel matrix), and incrementally for long or live audio (FeatureStream).
+// computed frame-parallel (framing by unfold, one parallel pass per frame for DC removal,
+// pre-emphasis, window and zero padding, torch::fft::rfft, one pass for the power spectrum, one
+// matmul with the mel matrix), and incrementally for long or live audio (FeatureStream).
 //
 // kFbank is Kaldi's compute-fbank-feats (feat/feature-fbank.cc, feature-window.cc, mel-
 // computations.cc), which kaldi-native-fbank and torchaudio.compliance.kaldi.fbank reimplement

@@ -50,6 +50,30 @@ EOF
 audio=$ref/audio
 o=$out/features.safetensors
 case "$case_name" in
+  features_bench)
+    # `attnzoo bench features`: every timed call in the JSON, and the features it timed equal
+    # those `attnzoo features` writes; a file at another rate is refused, naming it.
+    run 0 bench features "$audio/speech_16k.wav" --iterations 2 --warmup 0 --threads 1 \
+      --json "$out/bench.json" --output "$out/bench.safetensors"
+    expect stdout '^  samples in memory: median [0-9.]+ ms, min [0-9.]+ ms \(RTF [0-9.]+\)$'
+    expect stdout '^  from the file: +median [0-9.]+ ms'
+    run 0 features --model conformer_s "$audio/speech_16k.wav" --out "$o"
+    "$py" - "$out/bench.json" "$out/bench.safetensors" "$o" <<'PY' || exit 1
+import json, statistics, sys
+import torch
+from safetensors.torch import load_file
+j = json.load(open(sys.argv[1]))
+assert len(j["memory_ms"]) == 2 and len(j["file_ms"]) == 2 and j["threads"] == 1, j
+assert j["memory_median_ms"] == statistics.median(j["memory_ms"]), j
+timed, features = load_file(sys.argv[2])["features"], load_file(sys.argv[3])["features"][0]
+assert j["frames"] == timed.shape[0] == features.shape[0], (j["frames"], timed.shape, features.shape)
+assert torch.equal(timed, features), "bench features timed other features"
+PY
+    run 1 bench features "$audio/speech_44k_stereo.wav" --iterations 1
+    expect stderr 'speech_44k_stereo.wav: sampled at 44100 Hz; .*16000 Hz'
+    run 1 bench features "$out/missing.wav" --iterations 1
+    expect stderr 'missing.wav'
+    ;;
   features_zoo)
     # A registered name (WeNet's LibriSpeech Conformer: 80-bin Kaldi fbank, 16 kHz) on a 16 kHz
     # file, the 44.1 kHz stereo file (downmixed, resampled) and silence. The reference is

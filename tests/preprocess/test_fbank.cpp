@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -30,10 +31,12 @@ torch::Tensor signal(const std::string& name) {
 }
 
 // Compares ours with both references for every option set on `signals` (name -> 16 kHz
-// waveform) using the reference tensors in `file`; prints one line per case.
-void check_fbank_parity(const std::map<std::string, torch::Tensor>& signals,
-                        const std::string& file) {
+// waveform) using the reference tensors in `file`; prints one line per case. Returns the largest
+// difference between the two references themselves.
+double check_fbank_parity(const std::map<std::string, torch::Tensor>& signals,
+                          const std::string& file) {
   const auto& refs = reference_tensors(file);
+  double between = 0.0;
   std::printf("%-22s %-18s %6s  %-22s %-22s %s\n", "set", "signal", "frames",
               "max|ours-knf| (knf's)", "max|ours-ta| (ta's)", "max|ours-float64|");
   for (const auto& [set, values] : manifest()["sets"].items()) {
@@ -42,7 +45,10 @@ void check_fbank_parity(const std::map<std::string, torch::Tensor>& signals,
       SCOPED_TRACE(set + " / " + name);
       const auto ours = fbank(x, name);
       const auto& oracle = refs[set + "/" + name + "/float64"];
-      ASSERT_EQ(ours.sizes(), oracle.sizes());
+      if (ours.sizes() != oracle.sizes()) {
+        ADD_FAILURE() << "frames: ours " << ours.sizes() << ", reference " << oracle.sizes();
+        continue;
+      }
       const auto knf = testing::parity(ours, refs[set + "/" + name + "/knf"], oracle);
       const auto ta = testing::parity(ours, refs[set + "/" + name + "/torchaudio"], oracle);
       const double exact = max_difference(ours, oracle);
@@ -56,14 +62,22 @@ void check_fbank_parity(const std::map<std::string, torch::Tensor>& signals,
       // the logs. So every difference from a reference is that reference's own error, and the
       // elements above 1e-3 are the ill-conditioned bins where its float32 arithmetic fails.
       EXPECT_LE(exact, 1e-5);
+      between = std::max(between, max_difference(refs[set + "/" + name + "/knf"],
+                                                 refs[set + "/" + name + "/torchaudio"]));
     }
   }
+  std::printf("max |knf - torchaudio| over all cases: %.2e\n", between);
+  return between;
 }
 
 TEST(Fbank, MatchesKaldiNativeFbankAndTorchaudio) {
   std::map<std::string, torch::Tensor> signals;
   for (const auto& [name, file] : manifest()["signals"].items()) signals[name] = signal(name);
-  check_fbank_parity(signals, "fbank.safetensors");
+  const double between = check_fbank_parity(signals, "fbank.safetensors");
+  // Why the rule above and not a plain max <= 1e-3 from each reference: the two references
+  // differ from each other by more than 2e-3 in some element, so no features at all lie within
+  // 1e-3 of both. Should they ever agree that closely, tighten the rule to the plain bound.
+  EXPECT_GT(between, 2e-3) << "the references now agree within 2e-3: assert max <= 1e-3 instead";
 }
 
 // Silence is all zeros: every mel energy is 0 and every feature Kaldi's floor, ln(FLT_EPSILON).

@@ -3,6 +3,7 @@
 // of the zoo (bench_model.h); `bench memcheck` checks that the peak memory those figures rest on
 // is really measured.
 #include "tools/cli/bench_attention.h"
+#include "tools/cli/bench_features.h"
 #include "tools/cli/bench_model.h"
 #include "tools/cli/commands.h"
 
@@ -11,8 +12,8 @@
 namespace attnzoo::cli {
 
 Command add_bench_command(CLI::App& app) {
-  auto* bench =
-      app.add_subcommand("bench", "Benchmarks: attention backends, model latency, memory check");
+  auto* bench = app.add_subcommand(
+      "bench", "Benchmarks: attention backends, model latency, audio features, memory check");
   bench->require_subcommand(1, 1);
 
   auto o = std::make_shared<AttentionBenchOptions>();
@@ -100,14 +101,35 @@ Command add_bench_command(CLI::App& app) {
   model->add_option("--output", m->output,
                     "write the input and the last output to this safetensors file");
 
+  auto f = std::make_shared<FeatureBenchOptions>();
+  auto* features = bench->add_subcommand(
+      "features", "Time of the audio frontend on one file: in memory and from the file");
+  features->add_option("input", f->input, "an audio file at the features' sample rate")->required();
+  features->add_option("--model", f->model, "the model whose features section is used")
+      ->capture_default_str();
+  features->add_option("--set", f->overrides, "Override a config value, key.path=value");
+  features->add_option("--iterations", f->iterations, "timed calls of each kind; median and min")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}))
+      ->capture_default_str();
+  features->add_option("--warmup", f->warmup, "untimed calls before them")
+      ->check(CLI::Range(int64_t{0}, int64_t{100000}))
+      ->capture_default_str();
+  features->add_option("--threads", f->threads, "CPU threads (0: LibTorch's default)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1024}))
+      ->capture_default_str();
+  features->add_option("--json", f->json, "write every timed call and the summary to this file");
+  features->add_option("--output", f->output,
+                       "write the in-memory features to this safetensors file");
+
   auto megabytes = std::make_shared<int64_t>(100);
   auto* memcheck = bench->add_subcommand(
       "memcheck", "Check that peak-memory tracking sees LibTorch's CPU allocations");
   memcheck->add_option("--mb", *megabytes, "size of the test tensor in MiB")->capture_default_str();
 
-  return {bench, [o, m, megabytes, attention, model] {
+  return {bench, [o, m, f, megabytes, attention, model, features] {
             if (attention->parsed()) return run_attention_bench(*o);
             if (model->parsed()) return run_model_bench(*m);
+            if (features->parsed()) return run_feature_bench(*f);
             return run_memory_tracking_check(*megabytes);
           }};
 }
