@@ -6,6 +6,7 @@
 #include "preprocess/audio_error.h"
 #include "preprocess/audio_features.h"
 #include "preprocess/audio_from_config.h"
+#include "preprocess/resample.h"
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
@@ -25,6 +26,7 @@ struct SpeechEncoder::State {
   torch::Dtype dtype = torch::kFloat;
   std::string weights;
   int64_t min_frames = 1;
+  double frame_ms = 0.0;
 };
 
 namespace {
@@ -35,7 +37,31 @@ std::string seconds_text(double seconds) {
   return out.str();
 }
 
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+void fill_error(EncodedSpeech& out, const std::string& source, const std::exception& e) {
+  out = {};
+  out.audio = source;
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  out.error = c10_error ? c10_error->what_without_backtrace() : e.what();
+}
+
 }  // namespace
+
+// "a.wav: too short: 0.040 s gives 2 feature frames; subsampling conv2d4 needs at least 7 ..."
+static void check_long_enough(const ModelConfig& config, int64_t min_frames,
+                              const std::string& source, double seconds, int64_t frames) {
+  if (frames >= min_frames) return;
+  const double shift = config.features.frame_shift_ms / 1000.0;
+  throw AudioError(source + ": too short: " + seconds_text(seconds) + " gives " +
+                   std::to_string(frames) + " feature frames; subsampling " +
+                   config.conformer.subsampling() + " needs at least " +
+                   std::to_string(min_frames) + " (about " +
+                   seconds_text(static_cast<double>(min_frames) * shift) + ")");
+}
 
 SpeechEncoder::SpeechEncoder(const std::string& model, SpeechEncoderOptions options)
     : state_(std::make_unique<State>()) {
@@ -44,6 +70,8 @@ SpeechEncoder::SpeechEncoder(const std::string& model, SpeechEncoderOptions opti
                     options.threads);
   TORCH_CHECK_VALUE(options.stream_chunk >= 0, "SpeechEncoder: stream_chunk must be >= 0, got ",
                     options.stream_chunk);
+  TORCH_CHECK_VALUE(options.batch_size >= 1, "SpeechEncoder: batch_size must be >= 1, got ",
+                    options.batch_size);
   s.device = api_detail::parse_device("SpeechEncoder", options.device);
   s.dtype = api_detail::parse_dtype("SpeechEncoder", options.dtype);
   s.config = resolve_model_config(model, options.overrides);
@@ -59,6 +87,11 @@ SpeechEncoder::SpeechEncoder(const std::string& model, SpeechEncoderOptions opti
     const auto steps = conformer_subsampling_steps(o.subsampling());
     while (subsampled_length(steps, s.min_frames) < 1) ++s.min_frames;
   }
+  int64_t rate = 1;
+  if (o.subsampling() != "none") {
+    for (const auto& step : conformer_subsampling_steps(o.subsampling())) rate *= step.stride;
+  }
+  s.frame_ms = s.config.features.frame_shift_ms * static_cast<double>(rate);
   if (options.threads > 0) torch::set_num_threads(options.threads);
   s.model = api_detail::inference_model(s.config, options.weights, options.format, s.device,
                                         s.dtype, s.weights)
@@ -73,22 +106,17 @@ SpeechEncoder& SpeechEncoder::operator=(SpeechEncoder&&) noexcept = default;
 const ModelConfig& SpeechEncoder::config() const { return state_->config; }
 const std::string& SpeechEncoder::weights_description() const { return state_->weights; }
 int64_t SpeechEncoder::min_feature_frames() const { return state_->min_frames; }
+double SpeechEncoder::frame_period_ms() const { return state_->frame_ms; }
 
 EncodedSpeech SpeechEncoder::encode_features(torch::Tensor features, const std::string& source,
                                              double seconds) const {
   auto& s = *state_;
   const int64_t frames = features.size(0);
-  if (frames < s.min_frames) {
-    const double shift = s.config.features.frame_shift_ms / 1000.0;
-    throw AudioError(source + ": too short: " + seconds_text(seconds) + " gives " +
-                     std::to_string(frames) + " feature frames; subsampling " +
-                     s.config.conformer.subsampling() + " needs at least " +
-                     std::to_string(s.min_frames) + " (about " +
-                     seconds_text(static_cast<double>(s.min_frames) * shift) + ")");
-  }
+  check_long_enough(s.config, s.min_frames, source, seconds, frames);
   EncodedSpeech out;
   out.audio = source;
   out.seconds = seconds;
+  out.frame_ms = s.frame_ms;
   out.feature_frames = frames;
   const auto& streaming = s.config.streaming;
   torch::InferenceMode inference;
@@ -105,6 +133,36 @@ EncodedSpeech SpeechEncoder::encode_features(torch::Tensor features, const std::
     out.log_probs = s.model->ctc_log_probs(encoded)[0].to(torch::kCPU, torch::kFloat);
   }
   return out;
+}
+
+void SpeechEncoder::encode_batch(std::vector<EncodedSpeech*>& batch,
+                                 const std::vector<torch::Tensor>& features,
+                                 const std::vector<double>& feature_ms) const {
+  auto& s = *state_;
+  const auto start = std::chrono::steady_clock::now();
+  torch::InferenceMode inference;
+  const auto padded = pad_features(features);
+  const auto& streaming = s.config.streaming;
+  const auto [encoded, lengths] =
+      s.model->forward(padded.features.to(s.device, s.dtype), padded.lengths.to(s.device),
+                       streaming.chunk_size, streaming.num_left_chunks);
+  torch::Tensor log_probs;
+  if (s.config.conformer.vocab_size() > 0) log_probs = s.model->ctc_log_probs(encoded);
+  const auto valid = lengths.to(torch::kCPU);
+  const double batch_ms = ms_since(start);
+  const double total_frames = static_cast<double>(padded.lengths.sum().item<int64_t>());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    auto& out = *batch[i];
+    const int64_t n = valid[static_cast<int64_t>(i)].item<int64_t>();
+    const auto index = static_cast<int64_t>(i);
+    out.encoded = encoded[index].narrow(0, 0, n).to(torch::kCPU, torch::kFloat).contiguous();
+    out.embedding = out.encoded.mean(0);
+    if (log_probs.defined()) {
+      out.log_probs = log_probs[index].narrow(0, 0, n).to(torch::kCPU, torch::kFloat).contiguous();
+    }
+    out.encode_ms = feature_ms[i] + batch_ms * static_cast<double>(out.feature_frames) /
+                                        std::max(total_frames, 1.0);
+  }
 }
 
 EncodedSpeech SpeechEncoder::encode(const std::string& path) const {
@@ -133,22 +191,150 @@ EncodedSpeech SpeechEncoder::encode_waveform(const torch::Tensor& samples, int64
 }
 
 std::vector<EncodedSpeech> SpeechEncoder::encode(const std::vector<std::string>& paths) const {
-  std::vector<EncodedSpeech> results;
-  results.reserve(paths.size());
-  for (const auto& path : paths) {
-    try {
-      results.push_back(encode(path));
-    } catch (const c10::Error& e) {
-      results.push_back({});
-      results.back().audio = path;
-      results.back().error = e.what_without_backtrace();
-    } catch (const std::exception& e) {
-      results.push_back({});
-      results.back().audio = path;
-      results.back().error = e.what();
+  const auto& s = *state_;
+  std::vector<EncodedSpeech> results(paths.size());
+  if (s.options.stream_chunk > 0 || s.options.batch_size == 1) {
+    for (size_t i = 0; i < paths.size(); ++i) {
+      try {
+        results[i] = encode(paths[i]);
+      } catch (const std::exception& e) {
+        fill_error(results[i], paths[i], e);
+      }
     }
+    return results;
   }
+  // Features file by file (a bad file gets its error), the encoder batch by batch.
+  std::vector<EncodedSpeech*> batch;
+  std::vector<torch::Tensor> features;
+  std::vector<double> feature_ms;
+  const auto flush = [&] {
+    if (batch.empty()) return;
+    try {
+      encode_batch(batch, features, feature_ms);
+    } catch (const std::exception& e) {  // the encoder failed (out of memory, ...): all of them
+      for (auto* out : batch) fill_error(*out, out->audio, e);
+    }
+    batch.clear();
+    features.clear();
+    feature_ms.clear();
+  };
+  for (size_t i = 0; i < paths.size(); ++i) {
+    auto& out = results[i];
+    try {
+      const auto start = std::chrono::steady_clock::now();
+      auto audio = audio_file_features(paths[i], *s.extractor, s.options.read);
+      const double seconds =
+          static_cast<double>(audio.samples) / static_cast<double>(s.config.features.sample_rate);
+      check_long_enough(s.config, s.min_frames, paths[i], seconds, audio.features.size(0));
+      out.audio = paths[i];
+      out.seconds = seconds;
+      out.frame_ms = s.frame_ms;
+      out.feature_frames = audio.features.size(0);
+      batch.push_back(&out);
+      features.push_back(std::move(audio.features));
+      feature_ms.push_back(ms_since(start));
+    } catch (const std::exception& e) {
+      fill_error(out, paths[i], e);
+    }
+    if (static_cast<int64_t>(batch.size()) == s.options.batch_size) flush();
+  }
+  flush();
   return results;
+}
+
+// Copies what it needs of the encoder (the model is shared): a Stream may outlive its encoder.
+struct SpeechEncoder::Stream::Impl {
+  ModelConfig config;
+  int64_t min_frames = 1;
+  torch::Device device{torch::kCPU};
+  torch::Dtype dtype = torch::kFloat;
+  std::string source;
+  int64_t sample_rate = 0;
+  std::unique_ptr<Resampler> resampler;  // when the stream's rate is not the model's
+  std::unique_ptr<FeatureStream> features;
+  std::unique_ptr<ConformerStream> conformer;
+  int64_t chunk = 0;
+  int64_t samples = 0, feature_frames = 0, emitted = 0;
+  bool finished = false;
+
+  torch::Tensor encode(const torch::Tensor& frames) {
+    feature_frames += frames.size(0);
+    auto out = conformer->push(frames.unsqueeze(0).to(device, dtype));
+    return out[0].to(torch::kCPU, torch::kFloat);
+  }
+};
+
+SpeechEncoder::Stream::Stream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SpeechEncoder::Stream::Stream(Stream&&) noexcept = default;
+SpeechEncoder::Stream& SpeechEncoder::Stream::operator=(Stream&&) noexcept = default;
+SpeechEncoder::Stream::~Stream() = default;
+
+int64_t SpeechEncoder::Stream::chunk_size() const { return impl_->chunk; }
+int64_t SpeechEncoder::Stream::frames_emitted() const { return impl_->emitted; }
+double SpeechEncoder::Stream::seconds_received() const {
+  return static_cast<double>(impl_->samples) / static_cast<double>(impl_->sample_rate);
+}
+
+torch::Tensor SpeechEncoder::Stream::push(const torch::Tensor& samples) {
+  auto& m = *impl_;
+  TORCH_CHECK_VALUE(!m.finished, "SpeechEncoder::Stream(", m.source, "): push after finish()");
+  TORCH_CHECK_VALUE(samples.defined() && samples.dim() == 1, "SpeechEncoder::Stream(", m.source,
+                    "): samples must be [n] (mono), got ",
+                    samples.defined() ? samples.sizes() : c10::IntArrayRef{});
+  torch::InferenceMode inference;
+  auto x = samples.to(torch::kFloat).contiguous();
+  m.samples += x.size(0);
+  if (m.resampler) x = m.resampler->process(x);
+  auto out = m.encode(m.features->push(x));
+  m.emitted += out.size(0);
+  return out;
+}
+
+torch::Tensor SpeechEncoder::Stream::finish() {
+  auto& m = *impl_;
+  TORCH_CHECK_VALUE(!m.finished, "SpeechEncoder::Stream(", m.source, "): finish() called twice");
+  m.finished = true;
+  torch::InferenceMode inference;
+  std::vector<torch::Tensor> out;
+  if (m.resampler) out.push_back(m.encode(m.features->push(m.resampler->flush())));
+  out.push_back(m.encode(m.features->finish()));
+  check_long_enough(m.config, m.min_frames, m.source, seconds_received(), m.feature_frames);
+  out.push_back(m.conformer->finish()[0].to(torch::kCPU, torch::kFloat));
+  auto all = torch::cat(out);
+  m.emitted += all.size(0);
+  return all;
+}
+
+SpeechEncoder::Stream SpeechEncoder::stream(int64_t sample_rate, int64_t chunk,
+                                            const std::string& source) const {
+  const auto& s = *state_;
+  TORCH_CHECK_VALUE(sample_rate > 0, "SpeechEncoder::stream: sample_rate must be > 0, got ",
+                    sample_rate);
+  TORCH_CHECK_VALUE(chunk >= 0, "SpeechEncoder::stream: chunk must be >= 0, got ", chunk);
+  TORCH_CHECK_VALUE(s.extractor->options().kind != AudioFeatureKind::kWhisperLogMel,
+                    "SpeechEncoder::stream: ", s.config.source,
+                    " uses whisper_log_mel features, normalised by the whole utterance's maximum; "
+                    "they cannot stream");
+  if (chunk == 0) chunk = s.options.stream_chunk;
+  if (chunk == 0) chunk = s.config.streaming.chunk_size;
+  TORCH_CHECK_VALUE(chunk > 0, "SpeechEncoder::stream: ", s.config.source,
+                    " has no streaming.chunk_size; pass a chunk (encoder frames)");
+  auto impl = std::make_unique<Stream::Impl>();
+  impl->config = s.config;
+  impl->min_frames = s.min_frames;
+  impl->device = s.device;
+  impl->dtype = s.dtype;
+  impl->source = source;
+  impl->sample_rate = sample_rate;
+  impl->chunk = chunk;
+  if (sample_rate != s.extractor->options().sample_rate) {
+    impl->resampler = std::make_unique<Resampler>(
+        static_cast<double>(sample_rate), static_cast<double>(s.extractor->options().sample_rate));
+  }
+  impl->features = std::make_unique<FeatureStream>(*s.extractor, source);
+  impl->conformer =
+      std::make_unique<ConformerStream>(s.model, chunk, s.config.streaming.num_left_chunks);
+  return Stream(std::move(impl));
 }
 
 }  // namespace attnzoo

@@ -6,9 +6,12 @@
 //   options.weights = "wenet_final.safetensors";
 //   attnzoo::SpeechEncoder encoder("wenet_conformer_librispeech", options);
 //   auto u = encoder.encode("speech.flac");  // u.encoded [T', D], u.embedding [D], u.log_probs
+//   auto live = encoder.stream(48000);       // live audio: push blocks, get the new frames
+//   auto frames = live.push(block);          // [k, D]; live.finish() at the end
 //
 // Inference runs under torch::InferenceMode on a model in eval mode: one encoder may be used from
-// several threads at once. Errors name the file, option or key.
+// several threads at once (each Stream by one thread at a time). Errors name the file, option or
+// key.
 #pragma once
 
 #include "configs/model_config.h"
@@ -34,6 +37,10 @@ struct SpeechEncoderOptions {
   // many encoder frames, with the config's streaming.num_left_chunks; the model must stream.
   // 0: the offline forward (with the config's streaming chunk mask, if any).
   int64_t stream_chunk = 0;
+  // Utterances per forward pass in encode(paths): padded to the longest, with the padding masked
+  // (equal to one at a time on the valid frames). Streaming (stream_chunk > 0) encodes one at a
+  // time.
+  int64_t batch_size = 8;
 };
 
 // One utterance: its encoder frames and what follows from them, or the error that stopped it.
@@ -43,6 +50,7 @@ struct EncodedSpeech {
   torch::Tensor embedding;  // [D]: the mean over the frames
   torch::Tensor log_probs;  // [T', vocab] CTC log-probabilities; undefined without a CTC head
   double seconds = 0.0;     // the audio's duration
+  double frame_ms = 0.0;    // the period of the encoded frames (feature shift × subsampling)
   int64_t feature_frames = 0;
   double encode_ms = 0.0;  // features and encoder, wall time
   std::string error;       // empty on success
@@ -62,17 +70,59 @@ class SpeechEncoder {
   // A mono waveform in [-1, 1] at `sample_rate` (resampled to the model's rate).
   EncodedSpeech encode_waveform(const torch::Tensor& samples, int64_t sample_rate,
                                 const std::string& source = "<waveform>") const;
-  // Every file; a file that fails gets its error and the others are still encoded.
+  // Every file, in batches of options.batch_size; a file that fails gets its error and the
+  // others are still encoded. encode_ms: the file's features plus its share (by frames) of its
+  // batch's encoder time.
   std::vector<EncodedSpeech> encode(const std::vector<std::string>& paths) const;
+
+  // Live audio through the encoder's streaming path: a Resampler (when `sample_rate` is not the
+  // model's), a FeatureStream and a ConformerStream. The frames it returns, concatenated, equal
+  // encode()'s with options.stream_chunk = chunk, which equal the offline forward under the same
+  // chunk mask (within rounding). A Stream is used by one thread at a time; many Streams may
+  // share one encoder.
+  class Stream {
+   public:
+    Stream(Stream&&) noexcept;
+    Stream& operator=(Stream&&) noexcept;
+    ~Stream();
+    // samples: [n] float in [-1, 1], mono at the stream's rate (n may be 0) -> the encoder
+    // frames they complete, [k, D] float32 on the CPU (k may be 0). AudioError for NaN or
+    // infinite samples.
+    torch::Tensor push(const torch::Tensor& samples);
+    // The remaining frames. AudioError ("too short", with the numbers) when the whole stream
+    // gave fewer feature frames than the subsampling needs. The stream is then done.
+    torch::Tensor finish();
+    int64_t chunk_size() const;      // encoder frames per chunk
+    int64_t frames_emitted() const;  // encoder frames returned so far
+    double seconds_received() const;
+
+   private:
+    friend class SpeechEncoder;
+    struct Impl;
+    explicit Stream(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+  };
+  // A Stream keeps the model alive and may outlive the encoder.
+  // chunk: encoder frames per chunk; 0: options.stream_chunk, else the config's
+  // streaming.chunk_size (c10::ValueError when neither is set, the model cannot stream, or the
+  // features are Whisper's, normalised over the whole utterance). History: the config's
+  // streaming.num_left_chunks. `source` names the stream in errors.
+  Stream stream(int64_t sample_rate, int64_t chunk = 0,
+                const std::string& source = "<stream>") const;
 
   const ModelConfig& config() const;
   const std::string& weights_description() const;
   // The fewest feature frames the subsampling turns into one encoder frame.
   int64_t min_feature_frames() const;
+  // The period of the encoded frames in ms: the feature shift times the subsampling rate.
+  double frame_period_ms() const;
 
  private:
   EncodedSpeech encode_features(torch::Tensor features, const std::string& source,
                                 double seconds) const;
+  // One forward pass over utterances whose features are known to be long enough.
+  void encode_batch(std::vector<EncodedSpeech*>& batch, const std::vector<torch::Tensor>& features,
+                    const std::vector<double>& feature_ms) const;
   struct State;
   std::unique_ptr<State> state_;
 };

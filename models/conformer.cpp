@@ -251,11 +251,8 @@ int64_t ConformerEncoderImpl::right_context() const {
   return context;
 }
 
-std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> ConformerEncoderImpl::forward_chunk(
-    const torch::Tensor& features, int64_t offset, int64_t required_cache_size,
-    const torch::Tensor& att_cache, const torch::Tensor& cnn_cache) {
+void ConformerEncoderImpl::check_streamable(const char* who) const {
   const auto& o = options;
-  constexpr const char* who = "ConformerEncoder::forward_chunk";
   TORCH_CHECK_VALUE(!is_training(), who, ": streaming is inference only; call eval() first");
   TORCH_CHECK_VALUE(o.blocks().causal_conv(), who,
                     ": streaming needs causal_conv (a centred depthwise kernel would read frames "
@@ -269,6 +266,14 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> ConformerEncoderImpl::fo
                         "streaming needs none, conv2d4, conv2d6 or conv2d8");
     }
   }
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> ConformerEncoderImpl::forward_chunk(
+    const torch::Tensor& features, int64_t offset, int64_t required_cache_size,
+    const torch::Tensor& att_cache, const torch::Tensor& cnn_cache) {
+  const auto& o = options;
+  constexpr const char* who = "ConformerEncoder::forward_chunk";
+  check_streamable(who);
   const int64_t layers = o.blocks().num_layers();
   const int64_t min_frames = right_context() + 1;
   TORCH_CHECK_VALUE(features.defined() && features.dim() == 3 && features.size(2) == o.input_dim(),
@@ -351,6 +356,7 @@ ConformerStream::ConformerStream(ConformerEncoder encoder, int64_t chunk_size,
                                  int64_t num_left_chunks)
     : encoder_(std::move(encoder)), chunk_size_(chunk_size), num_left_chunks_(num_left_chunks) {
   TORCH_CHECK_VALUE(chunk_size_ > 0, "ConformerStream: chunk_size must be > 0, got ", chunk_size_);
+  encoder_->check_streamable("ConformerStream");
 }
 
 void ConformerStream::reset() {

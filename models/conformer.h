@@ -183,6 +183,10 @@ class ConformerEncoderImpl : public torch::nn::Cloneable<ConformerEncoderImpl> {
       const torch::Tensor& features, int64_t offset, int64_t required_cache_size,
       const torch::Tensor& att_cache = {}, const torch::Tensor& cnn_cache = {});
 
+  // Throws c10::ValueError naming `who` when this encoder cannot stream (training mode, a
+  // centred depthwise kernel, group_norm, a subsampling that pads).
+  void check_streamable(const char* who) const;
+
   // Encodes whole utterances (all B of length T) chunk by chunk through forward_chunk, as a
   // streaming recognizer does (WeNet's forward_chunk_by_chunk): equal, within rounding, to
   // forward(features, {}, chunk_size, num_left_chunks). -> (encoded [B, T', D], lengths [B]).

@@ -44,6 +44,27 @@ assert list(t["encoded_0"].shape) == [28, 16] and list(t["log_probs_2"].shape) =
 assert (t["embedding_0"] - t["encoded_0"].mean(0)).abs().max() < 1e-6
 print("encode output ok")
 PY
+    # Batched (the default, 8 per pass: a.wav and b.wav together) equals one file per pass.
+    run 1 encode --model "$yaml" --batch-size 1 --out "$out/one.safetensors" "$out/a.wav" \
+      "$out/missing.wav" "$out/b.wav" "$out/short.wav"
+    "$py" - "$out/e.safetensors" "$out/one.safetensors" <<'PY' || exit 1
+import sys
+from safetensors.torch import load_file
+a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
+assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+for k in a:
+    assert a[k].shape == b[k].shape and (a[k] - b[k]).abs().max() < 1e-5, k
+PY
+    run 2 encode --model "$yaml" --batch-size 0 "$out/a.wav"
+    expect stderr '--batch-size'
+    # tools/examples/encode_audio, the README's example: the shapes the CLI reports.
+    example=$(dirname "$bin")/tools/examples/encode_audio
+    "$example" "$yaml" - "$out/a.wav" >"$out/example" 2>&1 || { cat "$out/example"; exit 1; }
+    grep -Eq "^$out/a.wav: 1.20 s -> 28 x 16 encoded frames every 40 ms" "$out/example" ||
+      { echo "FAIL: example output"; cat "$out/example"; exit 1; }
+    grep -Eq "^  streamed in chunks of 4: 28 frames, max difference [0-9.e-]+$" "$out/example" ||
+      { echo "FAIL: example stream"; cat "$out/example"; exit 1; }
+    "$example" "$yaml" - "$out/missing.wav" >/dev/null 2>&1 && { echo "FAIL: missing file not reported"; exit 1; }
     ;;
   encode_stream)
     # Chunk by chunk through the caches equals the config's chunk-masked offline forward.

@@ -136,6 +136,10 @@ Command add_encode_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--threads", options->encoder.threads, "LibTorch intra-op threads")
       ->check(CLI::Range(0, 1024));
+  sub->add_option("--batch-size", options->encoder.batch_size,
+                  "Files per forward pass (padded and masked; --stream: one at a time)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}))
+      ->capture_default_str();
   sub->add_option("--out", options->out,
                   "safetensors file for encoded_<i>, embedding_<i> and log_probs_<i>");
   sub->add_flag("--json", options->json,
