@@ -235,6 +235,7 @@ ConformerEncoderOptions read_conformer_architecture(MapReader arch) {
   o.global_cmvn(arch.boolean("global_cmvn", o.global_cmvn()));
   o.final_norm(arch.boolean("final_norm", o.final_norm()));
   o.vocab_size(arch.integer("vocab_size", o.vocab_size(), 0, kMaxClasses));
+  o.num_classes(arch.integer("num_classes", o.num_classes(), 0, kMaxClasses));
   arch.finish();
 
   const auto at = [&](const std::string& first, const std::string& second) {

@@ -89,6 +89,7 @@ int64_t conformer_parameter_count(const ConformerEncoderOptions& o) {
   n += b.num_layers() * block;
   if (o.final_norm()) n += layer_norm;
   if (o.vocab_size() > 0) n += d * o.vocab_size() + o.vocab_size();
+  if (o.num_classes() > 0) n += d * o.num_classes() + o.num_classes();
   return n;
 }
 
@@ -122,6 +123,7 @@ int64_t conformer_macs(const ConformerEncoderOptions& o, int64_t input_frames) {
   block += t * d * 2 * d + t * d * k + t * d * d;  // pointwise_conv1, depthwise, pointwise_conv2
   macs += b.num_layers() * block;
   if (o.vocab_size() > 0) macs += t * d * o.vocab_size();
+  if (o.num_classes() > 0) macs += d * o.num_classes();
   return macs;
 }
 

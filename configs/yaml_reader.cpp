@@ -378,6 +378,38 @@ std::optional<std::vector<double>> MapReader::number_list(const std::string& key
   return values;
 }
 
+std::optional<std::vector<std::string>> MapReader::string_list(const std::string& key) {
+  const Entry* entry = lookup(key, false);
+  if (!entry) return std::nullopt;
+  if (!entry->value.IsSequence()) fail_type(*entry, "a sequence of strings");
+  std::vector<std::string> values;
+  for (size_t i = 0; i < entry->value.size(); ++i) {
+    const YAML::Node item = entry->value[i];
+    if (!item.IsScalar() || item.Scalar().empty()) {
+      document_->fail(path(key) + "[" + std::to_string(i) + "]", item.Mark(),
+                      "expected a non-empty string, got " + describe(item));
+    }
+    values.push_back(item.Scalar());
+  }
+  return values;
+}
+
+std::vector<MapReader> MapReader::map_list(const std::string& key) {
+  const Entry* entry = lookup(key, false);
+  std::vector<MapReader> items;
+  if (!entry || entry->value.IsNull()) return items;
+  if (!entry->value.IsSequence()) fail_type(*entry, "a sequence of mappings");
+  for (size_t i = 0; i < entry->value.size(); ++i) {
+    const YAML::Node item = entry->value[i];
+    const std::string item_path = path(key) + "[" + std::to_string(i) + "]";
+    if (!item.IsMap()) {
+      document_->fail(item_path, item.Mark(), "expected a mapping, got " + describe(item));
+    }
+    items.emplace_back(*document_, item, item_path);
+  }
+  return items;
+}
+
 MapReader MapReader::map(const std::string& key, bool required) {
   const Entry* entry = lookup(key, required);
   MapReader child(*document_, entry ? entry->value : YAML::Node(), path(key));

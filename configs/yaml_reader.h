@@ -79,6 +79,10 @@ class MapReader {
                                                    int64_t max);
   std::optional<std::vector<double>> number_list(const std::string& key, size_t size, double min,
                                                  double max, bool min_exclusive = false);
+  // A sequence of strings (any length, each non-empty); std::nullopt when the key is absent.
+  std::optional<std::vector<std::string>> string_list(const std::string& key);
+  // A sequence of mappings ("key[i]" in messages); empty when the key is absent.
+  std::vector<MapReader> map_list(const std::string& key);
   // A nested mapping; an absent key reads as an empty mapping unless `required`.
   MapReader map(const std::string& key, bool required);
 

@@ -23,7 +23,50 @@ void zero_bias(const torch::nn::Linear& layer) {
   if (layer->bias.defined()) layer->bias.zero_();
 }
 
+// The innermost AttentionRecorder alive on this thread.
+thread_local AttentionRecorder* active_recorder = nullptr;
+
 }  // namespace
+
+AttentionRecorder::AttentionRecorder() : previous_(active_recorder) { active_recorder = this; }
+
+AttentionRecorder::~AttentionRecorder() { active_recorder = previous_; }
+
+AttentionRecorder* AttentionRecorder::active() { return active_recorder; }
+
+void AttentionRecorder::record(const AttentionProblem& problem, const std::string& backend,
+                               bool self_attention) {
+  torch::NoGradGuard no_grad;
+  const int64_t query_len = problem.query.size(2), key_len = problem.key.size(2);
+  const auto device = problem.query.device();
+  AttentionRecord record;
+  AttentionProblem probe = problem;
+  probe.need_weights = false;
+  probe.dropout_p = 0.0;
+  // The mask under which math computes what `backend` computes (block_local: its pattern).
+  const auto equivalent = select_attention_backend(backend, probe).math_equivalent(probe);
+  if (equivalent) {
+    probe.mask = *equivalent;
+    probe.need_weights = true;
+    record.weights = scaled_dot_product_attention(std::move(probe), "math").weights.detach();
+    if (auto allowed = equivalent->allowed(query_len, key_len, device)) record.allowed = *allowed;
+  }
+  const auto& mask = problem.mask;
+  if (self_attention && (mask.key_lengths().defined() || mask.key_padding_mask().defined())) {
+    const auto valid_keys = AttentionMask()
+                                .key_lengths(mask.key_lengths())
+                                .key_padding_mask(mask.key_padding_mask())
+                                .allowed(key_len, key_len, device);
+    if (valid_keys) {
+      // [B or 1, 1, 1 or S, S] -> [B, S]: the keys' validity, of which the queries are the last L.
+      record.valid_queries = valid_keys->select(1, 0)
+                                 .select(1, 0)
+                                 .expand({problem.query.size(0), key_len})
+                                 .narrow(1, key_len - query_len, query_len);
+    }
+  }
+  records_.push_back(std::move(record));
+}
 
 MultiheadAttentionImpl::MultiheadAttentionImpl(MultiheadAttentionOptions options_)
     : options(std::move(options_)) {
@@ -236,6 +279,9 @@ AttentionOutput MultiheadAttentionImpl::run(const torch::Tensor& query, const to
   problem.need_weights = need_weights;
   problem.options = o.backend_options();
 
+  if (auto* recorder = AttentionRecorder::active()) {
+    recorder->record(problem, o.backend(), /*self_attention=*/!memory.defined());
+  }
   if (need_weights && o.backend() != "math") {
     // The probabilities come from math, under the mask that makes it compute what the configured
     // backend computes (block_local: its pattern); an approximation has none to show.

@@ -20,6 +20,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace attnzoo {
 
@@ -68,6 +69,49 @@ struct AttentionOutput {
   torch::Tensor output;      // [B, L, D]
   torch::Tensor weights;     // [B, H, L, S], per-head probabilities (before dropout)
   torch::Tensor head_gates;  // [B, H], softmax gates (sum to 1) when head_gating, else undefined
+};
+
+// One attention call seen by an AttentionRecorder.
+struct AttentionRecord {
+  // [B, H, L, S] probabilities before dropout, as the configured backend computes them (through
+  // math, under its equivalent mask); not part of any autograd graph. Undefined when the backend
+  // approximates softmax attention and has no probabilities.
+  torch::Tensor weights;
+  // bool, broadcastable to [B, H, L, S]: true where the mask lets query i see key j (key padding,
+  // attn_mask, causal and a backend's pattern together); undefined when every key is allowed.
+  torch::Tensor allowed;
+  // bool [B, L]: false for the queries that are padding themselves (self-attention with key
+  // padding: the queries are the last L keys); undefined when every query is valid.
+  torch::Tensor valid_queries;
+};
+
+// Collects the attention probabilities of every attention call that runs on this thread while it
+// is alive (MultiheadAttention and ConformerAttention, in call order: one record per block of a
+// ViT or Conformer forward), for diagnostics and attention maps. Opt-in: without a recorder the
+// layers check one thread-local pointer and compute nothing more. With one, each call also runs
+// the math backend on the same problem, without dropout and without gradients, so the layer's
+// own output, its autograd graph and the random number stream are exactly those of an unrecorded
+// forward. Recorders nest: the innermost one records.
+class AttentionRecorder {
+ public:
+  AttentionRecorder();
+  ~AttentionRecorder();
+  AttentionRecorder(const AttentionRecorder&) = delete;
+  AttentionRecorder& operator=(const AttentionRecorder&) = delete;
+
+  // The recorder of this thread, or nullptr.
+  static AttentionRecorder* active();
+
+  // Records the probabilities of `problem` as `backend` computes them; `self_attention`: the
+  // queries are the last L of the S keys, so the key padding marks padded queries too.
+  void record(const AttentionProblem& problem, const std::string& backend, bool self_attention);
+
+  const std::vector<AttentionRecord>& records() const { return records_; }
+  std::vector<AttentionRecord> take() { return std::move(records_); }
+
+ private:
+  std::vector<AttentionRecord> records_;
+  AttentionRecorder* previous_ = nullptr;
 };
 
 class MultiheadAttentionImpl : public torch::nn::Cloneable<MultiheadAttentionImpl> {

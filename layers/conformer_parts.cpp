@@ -367,6 +367,9 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::attend(
   }
   problem.dropout_p = is_training() ? o.dropout() : 0.0;
   problem.options = o.backend_options();
+  if (auto* recorder = AttentionRecorder::active()) {
+    recorder->record(problem, mha->options.backend(), /*self_attention=*/true);
+  }
   const auto attended = scaled_dot_product_attention(std::move(problem), mha->options.backend());
   auto heads_out = attended.output;  // [B, H, T, E]
   if (o.head_gating()) {

@@ -186,6 +186,7 @@ void ConformerEncoderImpl::reset() {
   TORCH_CHECK_VALUE(o.position() != "abs_pos" || d % 2 == 0, who,
                     ": abs_pos needs an even model width, got ", d);
   TORCH_CHECK_VALUE(o.vocab_size() >= 0, who, ": vocab_size must be >= 0, got ", o.vocab_size());
+  TORCH_CHECK_VALUE(o.num_classes() >= 0, who, ": num_classes must be >= 0, got ", o.num_classes());
   // The blocks attend with relative positions in the rel modes only.
   o.blocks().position(o.position() == "abs_pos" ? "none" : o.position());
   if (o.global_cmvn()) global_cmvn = register_module("global_cmvn", GlobalCmvn(o.input_dim()));
@@ -202,6 +203,9 @@ void ConformerEncoderImpl::reset() {
         torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(o.blocks().norm_eps())));
   }
   if (o.vocab_size() > 0) ctc = register_module("ctc", torch::nn::Linear(d, o.vocab_size()));
+  if (o.num_classes() > 0) {
+    classifier = register_module("classifier", torch::nn::Linear(d, o.num_classes()));
+  }
 }
 
 std::tuple<torch::Tensor, torch::Tensor> ConformerEncoderImpl::forward(
@@ -419,6 +423,13 @@ torch::Tensor ConformerStream::finish() {
 torch::Tensor ConformerEncoderImpl::ctc_log_probs(const torch::Tensor& encoded) {
   TORCH_CHECK_VALUE(!ctc.is_empty(), "ConformerEncoder: no CTC head (vocab_size is 0)");
   return torch::log_softmax(ctc(encoded), -1);
+}
+
+torch::Tensor ConformerEncoderImpl::classify(const torch::Tensor& encoded,
+                                             const torch::Tensor& lengths) {
+  TORCH_CHECK_VALUE(!classifier.is_empty(),
+                    "ConformerEncoder: no classification head (num_classes is 0)");
+  return classifier(utterance_embedding(encoded, lengths));
 }
 
 torch::Tensor ConformerEncoderImpl::utterance_embedding(const torch::Tensor& encoded,

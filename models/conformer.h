@@ -149,6 +149,9 @@ struct ConformerEncoderOptions {
   TORCH_ARG(bool, final_norm) = true;
   // CTC vocabulary size; 0: no CTC head.
   TORCH_ARG(int64_t, vocab_size) = 0;
+  // Utterance classes (keyword spotting, audio classification); 0: no classification head. The
+  // head is a Linear [C, D] on the mean of the encoded frames over each utterance's valid ones.
+  TORCH_ARG(int64_t, num_classes) = 0;
 };
 
 class ConformerEncoderImpl : public torch::nn::Cloneable<ConformerEncoderImpl> {
@@ -201,6 +204,9 @@ class ConformerEncoderImpl : public torch::nn::Cloneable<ConformerEncoderImpl> {
 
   // CTC head: encoded [B, T', D] -> log-probabilities [B, T', vocab_size] (needs vocab_size > 0).
   torch::Tensor ctc_log_probs(const torch::Tensor& encoded);
+  // Classification head: encoded [B, T', D] and its lengths [B] -> logits [B, num_classes]
+  // (needs num_classes > 0).
+  torch::Tensor classify(const torch::Tensor& encoded, const torch::Tensor& lengths);
   // Utterance embedding: the mean of encoded [B, T', D] over each utterance's valid frames
   // -> [B, D] (zeros for an empty utterance).
   static torch::Tensor utterance_embedding(const torch::Tensor& encoded,
@@ -213,6 +219,7 @@ class ConformerEncoderImpl : public torch::nn::Cloneable<ConformerEncoderImpl> {
   Conformer conformer{nullptr};              // conformer.layers.{i}
   torch::nn::LayerNorm after_norm{nullptr};  // final_norm only
   torch::nn::Linear ctc{nullptr};            // [vocab, D], vocab_size > 0 only
+  torch::nn::Linear classifier{nullptr};     // [classes, D], num_classes > 0 only
 };
 TORCH_MODULE(ConformerEncoder);
 

@@ -19,12 +19,14 @@ const cv::Scalar kBlack(0, 0, 0);
 const cv::Scalar kGrid(225, 225, 225);
 const cv::Scalar kAxis(90, 90, 90);
 
-bool drawable(double x, double y) { return std::isfinite(x) && std::isfinite(y) && x > 0 && y > 0; }
+bool drawable(double x, double y, bool x_log, bool y_log) {
+  return std::isfinite(x) && std::isfinite(y) && (!x_log || x > 0) && (!y_log || y > 0);
+}
 
 // Compact tick labels: 0.5, 2, 512, 16384, 1e+06 -> "1e6".
 std::string tick_label(double v) {
   char buffer[32];
-  if (v >= 1e5 || v < 1e-3) {
+  if (v > 0 && (v >= 1e5 || v < 1e-3)) {
     const int exponent = static_cast<int>(std::floor(std::log10(v) + 1e-9));
     const double mantissa = v / std::pow(10.0, exponent);
     if (std::fabs(mantissa - 1.0) < 1e-6) {
@@ -48,12 +50,48 @@ void put_text(cv::Mat& canvas, const std::string& text, cv::Point origin, double
   cv::putText(canvas, text, origin, kFont, scale, color, thickness, cv::LINE_AA);
 }
 
-// A log axis: data range -> pixel range.
+// An axis: data range -> pixel range, logarithmic or linear.
 struct LogAxis {
-  double lo = 0, hi = 1;  // log10 bounds
+  double lo = 0, hi = 1;  // bounds (log10 of them on a log axis)
   double p0 = 0, p1 = 1;  // pixels of lo and hi
-  double operator()(double v) const { return p0 + (std::log10(v) - lo) / (hi - lo) * (p1 - p0); }
+  bool log = true;
+  double operator()(double v) const {
+    return p0 + ((log ? std::log10(v) : v) - lo) / (hi - lo) * (p1 - p0);
+  }
 };
+
+// Bounds of the finite values, padded.
+std::pair<double, double> linear_bounds(const std::vector<double>& values) {
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (const double v : values) {
+    if (!std::isfinite(v)) continue;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  if (!std::isfinite(lo)) return {0.0, 1.0};
+  if (hi - lo < 1e-12 * std::max(1.0, std::fabs(hi))) {
+    lo -= 0.5;
+    hi += 0.5;
+  }
+  const double pad = 0.05 * (hi - lo);
+  return {lo - pad, hi + pad};
+}
+
+// Ticks at multiples of 1, 2 or 5 × 10^k, about six over [lo, hi].
+std::vector<double> linear_ticks(double lo, double hi) {
+  const double raw = (hi - lo) / 6.0;
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = magnitude;
+  for (const double m : {1.0, 2.0, 5.0, 10.0}) {
+    step = m * magnitude;
+    if (step >= raw) break;
+  }
+  std::vector<double> ticks;
+  for (double v = std::ceil(lo / step) * step; v <= hi + 1e-9 * step; v += step) {
+    ticks.push_back(std::fabs(v) < 1e-12 * step ? 0.0 : v);
+  }
+  return ticks;
+}
 
 // Log10 bounds of the positive values, padded so that points do not sit on the frame.
 std::pair<double, double> log_bounds(const std::vector<double>& values) {
@@ -144,20 +182,22 @@ cv::Mat render_log_log_panel(const PlotPanel& panel, int width, int height) {
 
   std::vector<double> xs, ys;
   std::set<double> distinct_x;
+  const auto visible = [&](double x, double y) { return drawable(x, y, panel.x_log, panel.y_log); };
   for (const auto& s : panel.series) {
     for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i) {
-      if (!drawable(s.x[i], s.y[i])) continue;
+      if (!visible(s.x[i], s.y[i])) continue;
       xs.push_back(s.x[i]);
       ys.push_back(s.y[i]);
       distinct_x.insert(s.x[i]);
     }
   }
-  const auto [xlo, xhi] = log_bounds(xs);
-  const auto [ylo, yhi] = log_bounds(ys);
+  const auto [xlo, xhi] = panel.x_log ? log_bounds(xs) : linear_bounds(xs);
+  const auto [ylo, yhi] = panel.y_log ? log_bounds(ys) : linear_bounds(ys);
   const auto axes = [&, xlo = xlo, xhi = xhi, ylo = ylo, yhi = yhi](const cv::Rect& f) {
-    return std::make_pair(
-        LogAxis{xlo, xhi, static_cast<double>(f.x), static_cast<double>(f.x + f.width)},
-        LogAxis{ylo, yhi, static_cast<double>(f.y + f.height), static_cast<double>(f.y)});
+    return std::make_pair(LogAxis{xlo, xhi, static_cast<double>(f.x),
+                                  static_cast<double>(f.x + f.width), panel.x_log},
+                          LogAxis{ylo, yhi, static_cast<double>(f.y + f.height),
+                                  static_cast<double>(f.y), panel.y_log});
   };
   // Each series in canvas pixels; points off the log scale are dropped.
   const auto project = [&](const cv::Rect& f) {
@@ -166,7 +206,7 @@ cv::Mat render_log_log_panel(const PlotPanel& panel, int width, int height) {
     for (const auto& s : panel.series) {
       std::vector<cv::Point2d> points;
       for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i) {
-        if (drawable(s.x[i], s.y[i])) points.emplace_back(xa(s.x[i]), ya(s.y[i]));
+        if (visible(s.x[i], s.y[i])) points.emplace_back(xa(s.x[i]), ya(s.y[i]));
       }
       lines.push_back(std::move(points));
     }
@@ -234,10 +274,16 @@ cv::Mat render_log_log_panel(const PlotPanel& panel, int width, int height) {
   std::vector<double> x_major, x_minor, y_major, y_minor;
   if (panel.x_ticks_at_data && !distinct_x.empty() && distinct_x.size() <= 12) {
     x_major.assign(distinct_x.begin(), distinct_x.end());
-  } else {
+  } else if (panel.x_log) {
     decade_ticks(xlo, xhi, x_major, x_minor);
+  } else {
+    x_major = linear_ticks(xlo, xhi);
   }
-  decade_ticks(ylo, yhi, y_major, y_minor);
+  if (panel.y_log) {
+    decade_ticks(ylo, yhi, y_major, y_minor);
+  } else {
+    y_major = linear_ticks(ylo, yhi);
+  }
   const int x_base = frame.y + frame.height, y_base = frame.x;
   for (const double v : x_major) {
     const int px = cvRound(x_axis(v));

@@ -1,6 +1,6 @@
-// Small line plots as PNG, on OpenCV: log-log panels with ticks, labels and a legend, for the
-// benchmark figures (cost against sequence length). Not a general plotting library: just enough
-// to read scaling exponents off a figure.
+// Small line plots as PNG, on OpenCV: panels with ticks, labels and a legend, log-log for the
+// benchmark figures (cost against sequence length, to read scaling exponents off) or linear for
+// training curves (loss and accuracy against steps). Not a general plotting library.
 #pragma once
 
 #include <opencv2/core.hpp>
@@ -27,12 +27,15 @@ struct PlotPanel {
   // Ticks on x at the series' x values (e.g. the lengths measured: 512, 1024, ...) instead of at
   // decades; used when there are at most 12 distinct values.
   bool x_ticks_at_data = true;
+  // Logarithmic axes (points with a non-positive coordinate on a log axis are not drawn).
+  bool x_log = true;
+  bool y_log = true;
 };
 
 // The i-th colour of a qualitative palette (distinguishable, colour-blind friendly order).
 cv::Scalar plot_color(size_t index);
 
-// One log-log panel of width × height pixels.
+// One panel of width × height pixels (log-log unless the panel says otherwise).
 cv::Mat render_log_log_panel(const PlotPanel& panel, int width, int height);
 
 // The panels side by side in one PNG; throws when the file cannot be written.

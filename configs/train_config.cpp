@@ -1,0 +1,217 @@
+#include "configs/train_config.h"
+
+#include "configs/registry.h"
+#include "configs/yaml_reader.h"
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <regex>
+#include <sstream>
+
+namespace attnzoo {
+namespace {
+
+using config_detail::Document;
+using config_detail::MapReader;
+namespace fs = std::filesystem;
+
+constexpr double kHuge = std::numeric_limits<double>::max();
+
+// A path as written in the config: absolute, or relative to the config's folder.
+std::string resolve(const std::string& source, const std::string& value) {
+  fs::path path(value);
+  if (path.is_relative()) path = fs::path(source).parent_path() / path;
+  return path.lexically_normal().string();
+}
+
+TrainDataConfig read_data(MapReader data, const std::string& source) {
+  TrainDataConfig d;
+  d.kind = data.choice("kind", std::nullopt, {"image_folder", "image_list", "audio_list"});
+  const bool folder = d.kind == "image_folder";
+  const auto check = [&](const std::string& key, const std::string& value) {
+    const std::string path = resolve(source, value);
+    std::error_code error;
+    if (folder ? !fs::is_directory(path, error) : !fs::is_regular_file(path, error)) {
+      data.fail(key, "'" + path + "' is not " + (folder ? "a folder" : "a list file"));
+    }
+    return path;
+  };
+  d.train = check("train", data.string("train", std::nullopt));
+  if (data.has("val")) d.val = check("val", data.string("val", std::nullopt));
+  if (auto classes = data.string_list("classes")) {
+    if (classes->size() < 2) data.fail("classes", "a classifier needs at least 2 classes");
+    d.classes = *classes;
+  }
+  d.workers = data.integer("workers", 2, 0, 256);
+  d.prefetch = data.integer("prefetch", 4, 1, 1024);
+  data.finish();
+  return d;
+}
+
+TrainAugmentConfig read_augment(MapReader a) {
+  TrainAugmentConfig g;
+  g.random_resized_crop = a.boolean("random_resized_crop", true);
+  if (auto scale = a.number_list("crop_scale", 2, 0.0, 1.0, true)) {
+    if ((*scale)[0] > (*scale)[1]) a.fail("crop_scale", "expected low <= high");
+    g.crop_scale = {(*scale)[0], (*scale)[1]};
+  }
+  if (auto ratio = a.number_list("crop_ratio", 2, 0.0, 100.0, true)) {
+    if ((*ratio)[0] > (*ratio)[1]) a.fail("crop_ratio", "expected low <= high");
+    g.crop_ratio = {(*ratio)[0], (*ratio)[1]};
+  }
+  g.hflip = a.number("hflip", 0.5, 0.0, 1.0);
+  g.color_jitter = a.number("color_jitter", 0.0, 0.0, 10.0);
+  g.mixup_alpha = a.number("mixup_alpha", 0.0, 0.0, 100.0);
+  g.cutmix_alpha = a.number("cutmix_alpha", 0.0, 0.0, 100.0);
+  g.mix_prob = a.number("mix_prob", 1.0, 0.0, 1.0);
+  g.spec_augment = a.boolean("spec_augment", false);
+  g.freq_masks = a.integer("freq_masks", 2, 0, 100);
+  g.freq_width = a.integer("freq_width", 27, 0, 10000);
+  g.time_masks = a.integer("time_masks", 2, 0, 100);
+  g.time_width = a.integer("time_width", 100, 0, 1000000);
+  g.time_ratio = a.number("time_ratio", 1.0, 0.0, 1.0);
+  g.time_warp = a.integer("time_warp", 0, 0, 10000);
+  a.finish();
+  return g;
+}
+
+TrainOptimizerConfig read_optimizer(MapReader o) {
+  TrainOptimizerConfig c;
+  o.choice("name", "adamw", {"adamw"});
+  c.lr = o.number("lr", 1e-3, 0.0, 10.0, true);
+  c.weight_decay = o.number("weight_decay", 0.05, 0.0, 10.0);
+  if (auto betas = o.number_list("betas", 2, 0.0, 1.0)) {
+    if ((*betas)[0] >= 1.0 || (*betas)[1] >= 1.0) o.fail("betas", "expected values below 1");
+    c.beta1 = (*betas)[0];
+    c.beta2 = (*betas)[1];
+  }
+  c.eps = o.number("eps", 1e-8, 0.0, 1.0, true);
+  c.no_decay_on_norms_biases_tokens = o.boolean("no_decay_on_norms_biases_tokens", true);
+  for (auto rule : o.map_list("rules")) {
+    TrainRuleConfig r;
+    r.pattern = rule.string("pattern", std::nullopt);
+    try {
+      std::regex check(r.pattern);
+    } catch (const std::regex_error& e) {
+      rule.fail("pattern", std::string("not a regular expression: ") + e.what());
+    }
+    r.lr = rule.nullable_number("lr", std::nullopt, 0.0, 10.0);
+    r.weight_decay = rule.nullable_number("weight_decay", std::nullopt, 0.0, 10.0);
+    for (auto slice : rule.map_list("slices")) {
+      TrainSliceConfig s;
+      s.lr = slice.nullable_number("lr", std::nullopt, 0.0, 10.0);
+      s.weight_decay = slice.nullable_number("weight_decay", std::nullopt, 0.0, 10.0);
+      slice.finish();
+      r.slices.push_back(s);
+    }
+    if (r.slices.size() == 1) rule.fail("slices", "one slice is the whole tensor: set lr instead");
+    rule.finish();
+    c.rules.push_back(std::move(r));
+  }
+  o.finish();
+  return c;
+}
+
+TrainLoopConfig read_loop(MapReader t) {
+  TrainLoopConfig l;
+  l.epochs = t.integer("epochs", 1, 1, 1000000);
+  l.steps = t.integer("steps", 0, 0, int64_t{1} << 40);
+  l.batch_size = t.integer("batch_size", 32, 1, 1 << 20);
+  l.accumulation = t.integer("accumulation", 1, 1, 1 << 16);
+  l.clip_grad_norm = t.number("clip_grad_norm", 0.0, 0.0, kHuge);
+  l.label_smoothing = t.number("label_smoothing", 0.0, 0.0, 1.0);
+  if (l.label_smoothing >= 1.0) t.fail("label_smoothing", "expected a value below 1");
+  l.seed = t.integer("seed", 0, 0, std::numeric_limits<int64_t>::max());
+  l.device = t.string("device", "cpu");
+  if (!std::regex_match(l.device, std::regex("cpu|cuda(:[0-9]+)?"))) {
+    t.fail("device", "expected cpu, cuda or cuda:N, got '" + l.device + "'");
+  }
+  l.precision = t.choice("precision", "fp32", {"fp32", "bf16"});
+  if (l.precision == "bf16" && l.device == "cpu") {
+    t.fail("precision", "bf16 autocast is for CUDA; on the CPU train in fp32");
+  }
+  l.threads = t.integer("threads", 0, 0, 1024);
+  l.log_every = t.integer("log_every", 10, 1, int64_t{1} << 40);
+  l.eval_every = t.integer("eval_every", 0, 0, int64_t{1} << 40);
+  l.checkpoint_every = t.integer("checkpoint_every", 0, 0, int64_t{1} << 40);
+  l.diagnostics_every = t.integer("diagnostics_every", 0, 0, int64_t{1} << 40);
+  l.output = t.string("output", "");
+  t.finish();
+  return l;
+}
+
+TrainConfig read_document(const Document& document, const std::vector<std::string>& overrides) {
+  MapReader root(document, document.root(), "");
+  TrainConfig c;
+  c.source = document.source();
+  c.overrides = overrides;
+  c.model_ref = root.string("model", std::nullopt);
+  if (auto sets = root.string_list("model_set")) c.model_overrides = *sets;
+  // A model YAML is found relative to this file; a name through the registry.
+  std::string model = c.model_ref;
+  const bool is_file = model.find('/') != std::string::npos ||
+                       (model.size() > 5 && model.substr(model.size() - 5) == ".yaml") ||
+                       (model.size() > 4 && model.substr(model.size() - 4) == ".yml");
+  if (is_file) model = resolve(c.source, model);
+  try {
+    c.model = resolve_model_config(model, c.model_overrides);
+  } catch (const ConfigError& e) {
+    root.fail("model", e.what());
+  }
+  if (root.has("init_weights")) {
+    c.init_weights = resolve(c.source, root.string("init_weights", std::nullopt));
+    std::error_code error;
+    if (!fs::is_regular_file(c.init_weights, error)) {
+      root.fail("init_weights", "'" + c.init_weights + "' is not a file");
+    }
+  }
+  c.init_format = root.string("init_format", "");
+  c.data = read_data(root.map("data", true), c.source);
+  const bool images = c.data.kind != "audio_list";
+  if (images != (c.model.family == ModelFamily::kViT)) {
+    root.fail("data", "data kind " + c.data.kind + " does not fit a " +
+                          model_family_name(c.model.family) + " model (images train a vit, " +
+                          "audio_list a conformer)");
+  }
+  c.augment = read_augment(root.map("augment", false));
+  c.optimizer = read_optimizer(root.map("optimizer", false));
+  auto schedule = root.map("schedule", false);
+  c.schedule.warmup_steps = schedule.integer("warmup_steps", 0, 0, int64_t{1} << 40);
+  c.schedule.min_lr_ratio = schedule.number("min_lr_ratio", 0.0, 0.0, 1.0);
+  schedule.finish();
+  c.train = read_loop(root.map("train", false));
+  if (c.train.output.empty()) {
+    c.train.output = "runs/" + c.model.name;
+  }
+  root.finish();
+  return c;
+}
+
+}  // namespace
+
+TrainConfig parse_train_config(const std::string& yaml, const std::string& source,
+                               const std::vector<std::string>& overrides) {
+  Document document(yaml, source);
+  for (const auto& item : overrides) document.apply_override(item);
+  return read_document(document, overrides);
+}
+
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) {
+    throw ConfigError(path + ": no such training config", path, "");
+  }
+  const auto size = fs::file_size(path, error);
+  if (error || size > config_detail::kMaxDocumentBytes) {
+    throw ConfigError(path + ": " + (error ? "cannot read the file size" : "file too large"), path,
+                      "");
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in) throw ConfigError(path + ": cannot read the file", path, "");
+  return parse_train_config(text.str(), path, overrides);
+}
+
+}  // namespace attnzoo

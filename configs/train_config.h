@@ -1,0 +1,125 @@
+// A training run as YAML (`attnzoo train --config FILE.yaml`): the model (a zoo name or a model
+// YAML, with overrides), the data, the augmentations, AdamW with parameter groups by name (and per
+// slice of the fused QKV weight), the warmup + cosine schedule and the loop. Read with the same
+// reader as model configs: every error names the file, key path, line and column, unknown keys
+// are refused, and `--set key.path=value` overrides apply to the document before validation.
+//
+//   model: ../vit/vit_digits.yaml        # or a registered name; relative to this file
+//   data: {kind: image_folder, train: data/train, val: data/test, workers: 2}
+//   augment: {random_resized_crop: true, crop_scale: [0.6, 1.0], hflip: 0.0}
+//   optimizer:
+//     lr: 1.0e-3
+//     weight_decay: 0.05
+//     rules:                              # the design notes' per-projection recipe
+//       - {pattern: '.*attn\.qkv\.weight', slices: [{lr: 1.0e-4}, {lr: 1.0e-4}, {lr: 2.0e-4}]}
+//       - {pattern: '.*attn\.proj\.weight', lr: 5.0e-5}
+//   schedule: {warmup_steps: 100, min_lr_ratio: 0.01}
+//   train: {epochs: 30, batch_size: 64, label_smoothing: 0.1, clip_grad_norm: 1.0, seed: 0}
+#pragma once
+
+#include "configs/model_config.h"
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attnzoo {
+
+struct TrainDataConfig {
+  // image_folder: one subfolder per class (sorted names are the classes); image_list and
+  // audio_list: text files of "PATH LABEL" lines (paths relative to the list file, LABEL a class
+  // name), '#' comments.
+  std::string kind;
+  std::string train;                 // folder or list file, resolved against the config's folder
+  std::string val;                   // optional, the same kind
+  std::vector<std::string> classes;  // optional: the class names in order (else from the data)
+  int64_t workers = 2;               // data-loading threads
+  int64_t prefetch = 4;              // batches prepared ahead
+};
+
+struct TrainAugmentConfig {
+  // Images (timm's transforms_imagenet_train): RandomResizedCrop, flip, colour jitter.
+  bool random_resized_crop = true;  // false: the eval transform (resize + centre crop)
+  std::array<double, 2> crop_scale = {0.08, 1.0};
+  std::array<double, 2> crop_ratio = {3.0 / 4.0, 4.0 / 3.0};
+  double hflip = 0.5;
+  double color_jitter = 0.0;  // brightness, contrast and saturation factor range
+  // Batch mixing (images): mixup's and cutmix's Beta(alpha, alpha); 0 switches one off. With both
+  // on, each batch takes one of them at random (timm's switch_prob 0.5). mix_prob: the chance a
+  // batch is mixed at all.
+  double mixup_alpha = 0.0;
+  double cutmix_alpha = 0.0;
+  double mix_prob = 1.0;
+  // Audio: SpecAugment (preprocess/spec_augment.h) on each training utterance's features.
+  bool spec_augment = false;
+  int64_t freq_masks = 2;
+  int64_t freq_width = 27;
+  int64_t time_masks = 2;
+  int64_t time_width = 100;
+  double time_ratio = 1.0;
+  int64_t time_warp = 0;
+};
+
+struct TrainSliceConfig {
+  std::optional<double> lr, weight_decay;
+};
+struct TrainRuleConfig {
+  std::string pattern;  // a regular expression over the whole parameter name
+  std::optional<double> lr, weight_decay;
+  std::vector<TrainSliceConfig> slices;  // equal parts of the first dimension (3: q, k, v)
+};
+struct TrainOptimizerConfig {
+  double lr = 1e-3;
+  double weight_decay = 0.05;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  bool no_decay_on_norms_biases_tokens = true;
+  std::vector<TrainRuleConfig> rules;
+};
+
+struct TrainScheduleConfig {
+  int64_t warmup_steps = 0;
+  double min_lr_ratio = 0.0;  // the cosine's floor, as a fraction of each learning rate
+};
+
+struct TrainLoopConfig {
+  int64_t epochs = 1;
+  int64_t steps = 0;  // > 0: this many optimiser steps instead of `epochs`
+  int64_t batch_size = 32;
+  int64_t accumulation = 1;     // micro-batches of batch_size per optimiser step
+  double clip_grad_norm = 0.0;  // 0: off
+  double label_smoothing = 0.0;
+  int64_t seed = 0;
+  std::string device = "cpu";      // cpu | cuda | cuda:N
+  std::string precision = "fp32";  // fp32 | bf16 (autocast, CUDA only)
+  int64_t threads = 0;             // LibTorch intra-op threads; 0: unchanged
+  int64_t log_every = 10;          // steps between log lines and CSV rows
+  int64_t eval_every = 0;          // steps between evaluations; 0: at the end of each epoch
+  int64_t checkpoint_every = 0;    // steps between checkpoints; 0: at the end of each epoch
+  int64_t diagnostics_every = 0;   // steps between attention/gradient diagnostics; 0: off
+  std::string output;              // run folder; default runs/<model name>
+};
+
+struct TrainConfig {
+  std::string source;  // the YAML file
+  std::vector<std::string> overrides;
+  std::string model_ref;  // as written: a zoo name or a model YAML (resolved)
+  std::vector<std::string> model_overrides;
+  std::string init_weights;  // optional safetensors to start from (resolved)
+  std::string init_format;   // its layout; empty: detected
+  ModelConfig model;
+  TrainDataConfig data;
+  TrainAugmentConfig augment;
+  TrainOptimizerConfig optimizer;
+  TrainScheduleConfig schedule;
+  TrainLoopConfig train;
+};
+
+TrainConfig load_train_config(const std::string& path,
+                              const std::vector<std::string>& overrides = {});
+// `source` names the document and anchors its relative paths (its folder).
+TrainConfig parse_train_config(const std::string& yaml, const std::string& source,
+                               const std::vector<std::string>& overrides = {});
+
+}  // namespace attnzoo

@@ -1,0 +1,250 @@
+// The training loop end to end on synthetic data: a small ViT and a small Conformer learn (the
+// loss goes down, validation accuracy goes up), a resumed run equals the uninterrupted one, the
+// run folder holds what it should, and evaluation's numbers agree with a hand computation.
+#include "trainer_test_util.h"
+
+#include "configs/train_config.h"
+#include "io/safetensors.h"
+#include "models/checkpoint.h"
+#include "train/trainer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace attnzoo {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+const std::string kData = ATTNZOO_TRAIN_TEST_DATA_DIR;
+
+// The stripes folders (train and val), made once per test binary.
+const std::string& stripes_root() {
+  static const std::string root = [] {
+    const auto dir = testing::fresh_dir("trainer_stripes");
+    testing::write_stripes_folder(dir + "/train", 16, 1);
+    testing::write_stripes_folder(dir + "/val", 8, 2);
+    return dir;
+  }();
+  return root;
+}
+
+TrainConfig vit_config(const std::string& output, const std::vector<std::string>& extra = {}) {
+  const auto path = stripes_root() + "/train.yaml";
+  std::ofstream(path) << "model: " << kData << "/vit_train_micro.yaml\n"
+                      << "data: {kind: image_folder, train: train, val: val, workers: 2}\n"
+                      << "augment: {crop_scale: [0.5, 1.0], hflip: 0.5}\n"
+                      << "optimizer: {lr: 3.0e-3, weight_decay: 0.05}\n"
+                      << "schedule: {warmup_steps: 4, min_lr_ratio: 0.1}\n"
+                      << "train: {epochs: 8, batch_size: 8, label_smoothing: 0.1, "
+                         "clip_grad_norm: 1.0, log_every: 6, seed: 3, threads: 1}\n";
+  auto overrides = extra;
+  overrides.push_back("train.output=" + output);
+  return load_train_config(path, overrides);
+}
+
+std::vector<std::vector<std::string>> read_csv(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::vector<std::string>> rows;
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> cells;
+    std::stringstream row(line);
+    for (std::string cell; std::getline(row, cell, ',');) cells.push_back(cell);
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+TEST(Trainer, SmallViTLearnsStripes) {
+  std::ostringstream log;
+  TrainerOptions options;
+  options.log = &log;
+  const auto out = testing::fresh_dir("vit_run");
+  Trainer trainer(vit_config(out, {"train.diagnostics_every=16"}), options);
+  EXPECT_EQ(trainer.total_steps(), 48);  // 8 epochs x 48 images / 8
+  const auto history = trainer.run();
+  ASSERT_EQ(history.size(), 8u);  // every 6 steps = each epoch, with an evaluation
+  const double first = history.front().loss, last = history.back().loss;
+  std::printf("loss %.4f -> %.4f, val top-1 %.3f -> %.3f\n", first, last, history.front().val_top1,
+              history.back().val_top1);
+  EXPECT_LT(last, 0.6 * first);
+  EXPECT_GE(history.back().val_top1, 0.8);
+  EXPECT_EQ(history.back().step, 48);
+  EXPECT_NEAR(history.back().epoch, 8.0, 1e-9);
+  // The run folder: metrics.csv with a header and one row per logged step, the checkpoint, the
+  // weights alone (loadable strictly into a fresh model), the plain log lines.
+  const auto rows = read_csv(out + "/metrics.csv");
+  ASSERT_EQ(rows.size(), 9u);
+  EXPECT_EQ(rows[0][0], "step");
+  EXPECT_EQ(rows[8][0], "48");
+  EXPECT_NEAR(std::stod(rows[8][2]), last, 1e-6);
+  const auto weights = io::load_safetensors(out + "/model.safetensors");
+  EXPECT_EQ(weights.metadata.at("classes"), R"(["diagonal","horizontal","vertical"])");
+  auto fresh = build_model(trainer.config().model);
+  load_state_dict(*fresh.module, weights.tensors);
+  EXPECT_TRUE(fs::exists(out + "/checkpoint.safetensors"));
+  EXPECT_THAT(log.str(), HasSubstr("step 48/48 epoch 8.00 loss"));
+  EXPECT_THAT(log.str(), HasSubstr("val loss"));
+  // Diagnostics at steps 0, 16 and 32: per-layer, per-head attention entropy (2 layers x 2 heads,
+  // between 0 and log 17, the tokens) and gradient norms, as JSON lines and in the log.
+  std::ifstream jsonl(out + "/diagnostics.jsonl");
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(jsonl, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[1]["step"], 16);
+  const auto entropy = lines[1]["attention"]["entropy"];
+  ASSERT_EQ(entropy.size(), 2u);
+  ASSERT_EQ(entropy[0].size(), 2u);
+  for (const auto& layer : entropy) {
+    for (const auto& h : layer) {
+      EXPECT_GT(h.get<double>(), 0.0);
+      EXPECT_LE(h.get<double>(), std::log(17.0) + 1e-9);
+    }
+  }
+  EXPECT_GT(lines[1]["gradients"]["total"].get<double>(), 0.0);
+  EXPECT_THAT(log.str(), HasSubstr("diagnostics at step 16:\nlayer 0 entropy"));
+
+  // evaluate() on the validation folder: the counts of the confusion matrix, and the last row.
+  const auto val = image_folder_dataset(stripes_root() + "/val");
+  const auto result = evaluate(fresh, val, 5, 0, torch::kCPU);
+  EXPECT_EQ(result.examples, 24);
+  EXPECT_EQ(result.confusion.sum().item<int64_t>(), 24);
+  EXPECT_EQ(testing::values(result.confusion.sum(1)), (std::vector<int64_t>{8, 8, 8}));
+  EXPECT_NEAR(result.top1, static_cast<double>(result.confusion.trace().item<int64_t>()) / 24.0,
+              1e-12);
+  EXPECT_NEAR(result.top1, history.back().val_top1, 1e-12);
+  EXPECT_NEAR(result.loss, history.back().val_loss, 1e-5);
+  EXPECT_DOUBLE_EQ(result.top5, 1.0);  // 3 classes
+}
+
+// Stopped at step 20 and resumed: the same losses and the same final weights as one run, with
+// dropout, drop-path, random crops, flips, mixup and cutmix all drawing random numbers, and with
+// a different number of loading workers after the resume.
+TEST(Trainer, ResumeEqualsTheUninterruptedRun) {
+  const std::vector<std::string> extra = {"train.epochs=5", "train.log_every=1",
+                                          "augment.mixup_alpha=0.4", "augment.cutmix_alpha=1.0",
+                                          "train.checkpoint_every=7"};
+  std::ostringstream log;
+  TrainerOptions options;
+  options.log = &log;
+  const auto a_dir = testing::fresh_dir("resume_a"), b_dir = testing::fresh_dir("resume_b");
+  Trainer a(vit_config(a_dir, extra), options);
+  const auto full = a.run();
+  ASSERT_EQ(full.size(), 30u);
+
+  auto stop = options;
+  stop.stop_at_step = 20;
+  auto with_workers = extra;
+  with_workers.push_back("data.workers=0");
+  Trainer b1(vit_config(b_dir, with_workers), stop);
+  const auto head = b1.run();
+  ASSERT_EQ(head.size(), 20u);
+  EXPECT_FALSE(fs::exists(b_dir + "/model.safetensors"));
+  auto resume = options;
+  resume.resume = b_dir + "/checkpoint.safetensors";
+  with_workers.back() = "data.workers=3";
+  Trainer b2(vit_config(b_dir, with_workers), resume);
+  EXPECT_EQ(b2.step(), 20);
+  const auto tail = b2.run();
+  ASSERT_EQ(tail.size(), 10u);
+  for (size_t i = 0; i < 30; ++i) {
+    const auto& row = i < 20 ? head[i] : tail[i - 20];
+    EXPECT_EQ(row.step, full[i].step);
+    EXPECT_NEAR(row.loss, full[i].loss, 1e-6) << "step " << row.step;
+  }
+  const auto wa = io::load_safetensors(a_dir + "/model.safetensors").tensors;
+  const auto wb = io::load_safetensors(b_dir + "/model.safetensors").tensors;
+  ASSERT_EQ(wa.size(), wb.size());
+  double max_diff = 0.0;
+  for (const auto& item : wa) {
+    max_diff = std::max(max_diff, (item.value() - wb[item.key()]).abs().max().item<double>());
+  }
+  EXPECT_LE(max_diff, 1e-6);
+  // metrics.csv of the resumed run continues the first part's rows.
+  EXPECT_EQ(read_csv(b_dir + "/metrics.csv").size(), 31u);
+
+  // A checkpoint of another model is refused by name.
+  auto other = options;
+  other.resume = b_dir + "/checkpoint.safetensors";
+  const auto conformer_list = testing::fresh_dir("resume_other");
+  EXPECT_THROW(
+      {
+        try {
+          Trainer(vit_config(b_dir, {"model_set=[architecture.depth=1]"}), other);
+        } catch (const std::exception& e) {
+          EXPECT_THAT(e.what(), HasSubstr("checkpoint.safetensors"));
+          throw;
+        }
+      },
+      std::exception);
+}
+
+TEST(Trainer, SmallConformerLearnsTones) {
+  const auto dir = testing::fresh_dir("tones");
+  const auto train = testing::write_tone_list(dir, 12, 5);
+  fs::create_directories(dir + "/val");
+  const auto val = testing::write_tone_list(dir + "/val", 4, 6);
+  std::ofstream(dir + "/train.yaml")
+      << "model: " << kData << "/conformer_train_micro.yaml\n"
+      << "data: {kind: audio_list, train: list.txt, val: val/list.txt, workers: 2}\n"
+      << "augment: {spec_augment: true, freq_masks: 1, freq_width: 3, time_masks: 1, "
+         "time_width: 5}\n"
+      << "optimizer: {lr: 5.0e-3}\n"
+      << "schedule: {warmup_steps: 3}\n"
+      << "train: {epochs: 20, batch_size: 6, log_every: 6, seed: 1, threads: 1, output: " << dir
+      << "/run}\n";
+  std::ostringstream log;
+  TrainerOptions options;
+  options.log = &log;
+  Trainer trainer(load_train_config(dir + "/train.yaml"), options);
+  EXPECT_EQ(trainer.total_steps(), 120);
+  EXPECT_EQ(trainer.output_dir(), dir + "/run");
+  const auto history = trainer.run();
+  ASSERT_FALSE(history.empty());
+  std::printf("loss %.4f -> %.4f, val top-1 %.3f -> %.3f\n", history.front().loss,
+              history.back().loss, history.front().val_top1, history.back().val_top1);
+  EXPECT_LT(history.back().loss, 0.6 * history.front().loss);
+  EXPECT_GE(history.back().val_top1, 0.8);
+  (void)train;
+  (void)val;
+}
+
+TEST(Trainer, RefusesDataThatDoesNotFitTheModel) {
+  const auto out = testing::fresh_dir("misfit");
+  // The head has 3 classes; two class folders are not enough.
+  const auto two = testing::fresh_dir("two_classes");
+  testing::write_stripes_folder(two, 2, 9);
+  fs::remove_all(two + "/vertical");
+  EXPECT_THAT(
+      [&] {
+        try {
+          Trainer(vit_config(out, {"data.train=" + two, "data.val=" + two}));
+        } catch (const std::exception& e) {
+          return std::string(e.what());
+        }
+        return std::string("(no error)");
+      }(),
+      HasSubstr("the model's head has 3 classes (architecture.num_classes), the data 2"));
+  // Fewer examples than one batch.
+  EXPECT_THAT(
+      [&] {
+        try {
+          Trainer(vit_config(out, {"train.batch_size=64"}));
+        } catch (const std::exception& e) {
+          return std::string(e.what());
+        }
+        return std::string("(no error)");
+      }(),
+      HasSubstr("48 examples do not fill one step of 1 x 64"));
+}
+
+}  // namespace
+}  // namespace attnzoo

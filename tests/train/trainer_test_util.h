@@ -1,0 +1,124 @@
+// Synthetic labelled data for the trainer's tests, written to a temporary folder: striped images
+// whose class is the stripes' direction, and tones whose class is the pitch.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace attnzoo::testing {
+
+inline std::vector<int64_t> values(const torch::Tensor& t) {
+  const auto c = t.to(torch::kLong).contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+inline std::string fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+// Class 0: horizontal stripes, 1: vertical, 2: diagonal; random period, phase, colours and noise.
+inline cv::Mat stripes(int label, std::mt19937& rng, int size = 40) {
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const double period = 5.0 + 6.0 * u(rng), phase = 6.3 * u(rng);
+  // Light stripes on dark, in random tints.
+  const double light = 170 + 85 * u(rng), dark = 60 * u(rng);
+  const cv::Vec3d a(light, light - 40 * u(rng), light - 40 * u(rng));
+  const cv::Vec3d b(dark, dark + 30 * u(rng), dark + 30 * u(rng));
+  std::normal_distribution<double> noise(0.0, 12.0);
+  cv::Mat image(size, size, CV_8UC3);
+  for (int y = 0; y < size; ++y) {
+    for (int x = 0; x < size; ++x) {
+      const double t = label == 0 ? y : label == 1 ? x : (x + y) / std::sqrt(2.0);
+      const double w = 0.5 + 0.5 * std::sin(2.0 * M_PI * t / period + phase);
+      for (int c = 0; c < 3; ++c) {
+        image.at<cv::Vec3b>(y, x)[c] =
+            cv::saturate_cast<uchar>(w * a[c] + (1 - w) * b[c] + noise(rng));
+      }
+    }
+  }
+  return image;
+}
+
+// An image folder: root/{horizontal,vertical,diagonal}/NNN.png, `per_class` each.
+inline void write_stripes_folder(const std::string& root, int per_class, unsigned seed) {
+  std::mt19937 rng(seed);
+  const char* names[] = {"diagonal", "horizontal", "vertical"};  // sorted: labels 0, 1, 2
+  const int kinds[] = {2, 0, 1};
+  for (int c = 0; c < 3; ++c) {
+    const auto dir = std::filesystem::path(root) / names[c];
+    std::filesystem::create_directories(dir);
+    for (int i = 0; i < per_class; ++i) {
+      char file[32];
+      std::snprintf(file, sizeof(file), "%03d.png", i);
+      cv::imwrite((dir / file).string(), stripes(kinds[c], rng));
+    }
+  }
+}
+
+inline void write_wav16(const std::string& path, const std::vector<float>& samples, int rate) {
+  std::ofstream out(path, std::ios::binary);
+  const auto n = static_cast<uint32_t>(samples.size());
+  const auto put32 = [&](uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
+  const auto put16 = [&](uint16_t v) { out.write(reinterpret_cast<const char*>(&v), 2); };
+  out.write("RIFF", 4);
+  put32(36 + 2 * n);
+  out.write("WAVEfmt ", 8);
+  put32(16);
+  put16(1);
+  put16(1);
+  put32(static_cast<uint32_t>(rate));
+  put32(static_cast<uint32_t>(rate * 2));
+  put16(2);
+  put16(16);
+  out.write("data", 4);
+  put32(2 * n);
+  for (const float v : samples) {
+    const auto s = static_cast<int16_t>(std::lround(std::clamp(v, -1.0f, 1.0f) * 32767.0f));
+    out.write(reinterpret_cast<const char*>(&s), 2);
+  }
+}
+
+// An audio list: tones of 300, 900 or 2400 Hz (classes low, mid, high), 0.5 to 0.9 s, with noise;
+// writes root/NNN.wav and root/list.txt, returns the list's path.
+inline std::string write_tone_list(const std::string& root, int per_class, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::normal_distribution<double> noise(0.0, 0.02);
+  const char* names[] = {"high", "low", "mid"};
+  const double hz[] = {2400.0, 300.0, 900.0};
+  std::ofstream list(root + "/list.txt");
+  list << "# tones: PATH LABEL\n";
+  int k = 0;
+  for (int i = 0; i < per_class; ++i) {
+    for (int c = 0; c < 3; ++c, ++k) {
+      const int n = static_cast<int>(16000 * (0.5 + 0.4 * u(rng)));
+      const double f = hz[c] * (0.9 + 0.2 * u(rng)), amplitude = 0.1 + 0.4 * u(rng);
+      std::vector<float> x(static_cast<size_t>(n));
+      for (int t = 0; t < n; ++t) {
+        x[static_cast<size_t>(t)] =
+            static_cast<float>(amplitude * std::sin(2.0 * M_PI * f * t / 16000.0) + noise(rng));
+      }
+      char file[32];
+      std::snprintf(file, sizeof(file), "%03d.wav", k);
+      write_wav16(root + "/" + file, x, 16000);
+      list << file << " " << names[c] << "\n";
+    }
+  }
+  return root + "/list.txt";
+}
+
+}  // namespace attnzoo::testing

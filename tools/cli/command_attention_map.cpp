@@ -1,0 +1,334 @@
+// `attnzoo attention-map`: where a model's attention goes, as one PNG.
+//   ViT, on an image (the config's eval preprocessing): per head of the chosen layer the CLS
+//       token's attention to the patches (the mean over all queries when the model pools without
+//       a class token), and the attention rollout over all layers (Abnar & Zuidema 2020), each
+//       upsampled to the preprocessed image and overlaid on it with a colour map; a labelled grid.
+//   Conformer, on an audio file (the config's features): the log-mel features on top and, per head
+//       of the chosen layer, the attention each encoder frame receives (the mean over queries) as
+//       one heat-map row, on a shared time axis.
+// Probabilities are recorded during the model's ordinary forward (AttentionRecorder), through the
+// math backend under the configured backend's mask: what the model computes, not an
+// approximation of it.
+#include "tools/cli/commands.h"
+
+#include "api/inference.h"
+#include "configs/registry.h"
+#include "models/conformer_frontend.h"
+#include "preprocess/audio_features.h"
+#include "preprocess/audio_from_config.h"
+#include "preprocess/from_config.h"
+#include "preprocess/image_decode.h"
+#include "train/diagnostics.h"
+
+#include <torch/torch.h>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <iostream>
+#include <set>
+#include <stdexcept>
+
+namespace attnzoo::cli {
+namespace {
+
+struct AttentionMapOptions {
+  std::string model;
+  std::string weights;
+  std::string format;
+  std::vector<std::string> overrides;
+  int64_t layer = -1;
+  std::string input;
+  std::string out;
+};
+
+// The layout of the figures, in pixels.
+constexpr int kGap = 8;          // between and around tiles
+constexpr int kTitle = 28;       // the title line
+constexpr int kLabel = 22;       // the label above a ViT tile
+constexpr int kMinTile = 160;    // ViT tiles are the image scaled by an integer to at least this
+constexpr int kColumns = 4;      // ViT tiles per row
+constexpr int kPlotWidth = 640;  // Conformer: at least this wide, a whole number per frame
+constexpr int kRowHeight = 24;   // Conformer: one head
+constexpr int kRowLabel = 90;    // Conformer: the labels' column
+
+std::string extension_of(const std::string& path) {
+  auto ext = std::filesystem::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return ext;
+}
+
+bool is_audio_file(const std::string& path) {
+  static const std::set<std::string> audio = {".wav",  ".flac", ".mp3", ".ogg", ".opus",
+                                              ".aiff", ".aif",  ".au",  ".w64", ".caf"};
+  return audio.count(extension_of(path)) > 0;
+}
+
+bool is_image_file(const std::string& path) {
+  static const std::set<std::string> image = {".png",  ".jpg", ".jpeg", ".bmp",
+                                              ".webp", ".tif", ".tiff"};
+  return image.count(extension_of(path)) > 0;
+}
+
+// --layer N (negative: from the end) as an index in [0, layers).
+int64_t resolve_layer(int64_t layer, int64_t layers) {
+  if (layer < -layers || layer >= layers) {
+    throw std::runtime_error("--layer " + std::to_string(layer) + ": out of range, the model has " +
+                             std::to_string(layers) + " layers (0 to " +
+                             std::to_string(layers - 1) + ", or -1 for the last)");
+  }
+  return layer < 0 ? layers + layer : layer;
+}
+
+// values [rows, cols] (any floating dtype) -> 8-bit, min to 0 and max to 255 (a flat map: 0).
+cv::Mat to_gray(const torch::Tensor& values) {
+  auto v = values.to(torch::kFloat).contiguous();
+  const float lo = v.min().item<float>(), hi = v.max().item<float>();
+  v = hi > lo ? (v - lo) / (hi - lo) : torch::zeros_like(v);
+  v = (v * 255.0f).round().clamp(0, 255).to(torch::kByte).contiguous();
+  return cv::Mat(static_cast<int>(v.size(0)), static_cast<int>(v.size(1)), CV_8UC1, v.data_ptr())
+      .clone();
+}
+
+void put_label(cv::Mat& canvas, const std::string& text, int x, int baseline) {
+  cv::putText(canvas, text, cv::Point(x, baseline), cv::FONT_HERSHEY_SIMPLEX, 0.45,
+              cv::Scalar(0, 0, 0), 1, cv::LINE_AA);
+}
+
+void write_png(const cv::Mat& canvas, const std::string& path) {
+  bool written = false;
+  try {
+    written = cv::imwrite(path, canvas);
+  } catch (const cv::Exception&) {
+    written = false;
+  }
+  if (!written) throw std::runtime_error("--out " + path + ": cannot write the PNG");
+}
+
+// The preprocessed image [3, H, W] (normalised) back to 8-bit BGR for display.
+cv::Mat display_image(const torch::Tensor& pixels, const ImagePreprocessConfig& image) {
+  const auto mean = torch::tensor(std::vector<double>(image.mean.begin(), image.mean.end()))
+                        .to(torch::kFloat)
+                        .view({3, 1, 1});
+  const auto std = torch::tensor(std::vector<double>(image.std.begin(), image.std.end()))
+                       .to(torch::kFloat)
+                       .view({3, 1, 1});
+  const auto rgb = (pixels * std + mean)
+                       .clamp(0.0, 1.0)
+                       .mul(255.0)
+                       .round()
+                       .to(torch::kByte)
+                       .permute({1, 2, 0})
+                       .contiguous();
+  cv::Mat view(static_cast<int>(rgb.size(0)), static_cast<int>(rgb.size(1)), CV_8UC3,
+               rgb.data_ptr());
+  cv::Mat bgr;
+  cv::cvtColor(view, bgr, cv::COLOR_RGB2BGR);
+  return bgr;
+}
+
+int run_vit(const AttentionMapOptions& options, const ModelConfig& config, int64_t layer) {
+  const auto rgb = decode_image(options.input);
+  const EvalImageTransform transform(image_transform_options(config.image));
+  const auto pixels = transform(rgb);  // [3, H, W]
+  std::string weights;
+  auto vit = api_detail::inference_model(config, options.weights, options.format, torch::kCPU,
+                                         torch::kFloat, weights)
+                 .vit;
+  const auto records = record_attention(*vit, pixels.unsqueeze(0));
+  TORCH_INTERNAL_ASSERT(static_cast<int64_t>(records.size()) == config.vit.depth());
+  std::vector<torch::Tensor> all;
+  for (const auto& r : records) {
+    if (!r.weights.defined()) {
+      throw std::runtime_error("attention backend '" + config.vit.attention_backend() +
+                               "' approximates softmax attention: no probabilities to show");
+    }
+    all.push_back(r.weights);
+  }
+  const int64_t prefix = vit->num_prefix_tokens(), patch = config.vit.patch_size();
+  const int64_t rows = pixels.size(1) / patch, cols = pixels.size(2) / patch;
+  // The CLS token's row when it makes the prediction; otherwise every token contributes to the
+  // pooled features, and the mean over the queries says where the model looks.
+  const bool cls = config.vit.class_token() && config.vit.global_pool() == "token";
+  const auto pick = [&](const torch::Tensor& a) {  // [..., N, N] -> [..., rows, cols]
+    auto q = cls ? a.select(-2, 0) : a.mean(-2);
+    q = q.narrow(-1, prefix, rows * cols);
+    auto sizes = q.sizes().vec();
+    sizes.pop_back();
+    sizes.push_back(rows);
+    sizes.push_back(cols);
+    return q.reshape(sizes);
+  };
+  const auto heads_maps = pick(all[static_cast<size_t>(layer)][0]);  // [H, rows, cols]
+  const auto rollout_map = pick(attention_rollout(all)[0]);          // [rows, cols]
+
+  const auto image = display_image(pixels, config.image);
+  const int scale = std::max(
+      1, (kMinTile + std::min(image.rows, image.cols) - 1) / std::min(image.rows, image.cols));
+  cv::Mat tile_image;
+  cv::resize(image, tile_image, cv::Size(image.cols * scale, image.rows * scale), 0, 0,
+             cv::INTER_CUBIC);
+  const auto overlay = [&](const torch::Tensor& map) {
+    cv::Mat gray, big, heat, out;
+    gray = to_gray(map);
+    cv::resize(gray, big, tile_image.size(), 0, 0, cv::INTER_LINEAR);
+    cv::applyColorMap(big, heat, cv::COLORMAP_JET);
+    cv::addWeighted(tile_image, 0.45, heat, 0.55, 0.0, out);
+    return out;
+  };
+  std::vector<std::pair<std::string, cv::Mat>> tiles = {{"input", tile_image}};
+  const int64_t heads = heads_maps.size(0);
+  for (int64_t h = 0; h < heads; ++h) {
+    tiles.emplace_back("layer " + std::to_string(layer) + " head " + std::to_string(h),
+                       overlay(heads_maps[h]));
+  }
+  tiles.emplace_back("rollout, " + std::to_string(all.size()) + " layers", overlay(rollout_map));
+
+  const int n = static_cast<int>(tiles.size());
+  const int columns = std::min(n, kColumns), grid_rows = (n + columns - 1) / columns;
+  const int tw = tile_image.cols, th = tile_image.rows;
+  cv::Mat canvas(kTitle + grid_rows * (kLabel + th + kGap) + kGap,
+                 columns * tw + (columns + 1) * kGap, CV_8UC3, cv::Scalar(255, 255, 255));
+  const std::string what = cls ? "CLS token's attention" : "mean attention of all tokens";
+  put_label(canvas, config.name + ": " + what + " to the patches", kGap, 19);
+  for (int i = 0; i < n; ++i) {
+    const int x = kGap + (i % columns) * (tw + kGap);
+    const int y = kTitle + (i / columns) * (kLabel + th + kGap);
+    put_label(canvas, tiles[static_cast<size_t>(i)].first, x, y + 16);
+    tiles[static_cast<size_t>(i)].second.copyTo(canvas(cv::Rect(x, y + kLabel, tw, th)));
+  }
+  write_png(canvas, options.out);
+  std::cout << config.name << " (" << config.source << "), " << weights << "\n"
+            << options.input << ": " << pixels.size(1) << " x " << pixels.size(2) << " pixels, "
+            << rows << " x " << cols << " patches; layer " << layer << " of " << all.size() << ", "
+            << heads << " heads, " << what << " -> " << options.out << " (" << canvas.cols << " x "
+            << canvas.rows << ")\n";
+  return 0;
+}
+
+// The fewest feature frames the subsampling turns into one encoder frame.
+int64_t min_frames(const ConformerEncoderOptions& o) {
+  if (o.subsampling() == "none") return 1;
+  const auto steps = conformer_subsampling_steps(o.subsampling());
+  int64_t frames = 1;
+  while (subsampled_length(steps, frames) < 1) ++frames;
+  return frames;
+}
+
+int run_conformer(const AttentionMapOptions& options, const ModelConfig& config, int64_t layer) {
+  const FeatureExtractor extractor(audio_feature_options(config.features));
+  const auto features = audio_file_features(options.input, extractor).features;  // [T, F]
+  const int64_t needed = min_frames(config.conformer);
+  if (features.size(0) < needed) {
+    throw std::runtime_error(options.input + ": too short, " + std::to_string(features.size(0)) +
+                             " feature frames; subsampling " + config.conformer.subsampling() +
+                             " needs at least " + std::to_string(needed));
+  }
+  std::string weights;
+  auto encoder = api_detail::inference_model(config, options.weights, options.format, torch::kCPU,
+                                             torch::kFloat, weights)
+                     .conformer;
+  const auto records =
+      record_attention(*encoder, features.unsqueeze(0), {}, config.streaming.chunk_size,
+                       config.streaming.num_left_chunks);
+  TORCH_INTERNAL_ASSERT(static_cast<int64_t>(records.size()) ==
+                        config.conformer.blocks().num_layers());
+  const auto& w = records[static_cast<size_t>(layer)].weights;
+  if (!w.defined()) {
+    throw std::runtime_error("attention backend '" + config.conformer.blocks().attention_backend() +
+                             "' approximates softmax attention: no probabilities to show");
+  }
+  const auto received = w[0].mean(1);  // [H, T']: mean over the queries of each key's weight
+  const int64_t heads = received.size(0), frames = received.size(1);
+
+  const int cell = std::max<int>(2, static_cast<int>((kPlotWidth + frames - 1) / frames));
+  const int plot_w = cell * static_cast<int>(frames);
+  const int mel_h = std::clamp(2 * static_cast<int>(features.size(1)), 80, 240);
+  cv::Mat canvas(kTitle + mel_h + kGap + static_cast<int>(heads) * kRowHeight + kGap,
+                 kRowLabel + plot_w + kGap, CV_8UC3, cv::Scalar(255, 255, 255));
+  put_label(canvas,
+            config.name + ": layer " + std::to_string(layer) + " of " +
+                std::to_string(records.size()) + ", attention received per encoder frame " +
+                "(mean over queries)",
+            kGap, 19);
+  // Log-mel features, low frequencies at the bottom, stretched over the encoder frames' span.
+  cv::Mat mel_gray = to_gray(features.t().flip({0})), mel_big, mel_color;
+  cv::resize(mel_gray, mel_big, cv::Size(plot_w, mel_h), 0, 0, cv::INTER_LINEAR);
+  cv::applyColorMap(mel_big, mel_color, cv::COLORMAP_VIRIDIS);
+  mel_color.copyTo(canvas(cv::Rect(kRowLabel, kTitle, plot_w, mel_h)));
+  put_label(canvas, "log-mel", kGap, kTitle + mel_h / 2 + 5);
+  const int rows_y = kTitle + mel_h + kGap;
+  for (int64_t h = 0; h < heads; ++h) {
+    cv::Mat gray = to_gray(received[h].unsqueeze(0)), big, color;
+    cv::resize(gray, big, cv::Size(plot_w, kRowHeight), 0, 0, cv::INTER_NEAREST);
+    cv::applyColorMap(big, color, cv::COLORMAP_INFERNO);
+    const int y = rows_y + static_cast<int>(h) * kRowHeight;
+    color.copyTo(canvas(cv::Rect(kRowLabel, y, plot_w, kRowHeight)));
+    put_label(canvas, "head " + std::to_string(h), kGap, y + kRowHeight / 2 + 5);
+  }
+  write_png(canvas, options.out);
+  std::cout << config.name << " (" << config.source << "), " << weights << "\n"
+            << options.input << ": " << features.size(0) << " x " << features.size(1)
+            << " features -> " << frames << " encoder frames; layer " << layer << " of "
+            << records.size() << ", " << heads << " heads -> " << options.out << " (" << canvas.cols
+            << " x " << canvas.rows << ")\n";
+  return 0;
+}
+
+int run_attention_map(const AttentionMapOptions& options) {
+  if (extension_of(options.out) != ".png") {
+    throw std::runtime_error("--out " + options.out + ": must name a .png file");
+  }
+  const auto config = resolve_model_config(options.model, options.overrides);
+  const bool vit = config.family == ModelFamily::kViT;
+  // The input and the layer are checked before the model is built (a large one takes seconds).
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(options.input, error)) {
+    throw std::runtime_error(options.input + ": no such file");
+  }
+  if (vit && is_audio_file(options.input)) {
+    throw std::runtime_error(options.input + ": an audio file, but " + config.name +
+                             " is a vit model, which takes images");
+  }
+  if (!vit && is_image_file(options.input)) {
+    throw std::runtime_error(options.input + ": an image, but " + config.name + " is a " +
+                             model_family_name(config.family) + " model, which takes audio");
+  }
+  const int64_t layers = vit ? config.vit.depth() : config.conformer.blocks().num_layers();
+  const int64_t layer = resolve_layer(options.layer, layers);
+  torch::InferenceMode inference;
+  return vit ? run_vit(options, config, layer) : run_conformer(options, config, layer);
+}
+
+}  // namespace
+
+Command add_attention_map_command(CLI::App& app) {
+  auto options = std::make_shared<AttentionMapOptions>();
+  auto* sub = app.add_subcommand(
+      "attention-map",
+      "Draw a model's attention on an image (ViT: per-head maps and rollout) or an audio file "
+      "(Conformer: heads x time) as a PNG");
+  sub->add_option("--model", options->model,
+                  "A registered name (see attnzoo models) or a YAML file")
+      ->required();
+  sub->add_option("--weights", options->weights,
+                  "safetensors checkpoint (default: random weights)");
+  sub->add_option("--format", options->format,
+                  "Checkpoint layout (default: the config's checkpoint.format, else detected)")
+      ->check(
+          CLI::IsMember({"timm", "torchvision", "hf", "attnzoo", "torchaudio", "wenet", "espnet"}));
+  sub->add_option("--set", options->overrides,
+                  "Override a config value, key.path=value (YAML value); repeatable");
+  sub->add_option("--layer", options->layer,
+                  "The layer whose heads are drawn (0-based; negative: from the end)")
+      ->capture_default_str();
+  sub->add_option("input", options->input, "An image (ViT) or an audio file (Conformer)")
+      ->required();
+  sub->add_option("--out", options->out, "The PNG to write")->required();
+  return {sub, [options] { return run_attention_map(*options); }};
+}
+
+}  // namespace attnzoo::cli

@@ -1,0 +1,228 @@
+// `attnzoo train` and `attnzoo eval`: the training loop of train/trainer.h from a training YAML
+// (configs/train_config.h), with a progress bar on a terminal and plain lines otherwise, and
+// `--plot` redrawing the loss and accuracy curves (PNG) from metrics.csv after each evaluation;
+// and the accuracy, loss and confusion matrix of a model's weights on a labelled dataset.
+#include "tools/cli/commands.h"
+#include "tools/cli/plot.h"
+
+#include "configs/registry.h"
+#include "configs/train_config.h"
+#include "io/safetensors.h"
+#include "train/trainer.h"
+
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+namespace attnzoo::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TrainOptions {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string resume;
+  std::string plot;
+  std::string output;
+};
+
+// Loss (train and validation) and accuracy (validation top-1 and top-5) against the step, read
+// back from metrics.csv so that a resumed run's figure holds the whole run.
+void plot_metrics(const fs::path& csv_path, const std::string& png, const std::string& title) {
+  std::ifstream in(csv_path);
+  std::string line;
+  std::getline(in, line);  // header
+  PlotSeries train{"train loss", {}, {}, plot_color(0), false, false};
+  PlotSeries val{"val loss", {}, {}, plot_color(1), false, true};
+  PlotSeries top1{"val top-1 %", {}, {}, plot_color(2), false, true};
+  PlotSeries top5{"val top-5 %", {}, {}, plot_color(3), true, true};
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::stringstream row(line);
+    for (std::string cell; std::getline(row, cell, ',');) cells.push_back(cell);
+    cells.resize(9);
+    const auto number = [&](size_t i) {
+      return cells[i].empty() ? std::nan("") : std::stod(cells[i]);
+    };
+    const double step = number(0);
+    train.x.push_back(step);
+    train.y.push_back(number(2));
+    if (!std::isnan(number(6))) {
+      val.x.push_back(step);
+      val.y.push_back(number(6));
+      top1.x.push_back(step);
+      top1.y.push_back(100.0 * number(7));
+      top5.x.push_back(step);
+      top5.y.push_back(100.0 * number(8));
+    }
+  }
+  PlotPanel loss{title + ": loss", "step", "cross-entropy", {train, val}, false, false, false};
+  PlotPanel accuracy{title + ": accuracy", "step", "%", {top1, top5}, false, false, false};
+  // With at most 5 classes top-5 is always 100%: not worth a line.
+  if (std::all_of(top5.y.begin(), top5.y.end(), [](double v) { return v >= 100.0 - 1e-9; })) {
+    accuracy.series.pop_back();
+  }
+  std::vector<PlotPanel> panels = {loss};
+  if (!top1.x.empty()) panels.push_back(accuracy);
+  write_log_log_plot(panels, png);
+}
+
+int run_train(const TrainOptions& o) {
+  auto overrides = o.overrides;
+  if (!o.output.empty()) overrides.push_back("train.output=" + o.output);
+  auto config = load_train_config(o.config, overrides);
+  TrainerOptions options;
+  options.resume = o.resume;
+  options.progress_bar = isatty(fileno(stderr)) != 0;
+  const std::string title = config.model.name;
+  if (!o.plot.empty()) {
+    // Redrawn after each evaluation, from the run's metrics.csv.
+    const auto csv = fs::path(config.train.output) / "metrics.csv";
+    options.on_metrics = [csv, png = o.plot, title](const std::vector<TrainMetrics>&) {
+      plot_metrics(csv, png, title);
+    };
+  }
+  Trainer trainer(std::move(config), options);
+  const auto history = trainer.run();
+  if (!o.plot.empty()) {
+    plot_metrics(fs::path(trainer.output_dir()) / "metrics.csv", o.plot, title);
+    std::cerr << "plot: " << o.plot << "\n";
+  }
+  return history.empty() ? 1 : 0;
+}
+
+struct EvalOptions {
+  std::string model;
+  std::string weights;
+  std::string format;
+  std::vector<std::string> overrides;
+  std::string data;
+  int64_t batch_size = 64;
+  int64_t workers = 2;
+  std::string device = "cpu";
+  bool json = false;
+};
+
+int run_eval(const EvalOptions& o) {
+  auto model = build_model(resolve_model_config(o.model, o.overrides));
+  const std::string format = load_weights(model, o.weights, o.format);
+  // The class order: the training run's (in the weights' metadata), else the model's labels file,
+  // else the data's sorted names.
+  std::vector<std::string> classes;
+  const auto meta = io::load_safetensors(o.weights).metadata;
+  if (auto it = meta.find("classes"); it != meta.end()) {
+    classes = nlohmann::json::parse(it->second).get<std::vector<std::string>>();
+  } else if (model.config.labels.source == LabelsConfig::Source::kFile) {
+    std::ifstream in(model.config.labels.file);
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty()) classes.push_back(line);
+    }
+  }
+  std::error_code error;
+  const bool folder = fs::is_directory(o.data, error);
+  if (!folder && !fs::is_regular_file(o.data, error)) {
+    throw std::runtime_error("--data " + o.data + ": no such folder or list file");
+  }
+  const auto dataset =
+      folder ? image_folder_dataset(o.data, classes) : list_dataset(o.data, classes);
+  if (folder && model.config.family != ModelFamily::kViT) {
+    throw std::runtime_error("--data " + o.data + ": an image folder, for a " +
+                             model_family_name(model.config.family) + " model");
+  }
+  const torch::Device device(o.device);
+  model.module->to(device);
+  const bool bar = isatty(fileno(stderr)) != 0;
+  const auto result =
+      evaluate(model, dataset, o.batch_size, o.workers, device, [&](int64_t done, int64_t total) {
+        if (bar) std::cerr << "\r" << done << "/" << total << std::flush;
+      });
+  if (bar) std::cerr << "\n";
+  const auto& c = result.confusion;
+  const int64_t n = static_cast<int64_t>(result.classes.size());
+  if (o.json) {
+    nlohmann::json j = {{"model", model.config.name},
+                        {"weights", o.weights},
+                        {"format", format},
+                        {"data", o.data},
+                        {"examples", result.examples},
+                        {"top1", result.top1},
+                        {"top5", result.top5},
+                        {"loss", result.loss},
+                        {"classes", result.classes}};
+    std::vector<std::vector<int64_t>> matrix;
+    for (int64_t i = 0; i < n; ++i) {
+      matrix.emplace_back();
+      for (int64_t k = 0; k < n; ++k) matrix.back().push_back(c[i][k].item<int64_t>());
+    }
+    j["confusion"] = matrix;
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+  std::cout << model.config.name << " (" << o.weights << ", " << format << ") on " << o.data << ": "
+            << result.examples << " examples\n"
+            << std::fixed << std::setprecision(2) << "top-1 " << 100.0 * result.top1 << "%  top-5 "
+            << 100.0 * result.top5 << "%  loss " << std::setprecision(4) << result.loss
+            << std::defaultfloat << "\n"
+            << "confusion matrix (rows: true class, columns: predicted)\n";
+  size_t width = 5;
+  for (const auto& name : result.classes) width = std::max(width, name.size());
+  std::cout << std::setw(static_cast<int>(width)) << "";
+  for (int64_t k = 0; k < n; ++k) std::cout << std::setw(6) << k;
+  std::cout << "\n";
+  for (int64_t i = 0; i < n; ++i) {
+    std::cout << std::setw(static_cast<int>(width)) << result.classes[static_cast<size_t>(i)];
+    for (int64_t k = 0; k < n; ++k) std::cout << std::setw(6) << c[i][k].item<int64_t>();
+    std::cout << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_train_command(CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
+  auto* sub = app.add_subcommand("train", "Train a model from a training YAML");
+  sub->add_option("--config", o->config, "the training YAML (configs/train/...)")->required();
+  sub->add_option("--set", o->overrides, "Override a config value, key.path=value; repeatable");
+  sub->add_option("--resume", o->resume, "continue from this checkpoint.safetensors");
+  sub->add_option("--output", o->output, "the run folder (default: the config's train.output)");
+  sub->add_option("--plot", o->plot, "write the loss and accuracy curves to this PNG");
+  return {sub, [o] { return run_train(*o); }};
+}
+
+Command add_eval_command(CLI::App& app) {
+  auto o = std::make_shared<EvalOptions>();
+  auto* sub = app.add_subcommand(
+      "eval", "Accuracy (top-1, top-5), loss and confusion matrix of weights on labelled data");
+  sub->add_option("--model", o->model, "A registered name or a YAML file")->required();
+  sub->add_option("--weights", o->weights, "safetensors weights (e.g. a run's model.safetensors)")
+      ->required();
+  sub->add_option("--format", o->format, "checkpoint layout (default: detected)");
+  sub->add_option("--set", o->overrides, "Override a config value, key.path=value; repeatable");
+  sub->add_option("--data", o->data,
+                  "an image folder (one subfolder per class) or a list of 'PATH LABEL' lines")
+      ->required();
+  sub->add_option("--batch-size", o->batch_size, "examples per forward pass")
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}))
+      ->capture_default_str();
+  sub->add_option("--workers", o->workers, "data-loading threads")
+      ->check(CLI::Range(int64_t{0}, int64_t{256}))
+      ->capture_default_str();
+  sub->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
+  sub->add_flag("--json", o->json, "one JSON object: accuracy, loss, confusion matrix");
+  return {sub, [o] { return run_eval(*o); }};
+}
+
+}  // namespace attnzoo::cli
