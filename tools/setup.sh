@@ -37,6 +37,7 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev
   clang clang-format libclang-rt-14-dev
   opencv-doc espeak-ng
+  libgloo-dev
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

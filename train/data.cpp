@@ -181,9 +181,12 @@ struct EpochLoader::State {
 
   Batch make(int64_t b) const {
     torch::NoGradGuard no_grad;
-    const int64_t first = b * options.batch_size;
+    const int64_t whole = std::min<int64_t>(
+        options.batch_size, static_cast<int64_t>(order.size()) - b * options.batch_size);
+    const int64_t part = options.batch_size / options.shards;
+    const int64_t first = b * options.batch_size + options.shard * part;
     const int64_t count =
-        std::min<int64_t>(options.batch_size, static_cast<int64_t>(order.size()) - first);
+        std::max<int64_t>(0, std::min<int64_t>(part, whole - options.shard * part));
     std::vector<torch::Tensor> inputs;
     std::vector<int64_t> labels, indices, lengths;
     for (int64_t k = 0; k < count; ++k) {
@@ -250,6 +253,10 @@ EpochLoader::EpochLoader(const LabelledDataset& dataset, ExampleLoader loader,
     : state_(std::make_shared<State>()) {
   TORCH_CHECK_VALUE(options.batch_size >= 1 && options.workers >= 0 && options.prefetch >= 1,
                     "EpochLoader: batch_size and prefetch must be >= 1 and workers >= 0");
+  TORCH_CHECK_VALUE(options.shards >= 1 && options.shard >= 0 && options.shard < options.shards &&
+                        options.batch_size % options.shards == 0,
+                    "EpochLoader: shard ", options.shard, " of ", options.shards,
+                    " must divide batch_size ", options.batch_size);
   auto& s = *state_;
   s.dataset = &dataset;
   s.loader = std::move(loader);

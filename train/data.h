@@ -67,6 +67,11 @@ struct LoaderOptions {
   uint64_t seed = 0;
   int64_t workers = 2;   // 0: prepared on the calling thread when asked for
   int64_t prefetch = 4;  // batches in flight ahead of the consumer
+  // Data-parallel: this process loads rows [shard · n, (shard + 1) · n) of every batch of
+  // batch_size = shards · n, the order and each example's generator being those of the whole
+  // batch (so the ranks together see what one process would).
+  int64_t shard = 0;
+  int64_t shards = 1;
 };
 
 int64_t batches_per_epoch(int64_t examples, int64_t batch_size, bool drop_last);

@@ -9,6 +9,7 @@
 #include "preprocess/image_decode.h"
 #include "preprocess/spec_augment.h"
 #include "train/diagnostics.h"
+#include "train/distributed.h"
 #include "train/optimizer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -240,7 +241,14 @@ struct Trainer::State {
   torch::Device device{torch::kCPU};
   int64_t batches_per_epoch = 0, total_steps = 0, step = 0;
   fs::path output;
-  std::ostream& log() const { return options.log ? *options.log : std::cerr; }
+  DistributedEnv env;
+  std::unique_ptr<DataParallel> parallel;  // world_size > 1
+  bool main_rank() const { return env.rank == 0; }
+  std::ostream& log() const {
+    static std::ostream discard(nullptr);  // ranks other than 0 stay quiet
+    if (!main_rank()) return discard;
+    return options.log ? *options.log : std::cerr;
+  }
 };
 
 Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_unique<State>()) {
@@ -271,13 +279,17 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
                                              : "architecture.num_classes of the conformer") +
         "), the data " + std::to_string(s.train.classes.size()) + " (" + c.data.train + ")");
   }
+  // Data-parallel (torchrun's environment): train.batch_size per rank, world_size times that per
+  // step.
+  s.env = DistributedEnv::from_environment();
+  const int64_t global_batch = c.train.batch_size * s.env.world_size;
   s.batches_per_epoch =
-      batches_per_epoch(static_cast<int64_t>(s.train.examples.size()), c.train.batch_size, true);
+      batches_per_epoch(static_cast<int64_t>(s.train.examples.size()), global_batch, true);
   if (s.batches_per_epoch < c.train.accumulation) {
     throw std::runtime_error(c.data.train + ": " + std::to_string(s.train.examples.size()) +
                              " examples do not fill one step of " +
                              std::to_string(c.train.accumulation) + " x " +
-                             std::to_string(c.train.batch_size));
+                             std::to_string(global_batch));
   }
   s.total_steps = c.train.steps > 0 ? c.train.steps
                                     : c.train.epochs * (s.batches_per_epoch / c.train.accumulation);
@@ -337,6 +349,11 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
     std::lock_guard<std::mutex> lock(cpu_generator.mutex());
     cpu_generator.set_state(generator);
   }
+  if (s.env.enabled()) {
+    s.parallel = std::make_unique<DataParallel>(s.env, s.device);
+    s.parallel->broadcast(*s.model.module);
+    s.parallel->attach(*s.model.module);
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -378,9 +395,12 @@ std::vector<TrainMetrics> Trainer::run() {
   fs::create_directories(s.output);
   const auto csv_path = s.output / "metrics.csv";
   const bool fresh = s.step == 0 || !fs::exists(csv_path);
-  std::ofstream csv(csv_path, fresh ? std::ios::trunc : std::ios::app);
-  if (!csv) throw std::runtime_error(csv_path.string() + ": cannot write");
-  if (fresh) csv << kCsvHeader << "\n";
+  std::ofstream csv;  // rank 0 writes the run's files; the others' streams stay closed
+  if (s.main_rank()) {
+    csv.open(csv_path, fresh ? std::ios::trunc : std::ios::app);
+    if (!csv) throw std::runtime_error(csv_path.string() + ": cannot write");
+    if (fresh) csv << kCsvHeader << "\n";
+  }
 
   LoaderOptions lo;
   lo.batch_size = t.batch_size;
@@ -390,6 +410,9 @@ std::vector<TrainMetrics> Trainer::run() {
   lo.seed = static_cast<uint64_t>(t.seed);
   lo.workers = c.data.workers;
   lo.prefetch = c.data.prefetch;
+  lo.batch_size = t.batch_size * s.env.world_size;
+  lo.shard = s.env.rank;
+  lo.shards = s.env.world_size;
   const auto loader_fn = example_loader(c.model, &c.augment);
   const auto classes = static_cast<int64_t>(s.train.classes.size());
   const bool autocast = t.precision == "bf16" && s.device.is_cuda();
@@ -408,7 +431,7 @@ std::vector<TrainMetrics> Trainer::run() {
     TORCH_INTERNAL_ASSERT(batch.has_value(), "the epoch ended early");
     return std::move(*batch);
   };
-  const auto examples_per_epoch = static_cast<double>(s.batches_per_epoch * t.batch_size);
+  const auto examples_per_epoch = static_cast<double>(s.batches_per_epoch * lo.batch_size);
 
   double loss_sum = 0.0;
   int64_t loss_count = 0, examples = 0;
@@ -419,12 +442,15 @@ std::vector<TrainMetrics> Trainer::run() {
   const bool bar = s.options.progress_bar;
   auto& out = s.log();
   out << "training " << c.model.name << ": " << s.train.examples.size() << " examples, " << classes
-      << " classes, " << s.total_steps << " steps of " << t.accumulation << " x " << t.batch_size
+      << " classes, " << s.total_steps << " steps of " << t.accumulation << " x " << lo.batch_size
+      << (s.env.enabled() ? " (" + std::to_string(s.env.world_size) + " ranks x " +
+                                std::to_string(t.batch_size) + ")"
+                          : std::string())
       << (s.step > 0 ? ", resumed at step " + std::to_string(s.step) : "") << ", output "
       << s.output.string() << "\n";
 
   const auto eval_now = [&](TrainMetrics& row) {
-    if (!s.has_val) return;
+    if (!s.has_val || !s.main_rank()) return;
     const auto r = evaluate(s.model, s.val, t.batch_size, c.data.workers, s.device);
     row.val_loss = r.loss;
     row.val_top1 = r.top1;
@@ -441,7 +467,7 @@ std::vector<TrainMetrics> Trainer::run() {
   // micro-batch's attention statistics (recorded during its own forward) and the step's gradient
   // norms, appended to diagnostics.jsonl, with a summary line in the log.
   std::unique_ptr<std::ofstream> diagnostics;
-  if (t.diagnostics_every > 0) {
+  if (t.diagnostics_every > 0 && s.main_rank()) {
     diagnostics = std::make_unique<std::ofstream>(s.output / "diagnostics.jsonl",
                                                   fresh ? std::ios::trunc : std::ios::app);
   }
@@ -509,12 +535,14 @@ std::vector<TrainMetrics> Trainer::run() {
             "step " + std::to_string(s.step) + ": the loss is " + std::to_string(value) +
             " (lower optimizer.lr, set train.clip_grad_norm, or check the data)");
       }
+      if (s.parallel) s.parallel->set_sync(a + 1 == t.accumulation);
       (loss / static_cast<double>(t.accumulation)).backward();
-      loss_sum += value;
+      loss_sum += s.parallel ? s.parallel->mean(value) : value;
       ++loss_count;
-      examples += n;
+      examples += n * s.env.world_size;
     }
-    if (diagnose) {
+    if (s.parallel) s.parallel->finish_gradients();
+    if (diagnose && diagnostics) {
       const auto norms = gradient_norms(s.model.module->named_parameters());
       diagnosis["step"] = s.step;
       diagnosis["gradients"] = to_json(norms);
@@ -561,7 +589,7 @@ std::vector<TrainMetrics> Trainer::run() {
     if (log_row || eval_row) {
       TrainMetrics row;
       row.step = s.step;
-      row.epoch = static_cast<double>(s.step * t.accumulation * t.batch_size) / examples_per_epoch;
+      row.epoch = static_cast<double>(s.step * t.accumulation * lo.batch_size) / examples_per_epoch;
       row.loss = loss_sum / std::max<int64_t>(loss_count, 1);
       row.lr = c.optimizer.lr * factor;
       row.grad_norm = last_grad_norm;
@@ -590,7 +618,9 @@ std::vector<TrainMetrics> Trainer::run() {
     const bool checkpoint_now =
         s.step == last_step ||
         (t.checkpoint_every > 0 ? s.step % t.checkpoint_every == 0 : epoch_end);
-    if (checkpoint_now) save_checkpoint((s.output / "checkpoint.safetensors").string());
+    if (checkpoint_now && s.main_rank()) {
+      save_checkpoint((s.output / "checkpoint.safetensors").string());
+    }
   }
   if (bar) out << "\n";
   if (s.step < s.total_steps) {
@@ -598,6 +628,7 @@ std::vector<TrainMetrics> Trainer::run() {
         << (s.output / "checkpoint.safetensors").string() << "\n";
     return history;
   }
+  if (!s.main_rank()) return history;
   // The weights alone, for `attnzoo eval`, `classify` and `encode --weights`.
   io::TensorDict weights;
   for (const auto& item : state_dict(*s.model.module)) {

@@ -13,27 +13,7 @@ trap 'rm -rf "$out"' EXIT
 
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-"$py" - "$out" <<'PY' || exit 1
-import math, random, sys
-from PIL import Image
-root = sys.argv[1]
-rng = random.Random(4)
-import os
-for split, count in (("train", 12), ("val", 6)):
-    for label, name in enumerate(("diagonal", "horizontal", "vertical")):
-        os.makedirs(f"{root}/{split}/{name}", exist_ok=True)
-        for i in range(count):
-            period, phase = rng.uniform(5, 11), rng.uniform(0, 6.3)
-            light, dark = rng.uniform(170, 255), rng.uniform(0, 60)
-            image = Image.new("RGB", (40, 40))
-            for y in range(40):
-                for x in range(40):
-                    t = (x + y) / math.sqrt(2) if label == 0 else (y if label == 1 else x)
-                    w = 0.5 + 0.5 * math.sin(2 * math.pi * t / period + phase)
-                    v = int(w * light + (1 - w) * dark + rng.gauss(0, 10))
-                    image.putpixel((x, y), (max(0, min(255, v)),) * 3)
-            image.save(f"{root}/{split}/{name}/{i:03d}.png")
-PY
+"$py" "$(dirname "${BASH_SOURCE[0]}")/make_stripes.py" "$out" || exit 1
 cat >"$out/train.yaml" <<EOF
 model: $data/vit_train_micro.yaml
 data: {kind: image_folder, train: train, val: val, workers: 1}
@@ -82,6 +62,47 @@ PY
       --resume "$out/run/checkpoint.safetensors"
     expect stderr 'resumed at step 36'
     expect stderr '^step 39/39 '
+    ;;
+  train_ddp)
+    # Two ranks on c10d Gloo over loopback, 6 images each per step, end with the weights of one
+    # process at 12 per step (no dropout: the ranks' dropout masks would differ from one
+    # process's; the crops are the same, as each example's generator is its position's).
+    "$bin" version | grep -q '^data-parallel: gloo' ||
+      { echo "FAIL: no c10d Gloo in this build (tools/setup.sh installs libgloo-dev)"; exit 1; }
+    port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    set_ddp=(--set "model_set=[architecture.drop_rate=0, architecture.drop_path_rate=0]"
+             --set train.epochs=3 --set train.log_every=1)
+    for rank in 0 1; do
+      WORLD_SIZE=2 RANK=$rank LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        "$bin" train --config "$out/train.yaml" "${set_ddp[@]}" --set train.batch_size=3 \
+        --output "$out/ddp" >"$out/rank$rank.out" 2>"$out/rank$rank.err" &
+    done
+    wait %1 || { echo "FAIL: rank 0 failed"; cat "$out/rank0.err"; exit 1; }
+    wait %2 || { echo "FAIL: rank 1 failed"; cat "$out/rank1.err"; exit 1; }
+    [ ! -s "$out/rank1.err" ] || { echo "FAIL: rank 1 printed:"; cat "$out/rank1.err"; exit 1; }
+    grep -q '^training vit_train_micro: 36 examples, 3 classes, 18 steps of 1 x 6 (2 ranks x 3)' "$out/rank0.err" ||
+      { echo "FAIL: rank 0's log"; cat "$out/rank0.err"; exit 1; }
+    run 0 train --config "$out/train.yaml" "${set_ddp[@]}" --set train.batch_size=6 \
+      --output "$out/single"
+    "$py" - "$out/ddp" "$out/single" <<'PY' || exit 1
+import csv, sys
+from safetensors.torch import load_file
+ddp, single = (load_file(f"{d}/model.safetensors") for d in sys.argv[1:])
+diff = max((ddp[k] - single[k]).abs().max().item() for k in single)
+print(f"max |2 ranks - 1 process| over the weights: {diff:.2e}")
+assert sorted(ddp) == sorted(single) and diff < 5e-5, diff
+rows = [list(csv.DictReader(open(f"{d}/metrics.csv"))) for d in sys.argv[1:]]
+assert len(rows[0]) == len(rows[1]) == 18
+for a, b in zip(*rows):
+    assert abs(float(a["loss"]) - float(b["loss"])) < 1e-5, (a, b)
+PY
+    # A rank without RANK, and a WORLD_SIZE that is not a number.
+    WORLD_SIZE=2 "$bin" train --config "$out/train.yaml" >"$out/stdout" 2>"$out/stderr" &&
+      { echo "FAIL: WORLD_SIZE=2 without RANK ran"; exit 1; }
+    expect stderr 'WORLD_SIZE=2 but RANK is not set'
+    WORLD_SIZE=two "$bin" train --config "$out/train.yaml" >"$out/stdout" 2>"$out/stderr" &&
+      { echo "FAIL: WORLD_SIZE=two ran"; exit 1; }
+    expect stderr "WORLD_SIZE='two'"
     ;;
   train_bad)
     run 1 train --config "$out/missing.yaml"

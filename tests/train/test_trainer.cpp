@@ -129,9 +129,16 @@ TEST(Trainer, SmallViTLearnsStripes) {
 // dropout, drop-path, random crops, flips, mixup and cutmix all drawing random numbers, and with
 // a different number of loading workers after the resume.
 TEST(Trainer, ResumeEqualsTheUninterruptedRun) {
-  const std::vector<std::string> extra = {"train.epochs=5", "train.log_every=1",
-                                          "augment.mixup_alpha=0.4", "augment.cutmix_alpha=1.0",
-                                          "train.checkpoint_every=7"};
+  // With the design notes' per-projection learning rates on the fused qkv weight (slices q, k, v)
+  // and the output projection: the optimiser's per-slice state must survive the checkpoint.
+  const std::vector<std::string> extra = {
+      "train.epochs=5",
+      "train.log_every=1",
+      "augment.mixup_alpha=0.4",
+      "augment.cutmix_alpha=1.0",
+      "train.checkpoint_every=7",
+      "optimizer.rules=[{pattern: '.*attn\\.qkv\\.weight', slices: [{lr: 1.0e-3}, {lr: 1.0e-3}, "
+      "{lr: 2.0e-3, weight_decay: 0.01}]}, {pattern: '.*attn\\.proj\\.weight', lr: 5.0e-4}]"};
   std::ostringstream log;
   TrainerOptions options;
   options.log = &log;

@@ -1,5 +1,6 @@
 // `attnzoo version`: what this binary was built with and what it finds at run time.
 #include "tools/cli/commands.h"
+#include "train/distributed.h"
 
 #include "kernels/ops.h"
 
@@ -40,7 +41,12 @@ int run_version() {
             << ")\n"
             << sf_version_string() << "\n"
             << soxr_version() << "\n"
-            << "yaml-cpp " << ATTNZOO_YAML_CPP_VERSION << "\n";
+            << "yaml-cpp " << ATTNZOO_YAML_CPP_VERSION << "\n"
+            << "data-parallel: "
+            << (distributed_available(false)
+                    ? (distributed_available(true) ? "gloo, nccl" : "gloo")
+                    : (distributed_available(true) ? "nccl" : "none (no c10d headers)"))
+            << "\n";
   return 0;
 }
 
