@@ -57,6 +57,13 @@ PY
     expect stdout '^top-1 [0-9.]+%  top-5 100.00%  loss [0-9.]+$'
     expect stdout '^confusion matrix \(rows: true class, columns: predicted\)$'
     expect stdout '^ *horizontal +[0-9]+ +[0-9]+ +[0-9]+$'
+    # On a terminal (a pseudo-terminal from util-linux's script): a bar redrawn in place with the
+    # loss, learning rate, throughput and ETA, instead of the plain lines.
+    script -qec "$bin train --config $out/train.yaml --set train.epochs=1 --output $out/tty_run" \
+      /dev/null >"$out/tty" 2>&1 || { echo "FAIL: train on a terminal"; cat "$out/tty"; exit 1; }
+    grep -Eq $'\r\\[#+\\.*\\] 6/6 loss [0-9.]+ lr [0-9.e+-]+ [0-9.]+ ex/s ETA [0-9hms]+' "$out/tty" ||
+      { echo "FAIL: no progress bar on a terminal"; cat -A "$out/tty" | head; exit 1; }
+    ! grep -q '^step 6/6 epoch' "$out/tty" || { echo "FAIL: plain lines on a terminal"; exit 1; }
     # Resuming the finished run's checkpoint with more steps continues from step 36.
     run 0 train --config "$out/train.yaml" --set train.steps=39 \
       --resume "$out/run/checkpoint.safetensors"
