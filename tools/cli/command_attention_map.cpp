@@ -311,17 +311,8 @@ Command add_attention_map_command(CLI::App& app) {
       "attention-map",
       "Draw a model's attention on an image (ViT: per-head maps and rollout) or an audio file "
       "(Conformer: heads x time) as a PNG");
-  sub->add_option("--model", options->model,
-                  "A registered name (see attnzoo models) or a YAML file")
-      ->required();
-  sub->add_option("--weights", options->weights,
-                  "safetensors checkpoint (default: random weights)");
-  sub->add_option("--format", options->format,
-                  "Checkpoint layout (default: the config's checkpoint.format, else detected)")
-      ->check(
-          CLI::IsMember({"timm", "torchvision", "hf", "attnzoo", "torchaudio", "wenet", "espnet"}));
-  sub->add_option("--set", options->overrides,
-                  "Override a config value, key.path=value (YAML value); repeatable");
+  add_model_options(sub, options->model, options->weights, options->format, options->overrides,
+                    all_checkpoint_formats());
   sub->add_option("--layer", options->layer,
                   "The layer whose heads are drawn (0-based; negative: from the end)")
       ->capture_default_str();

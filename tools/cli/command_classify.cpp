@@ -88,16 +88,8 @@ int run_classify(ClassifyOptions options) {
 Command add_classify_command(CLI::App& app) {
   auto options = std::make_shared<ClassifyOptions>();
   auto* sub = app.add_subcommand("classify", "Classify images with a model of the zoo");
-  sub->add_option("--model", options->model,
-                  "A registered name (see attnzoo models) or a YAML file")
-      ->required();
-  sub->add_option("--weights", options->classifier.weights,
-                  "safetensors checkpoint (default: random weights)");
-  sub->add_option("--format", options->classifier.format,
-                  "Checkpoint layout (default: the config's checkpoint.format, else detected)")
-      ->check(CLI::IsMember({"timm", "torchvision", "hf"}));
-  sub->add_option("--set", options->classifier.overrides,
-                  "Override a config value, key.path=value (YAML value); repeatable");
+  add_model_options(sub, options->model, options->classifier.weights, options->classifier.format,
+                    options->classifier.overrides, {"timm", "torchvision", "hf"});
   sub->add_option("--topk", options->topk, "Classes per image")
       ->check(CLI::Range(int64_t{1}, int64_t{1000000}))
       ->capture_default_str();

@@ -118,16 +118,8 @@ int run_encode(EncodeOptions options) {
 Command add_encode_command(CLI::App& app) {
   auto options = std::make_shared<EncodeOptions>();
   auto* sub = app.add_subcommand("encode", "Encode audio files with a Conformer of the zoo");
-  sub->add_option("--model", options->model,
-                  "A registered name (see attnzoo models) or a YAML file")
-      ->required();
-  sub->add_option("--weights", options->encoder.weights,
-                  "safetensors checkpoint (default: random weights)");
-  sub->add_option("--format", options->encoder.format,
-                  "Checkpoint layout (default: the config's checkpoint.format, else detected)")
-      ->check(CLI::IsMember({"attnzoo", "torchaudio", "wenet", "espnet"}));
-  sub->add_option("--set", options->encoder.overrides,
-                  "Override a config value, key.path=value (YAML value); repeatable");
+  add_model_options(sub, options->model, options->encoder.weights, options->encoder.format,
+                    options->encoder.overrides, {"attnzoo", "torchaudio", "wenet", "espnet"});
   sub->add_option("--device", options->encoder.device, "cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();

@@ -240,17 +240,8 @@ Command add_forward_command(CLI::App& app) {
       "forward",
       "Run a model on a safetensors file ('pixels' for ViT, 'features' and 'lengths' for the "
       "Conformer); write its outputs");
-  sub->add_option("--model", options->model,
-                  "A registered name (see attnzoo models) or a YAML file")
-      ->required();
-  sub->add_option("--weights", options->weights,
-                  "safetensors checkpoint (default: random weights)");
-  sub->add_option("--format", options->format,
-                  "Checkpoint layout (default: the config's checkpoint.format, else detected)")
-      ->check(
-          CLI::IsMember({"timm", "torchvision", "hf", "attnzoo", "torchaudio", "wenet", "espnet"}));
-  sub->add_option("--set", options->overrides,
-                  "Override a config value, key.path=value (YAML value); repeatable");
+  add_model_options(sub, options->model, options->weights, options->format, options->overrides,
+                    all_checkpoint_formats());
   sub->add_option("--input", options->input,
                   "safetensors file with 'pixels' [B, C, H, W] (ViT) or 'features' [B, T, F] and "
                   "optionally 'lengths' [B] (Conformer)")

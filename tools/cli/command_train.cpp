@@ -206,11 +206,8 @@ Command add_eval_command(CLI::App& app) {
   auto o = std::make_shared<EvalOptions>();
   auto* sub = app.add_subcommand(
       "eval", "Accuracy (top-1, top-5), loss and confusion matrix of weights on labelled data");
-  sub->add_option("--model", o->model, "A registered name or a YAML file")->required();
-  sub->add_option("--weights", o->weights, "safetensors weights (e.g. a run's model.safetensors)")
-      ->required();
-  sub->add_option("--format", o->format, "checkpoint layout (default: detected)");
-  sub->add_option("--set", o->overrides, "Override a config value, key.path=value; repeatable");
+  add_model_options(sub, o->model, o->weights, o->format, o->overrides, all_checkpoint_formats(),
+                    /*weights_required=*/true);
   sub->add_option("--data", o->data,
                   "an image folder (one subfolder per class) or a list of 'PATH LABEL' lines")
       ->required();

@@ -6,6 +6,8 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace attnzoo::cli {
 
@@ -16,6 +18,34 @@ struct Command {
   CLI::App* app;
   Runner run;
 };
+
+// Every layout a checkpoint may have (ViT: timm, torchvision, hf; Conformer: attnzoo, torchaudio,
+// wenet, espnet).
+inline const std::vector<std::string>& all_checkpoint_formats() {
+  static const std::vector<std::string> formats = {"timm",       "torchvision", "hf",    "attnzoo",
+                                                   "torchaudio", "wenet",       "espnet"};
+  return formats;
+}
+
+// The options of every command that builds a model of the zoo: --model (required), --weights,
+// --format (one of `formats`) and --set.
+inline void add_model_options(CLI::App* sub, std::string& model, std::string& weights,
+                              std::string& format, std::vector<std::string>& overrides,
+                              const std::vector<std::string>& formats,
+                              bool weights_required = false) {
+  sub->add_option("--model", model, "A registered name (see attnzoo models) or a YAML file")
+      ->required();
+  auto* w =
+      sub->add_option("--weights", weights,
+                      weights_required ? "safetensors weights (e.g. a run's model.safetensors)"
+                                       : "safetensors checkpoint (default: random weights)");
+  if (weights_required) w->required();
+  sub->add_option("--format", format,
+                  "Checkpoint layout (default: the config's checkpoint.format, else detected)")
+      ->check(CLI::IsMember(formats));
+  sub->add_option("--set", overrides,
+                  "Override a config value, key.path=value (YAML value); repeatable");
+}
 
 Command add_version_command(CLI::App& app);
 Command add_models_command(CLI::App& app);
