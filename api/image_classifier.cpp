@@ -9,35 +9,9 @@
 #include <opencv2/imgproc.hpp>
 
 #include <algorithm>
-#include <fstream>
 #include <stdexcept>
 
 namespace attnzoo {
-
-std::string imagenet_labels_file() { return ATTNZOO_IMAGENET_LABELS_FILE; }
-
-std::vector<std::string> load_labels(const LabelsConfig& labels, int64_t classes) {
-  if (labels.source == LabelsConfig::Source::kNone) return {};
-  const std::string file =
-      labels.source == LabelsConfig::Source::kImageNet ? imagenet_labels_file() : labels.file;
-  std::ifstream in(file);
-  if (!in) throw std::runtime_error(file + ": cannot read the labels file");
-  std::vector<std::string> names;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) {
-      throw std::runtime_error(file + ":" + std::to_string(names.size() + 1) +
-                               ": empty label (one label per line, line i for class i)");
-    }
-    names.push_back(line);
-  }
-  if (static_cast<int64_t>(names.size()) != classes) {
-    throw std::runtime_error(file + ": " + std::to_string(names.size()) +
-                             " labels for a model of " + std::to_string(classes) + " classes");
-  }
-  return names;
-}
 
 struct ImageClassifier::State {
   ModelConfig config;
@@ -130,24 +104,6 @@ torch::Tensor ImageClassifier::logits(const torch::Tensor& pixels) const {
 }
 
 namespace {
-
-std::vector<Prediction> top_predictions(const torch::Tensor& logits_row, int64_t topk,
-                                        const std::vector<std::string>& labels) {
-  const auto probabilities = torch::softmax(logits_row.to(torch::kDouble), -1);
-  const int64_t k = std::min<int64_t>(topk, probabilities.size(0));
-  const auto [values, indices] = probabilities.topk(k);
-  std::vector<Prediction> out;
-  out.reserve(static_cast<size_t>(k));
-  for (int64_t i = 0; i < k; ++i) {
-    Prediction p;
-    p.index = indices[i].item<int64_t>();
-    p.probability = values[i].item<double>();
-    p.label =
-        labels.empty() ? "class " + std::to_string(p.index) : labels[static_cast<size_t>(p.index)];
-    out.push_back(std::move(p));
-  }
-  return out;
-}
 
 void check_topk(int64_t topk) {
   TORCH_CHECK_VALUE(topk >= 1, "ImageClassifier: topk must be >= 1, got ", topk);

@@ -14,6 +14,7 @@
 // options.
 #pragma once
 
+#include "api/prediction.h"
 #include "configs/model_config.h"
 #include "preprocess/image_decode.h"
 #include "preprocess/image_transform.h"
@@ -38,12 +39,6 @@ struct ImageClassifierOptions {
   int threads = 0;
   int64_t batch_size = 8;  // images per forward pass in classify(paths)
   ImageDecodeOptions decode;
-};
-
-struct Prediction {
-  int64_t index = 0;
-  std::string label;  // "class <index>" when the config names no labels
-  double probability = 0.0;
 };
 
 // One image of classify(paths): its predictions, or the error that stopped it.
@@ -89,13 +84,5 @@ class ImageClassifier {
   struct State;
   std::unique_ptr<State> state_;
 };
-
-// The labels file of a config: the shipped ImageNet-1k names for `labels: imagenet`, the named
-// file for `labels: FILE`, nothing for no labels. Throws naming the file when it cannot be read
-// or does not have exactly `classes` non-empty lines.
-std::vector<std::string> load_labels(const LabelsConfig& labels, int64_t classes);
-
-// The shipped ImageNet-1k class names file (configs/labels/imagenet1k.txt).
-std::string imagenet_labels_file();
 
 }  // namespace attnzoo

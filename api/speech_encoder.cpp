@@ -132,6 +132,10 @@ EncodedSpeech SpeechEncoder::encode_features(torch::Tensor features, const std::
   if (s.config.conformer.vocab_size() > 0) {
     out.log_probs = s.model->ctc_log_probs(encoded)[0].to(torch::kCPU, torch::kFloat);
   }
+  if (s.config.conformer.num_classes() > 0) {
+    const auto lengths = torch::full({1}, encoded.size(1), torch::kLong).to(encoded.device());
+    out.logits = s.model->classify(encoded, lengths)[0].to(torch::kCPU, torch::kFloat);
+  }
   return out;
 }
 
@@ -148,6 +152,10 @@ void SpeechEncoder::encode_batch(std::vector<EncodedSpeech*>& batch,
                        streaming.chunk_size, streaming.num_left_chunks);
   torch::Tensor log_probs;
   if (s.config.conformer.vocab_size() > 0) log_probs = s.model->ctc_log_probs(encoded);
+  torch::Tensor logits;
+  if (s.config.conformer.num_classes() > 0) {
+    logits = s.model->classify(encoded, lengths).to(torch::kCPU, torch::kFloat);
+  }
   const auto valid = lengths.to(torch::kCPU);
   const double batch_ms = ms_since(start);
   const double total_frames = static_cast<double>(padded.lengths.sum().item<int64_t>());
@@ -160,6 +168,7 @@ void SpeechEncoder::encode_batch(std::vector<EncodedSpeech*>& batch,
     if (log_probs.defined()) {
       out.log_probs = log_probs[index].narrow(0, 0, n).to(torch::kCPU, torch::kFloat).contiguous();
     }
+    if (logits.defined()) out.logits = logits[index].contiguous();
     out.encode_ms = feature_ms[i] + batch_ms * static_cast<double>(out.feature_frames) /
                                         std::max(total_frames, 1.0);
   }

@@ -49,8 +49,11 @@ struct EncodedSpeech {
   torch::Tensor encoded;    // [T', D] float32 on the CPU
   torch::Tensor embedding;  // [D]: the mean over the frames
   torch::Tensor log_probs;  // [T', vocab] CTC log-probabilities; undefined without a CTC head
-  double seconds = 0.0;     // the audio's duration
-  double frame_ms = 0.0;    // the period of the encoded frames (feature shift × subsampling)
+  // [classes] float32: the classification head's logits (architecture.num_classes > 0), over the
+  // valid frames; undefined without one. AudioClassifier turns them into labelled predictions.
+  torch::Tensor logits;
+  double seconds = 0.0;   // the audio's duration
+  double frame_ms = 0.0;  // the period of the encoded frames (feature shift × subsampling)
   int64_t feature_frames = 0;
   double encode_ms = 0.0;  // features and encoder, wall time
   std::string error;       // empty on success

@@ -1,10 +1,14 @@
-// `attnzoo classify`: images through an ImageClassifier (api/image_classifier.h): a model of the
-// zoo or a YAML config, its weights, eval transform and labels. A table by default; with --json
-// one object per image and line. A bad image gets its error and the others are still classified;
-// the exit status is 1 if any image failed.
+// `attnzoo classify`: images through an ImageClassifier (api/image_classifier.h), or audio files
+// through an AudioClassifier (api/audio_classifier.h) when the config is a Conformer with a
+// classification head: a model of the zoo or a YAML config, its weights, frontend and labels. A
+// table by default; with --json one object per input and line ("image" or "audio", "top",
+// "ms"; or "error"). A bad input gets its error and the others are still classified; the exit
+// status is 1 if any input failed.
 #include "tools/cli/commands.h"
 
+#include "api/audio_classifier.h"
 #include "api/image_classifier.h"
+#include "configs/registry.h"
 
 #include <nlohmann/json.hpp>
 
@@ -18,28 +22,99 @@ namespace {
 
 struct ClassifyOptions {
   std::string model;
-  std::vector<std::string> images;
+  std::vector<std::string> inputs;
   ImageClassifierOptions classifier;
   int64_t topk = 5;
   bool json = false;
 };
 
-int run_classify(ClassifyOptions options) {
-  const ImageClassifier classifier(options.model, options.classifier);
-  const auto& config = classifier.config();
-  if (!options.json) {
-    std::cout << config.name << " (" << config.source << "), " << classifier.weights_description()
-              << ", " << options.classifier.device << ", " << options.classifier.dtype << "\n";
+// One classified input, as a table or a JSON line. `key`: "image" or "audio".
+struct Classified {
+  const std::string& input;
+  const std::vector<Prediction>& top;
+  const std::string& error;
+  double ms;
+};
+
+void print_result(const Classified& r, const char* key, bool json) {
+  if (json) {
+    nlohmann::json line = {{key, r.input}};
+    if (r.error.empty()) {
+      auto top = nlohmann::json::array();
+      for (const auto& p : r.top) {
+        top.push_back({{"index", p.index}, {"label", p.label}, {"prob", p.probability}});
+      }
+      line["top"] = top;
+      line["ms"] = r.ms;
+    } else {
+      line["error"] = r.error;
+    }
+    std::cout << line.dump() << "\n";
+    return;
   }
+  if (!r.error.empty()) {
+    std::cout << r.input << ": error: " << r.error << "\n";
+    return;
+  }
+  std::printf("%s (%.1f ms)\n", r.input.c_str(), r.ms);
+  for (const auto& p : r.top) {
+    std::printf("  %6.2f%%  %5lld  %s\n", 100.0 * p.probability, static_cast<long long>(p.index),
+                p.label.c_str());
+  }
+}
+
+void print_header(const ClassifyOptions& options, const ModelConfig& config,
+                  const std::string& weights) {
+  if (options.json) return;
+  std::cout << config.name << " (" << config.source << "), " << weights << ", "
+            << options.classifier.device << ", " << options.classifier.dtype << "\n";
+}
+
+int report_failures(int failed, size_t total, const char* what) {
+  if (failed == 0) return 0;
+  std::cerr << "attnzoo classify: " << failed << " of " << total << " " << what << " failed\n";
+  return 1;
+}
+
+std::vector<std::string> slice(const std::vector<std::string>& all, size_t start, size_t count) {
+  return {all.begin() + static_cast<std::ptrdiff_t>(start),
+          all.begin() + static_cast<std::ptrdiff_t>(std::min(start + count, all.size()))};
+}
+
+int run_audio(const ClassifyOptions& options) {
+  AudioClassifierOptions o;
+  o.weights = options.classifier.weights;
+  o.format = options.classifier.format;
+  o.overrides = options.classifier.overrides;
+  o.device = options.classifier.device;
+  o.dtype = options.classifier.dtype;
+  o.threads = options.classifier.threads;
+  o.batch_size = options.classifier.batch_size;
+  const AudioClassifier classifier(options.model, o);
+  print_header(options, classifier.config(), classifier.weights_description());
+  int failed = 0;
+  const auto batch = static_cast<size_t>(o.batch_size);
+  for (size_t start = 0; start < options.inputs.size(); start += batch) {
+    for (const auto& r : classifier.classify(slice(options.inputs, start, batch), options.topk)) {
+      failed += !r.ok();
+      print_result({r.audio, r.top, r.error, r.encode_ms}, "audio", options.json);
+    }
+    std::cout.flush();
+  }
+  return report_failures(failed, options.inputs.size(), "audio files");
+}
+
+int run_classify(ClassifyOptions options) {
+  if (is_audio_classifier(resolve_model_config(options.model, options.classifier.overrides))) {
+    return run_audio(options);
+  }
+  const ImageClassifier classifier(options.model, options.classifier);
+  print_header(options, classifier.config(), classifier.weights_description());
   int failed = 0;
   const auto batch = static_cast<size_t>(options.classifier.batch_size);
-  for (size_t start = 0; start < options.images.size(); start += batch) {
-    const std::vector<std::string> paths(
-        options.images.begin() + static_cast<std::ptrdiff_t>(start),
-        options.images.begin() +
-            static_cast<std::ptrdiff_t>(std::min(start + batch, options.images.size())));
+  for (size_t start = 0; start < options.inputs.size(); start += batch) {
     const auto begin = std::chrono::steady_clock::now();
-    const auto results = classifier.classify(paths, options.topk);
+    const auto results = classifier.classify(slice(options.inputs, start, batch), options.topk);
     const double batch_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
     size_t ok = 0;
@@ -48,48 +123,22 @@ int run_classify(ClassifyOptions options) {
     const double ms = ok > 0 ? batch_ms / static_cast<double>(ok) : 0.0;
     for (const auto& r : results) {
       failed += !r.ok();
-      if (options.json) {
-        nlohmann::json line = {{"image", r.image}};
-        if (r.ok()) {
-          auto top = nlohmann::json::array();
-          for (const auto& p : r.top) {
-            top.push_back({{"index", p.index}, {"label", p.label}, {"prob", p.probability}});
-          }
-          line["top"] = top;
-          line["ms"] = ms;
-        } else {
-          line["error"] = r.error;
-        }
-        std::cout << line.dump() << "\n";
-        continue;
-      }
-      if (!r.ok()) {
-        std::cout << r.image << ": error: " << r.error << "\n";
-        continue;
-      }
-      std::printf("%s (%.1f ms)\n", r.image.c_str(), ms);
-      for (const auto& p : r.top) {
-        std::printf("  %6.2f%%  %5lld  %s\n", 100.0 * p.probability,
-                    static_cast<long long>(p.index), p.label.c_str());
-      }
+      print_result({r.image, r.top, r.error, ms}, "image", options.json);
     }
     std::cout.flush();
   }
-  if (failed > 0) {
-    std::cerr << "attnzoo classify: " << failed << " of " << options.images.size()
-              << " images failed\n";
-    return 1;
-  }
-  return 0;
+  return report_failures(failed, options.inputs.size(), "images");
 }
 
 }  // namespace
 
 Command add_classify_command(CLI::App& app) {
   auto options = std::make_shared<ClassifyOptions>();
-  auto* sub = app.add_subcommand("classify", "Classify images with a model of the zoo");
+  auto* sub = app.add_subcommand(
+      "classify",
+      "Classify images, or audio files with a Conformer that has a classification head");
   add_model_options(sub, options->model, options->classifier.weights, options->classifier.format,
-                    options->classifier.overrides, {"timm", "torchvision", "hf"});
+                    options->classifier.overrides, all_checkpoint_formats());
   sub->add_option("--topk", options->topk, "Classes per image")
       ->check(CLI::Range(int64_t{1}, int64_t{1000000}))
       ->capture_default_str();
@@ -99,16 +148,19 @@ Command add_classify_command(CLI::App& app) {
   sub->add_option("--dtype", options->classifier.dtype, "fp32, bf16 or fp16")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
-  sub->add_option("--batch", options->classifier.batch_size, "Images per forward pass")
+  sub->add_option("--batch", options->classifier.batch_size, "Inputs per forward pass")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}))
       ->capture_default_str();
   sub->add_option("--threads", options->classifier.threads,
                   "LibTorch intra-op threads (default: LibTorch's)")
       ->check(CLI::Range(0, 1024));
   sub->add_flag("--json", options->json,
-                "One JSON object per image and line: image, top [index, label, prob], ms; or "
-                "image, error");
-  sub->add_option("images", options->images, "Image files")->required();
+                "One JSON object per input and line: image (or audio), top [index, label, prob], "
+                "ms; or image (or audio), error");
+  sub->add_option("inputs", options->inputs,
+                  "Image files, or audio files for an audio classifier (any format libsndfile "
+                  "reads)")
+      ->required();
   return {sub, [options] { return run_classify(*options); }};
 }
 

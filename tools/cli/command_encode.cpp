@@ -1,8 +1,8 @@
 // `attnzoo encode`: audio files through a SpeechEncoder (api/speech_encoder.h): the features of
 // the model's config and its Conformer, offline or chunk by chunk (--stream). Per file a line with
 // the duration, frames and real-time factor (JSON lines with --json); with --out the encoder
-// frames, embeddings and CTC log-probabilities go to a safetensors file. A bad file gets its error
-// and the others are still encoded; the exit status is 1 if any failed.
+// frames, embeddings, CTC log-probabilities and classification logits go to a safetensors file. A
+// bad file gets its error and the others are still encoded; the exit status is 1 if any failed.
 #include "tools/cli/commands.h"
 
 #include "api/speech_encoder.h"
@@ -82,6 +82,7 @@ int run_encode(EncodeOptions options) {
       tensors.insert("encoded_" + index, r.encoded.contiguous());
       tensors.insert("embedding_" + index, r.embedding.contiguous());
       if (r.log_probs.defined()) tensors.insert("log_probs_" + index, r.log_probs.contiguous());
+      if (r.logits.defined()) tensors.insert("logits_" + index, r.logits.contiguous());
     }
     if (options.json) {
       std::cout << nlohmann::json{{"audio", r.audio},
@@ -133,7 +134,8 @@ Command add_encode_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{4096}))
       ->capture_default_str();
   sub->add_option("--out", options->out,
-                  "safetensors file for encoded_<i>, embedding_<i> and log_probs_<i>");
+                  "safetensors file for encoded_<i>, embedding_<i>, log_probs_<i> (a CTC head) "
+                  "and logits_<i> (a classification head)");
   sub->add_flag("--json", options->json,
                 "One JSON object per file and line: audio, seconds, frames, ms, rtf; or error");
   sub->add_flag("--stream", options->stream,
