@@ -62,6 +62,16 @@ TrainAugmentConfig read_augment(MapReader a) {
   }
   g.hflip = a.number("hflip", 0.5, 0.0, 1.0);
   g.color_jitter = a.number("color_jitter", 0.0, 0.0, 10.0);
+  g.affine_degrees = a.number("affine_degrees", 0.0, 0.0, 180.0);
+  g.affine_translate = a.number("affine_translate", 0.0, 0.0, 1.0);
+  if (auto scale = a.number_list("affine_scale", 2, 0.0, 100.0, true)) {
+    if ((*scale)[0] > (*scale)[1]) a.fail("affine_scale", "expected low <= high");
+    g.affine_scale = {(*scale)[0], (*scale)[1]};
+  }
+  g.affine_shear = a.number("affine_shear", 0.0, 0.0, 89.0);
+  g.elastic_alpha = a.number("elastic_alpha", 0.0, 0.0, 10000.0);
+  g.elastic_sigma = a.number("elastic_sigma", 5.0, 0.0, 100.0);
+  g.elastic_p = a.number("elastic_p", 1.0, 0.0, 1.0);
   g.mixup_alpha = a.number("mixup_alpha", 0.0, 0.0, 100.0);
   g.cutmix_alpha = a.number("cutmix_alpha", 0.0, 0.0, 100.0);
   g.mix_prob = a.number("mix_prob", 1.0, 0.0, 1.0);

@@ -46,6 +46,17 @@ struct TrainAugmentConfig {
   std::array<double, 2> crop_ratio = {3.0 / 4.0, 4.0 / 3.0};
   double hflip = 0.5;
   double color_jitter = 0.0;  // brightness, contrast and saturation factor range
+  // torchvision RandomAffine after the crop (preprocess/image_augment.h AffineOptions): rotation
+  // in degrees, translation as a fraction of the size, scale range, shear in degrees.
+  double affine_degrees = 0.0;
+  double affine_translate = 0.0;
+  std::array<double, 2> affine_scale = {1.0, 1.0};
+  double affine_shear = 0.0;
+  // torchvision ElasticTransform after the affine warp (ElasticOptions): alpha (0: off), sigma,
+  // and the chance it is applied.
+  double elastic_alpha = 0.0;
+  double elastic_sigma = 5.0;
+  double elastic_p = 1.0;
   // Batch mixing (images): mixup's and cutmix's Beta(alpha, alpha); 0 switches one off. With both
   // on, each batch takes one of them at random (timm's switch_prob 0.5). mix_prob: the chance a
   // batch is mixed at all.

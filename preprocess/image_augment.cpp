@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
+#include <opencv2/imgproc.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -206,6 +207,117 @@ torch::Tensor color_jitter(const torch::Tensor& image, const ColorJitterOptions&
   return x;
 }
 
+AffineParams random_affine_params(int64_t height, int64_t width, const AffineOptions& options,
+                                  std::mt19937_64& rng) {
+  // As RandomAffine.get_params: angle, translation, scale, shear, in that order.
+  AffineParams p;
+  p.angle = uniform(rng, -options.degrees, options.degrees);
+  const double max_dx = options.translate * static_cast<double>(width);
+  const double max_dy = options.translate * static_cast<double>(height);
+  p.translate_x = round_half_even(uniform(rng, -max_dx, max_dx));
+  p.translate_y = round_half_even(uniform(rng, -max_dy, max_dy));
+  p.scale = uniform(rng, options.scale[0], options.scale[1]);
+  p.shear = uniform(rng, -options.shear, options.shear);
+  return p;
+}
+
+std::array<double, 6> affine_matrix(const AffineParams& p, int64_t height, int64_t width) {
+  // out = centre + translation + R(angle) · Shear_x · scale · (in - centre), with y pointing
+  // down, so a positive angle turns the picture counter-clockwise on screen.
+  const double pi = std::acos(-1.0);
+  const double a = p.angle * pi / 180.0;
+  const double sh = std::tan(p.shear * pi / 180.0);
+  const double cx = 0.5 * static_cast<double>(width - 1);
+  const double cy = 0.5 * static_cast<double>(height - 1);
+  // R = [[cos, sin], [-sin, cos]] (screen coordinates); Shear = [[1, sh], [0, 1]].
+  const double m00 = p.scale * std::cos(a);
+  const double m01 = p.scale * (std::cos(a) * sh + std::sin(a));
+  const double m10 = -p.scale * std::sin(a);
+  const double m11 = p.scale * (-std::sin(a) * sh + std::cos(a));
+  const double tx = cx + static_cast<double>(p.translate_x) - (m00 * cx + m01 * cy);
+  const double ty = cy + static_cast<double>(p.translate_y) - (m10 * cx + m11 * cy);
+  return {m00, m01, tx, m10, m11, ty};
+}
+
+torch::Tensor affine(const torch::Tensor& image, const AffineParams& params) {
+  TORCH_CHECK_VALUE(image.defined() && image.dim() == 3 && image.size(0) == 3 &&
+                        (image.scalar_type() == torch::kByte || image.is_floating_point()),
+                    "affine: expected an image [3, H, W] (uint8 or float), got ",
+                    image.defined() ? shape_of(image) : std::string("an undefined tensor"));
+  const bool bytes = image.scalar_type() == torch::kByte;
+  const auto hwc =
+      (bytes ? image : image.to(torch::kFloat)).permute({1, 2, 0}).contiguous().to(torch::kCPU);
+  const int h = static_cast<int>(image.size(1)), w = static_cast<int>(image.size(2));
+  const cv::Mat src(h, w, bytes ? CV_8UC3 : CV_32FC3, hwc.data_ptr());
+  const auto m = affine_matrix(params, h, w);
+  const cv::Mat matrix = (cv::Mat_<double>(2, 3) << m[0], m[1], m[2], m[3], m[4], m[5]);
+  auto out = torch::empty({h, w, 3}, hwc.options());
+  cv::Mat dst(h, w, src.type(), out.data_ptr());
+  cv::warpAffine(src, dst, matrix, dst.size(), cv::INTER_LINEAR, cv::BORDER_CONSTANT,
+                 cv::Scalar::all(0));
+  return out.permute({2, 0, 1}).contiguous().to(image.scalar_type());
+}
+
+torch::Tensor random_elastic_displacement(int64_t height, int64_t width,
+                                          const ElasticOptions& options, std::mt19937_64& rng) {
+  TORCH_CHECK_VALUE(height >= 1 && width >= 1 && options.alpha >= 0.0 && options.sigma >= 0.0,
+                    "random_elastic_displacement: needs a size of at least 1x1, alpha >= 0 and "
+                    "sigma >= 0, got ",
+                    height, "x", width, ", alpha ", options.alpha, ", sigma ", options.sigma);
+  const int h = static_cast<int>(height), w = static_cast<int>(width);
+  int kernel = static_cast<int>(8.0 * options.sigma + 1.0);
+  if (kernel % 2 == 0) ++kernel;
+  auto out = torch::empty({2, height, width}, torch::kFloat);
+  // As torchvision: dx scaled by alpha / H, dy by alpha / W, in normalised units, which are
+  // W / 2 (x) and H / 2 (y) pixels.
+  const double pixels_per_unit[2] = {0.5 * static_cast<double>(width),
+                                     0.5 * static_cast<double>(height)};
+  const double size[2] = {static_cast<double>(height), static_cast<double>(width)};
+  for (int axis = 0; axis < 2; ++axis) {
+    cv::Mat field(h, w, CV_32F);
+    for (int y = 0; y < h; ++y) {
+      auto* row = field.ptr<float>(y);
+      for (int x = 0; x < w; ++x) row[x] = static_cast<float>(uniform(rng, -1.0, 1.0));
+    }
+    if (options.sigma > 0.0) {
+      cv::GaussianBlur(field, field, cv::Size(kernel, kernel), options.sigma, options.sigma,
+                       cv::BORDER_REFLECT_101);
+    }
+    cv::Mat target(h, w, CV_32F, out[axis].data_ptr<float>());
+    field.convertTo(target, CV_32F, options.alpha / size[axis] * pixels_per_unit[axis]);
+  }
+  return out;
+}
+
+torch::Tensor elastic(const torch::Tensor& image, const torch::Tensor& displacement) {
+  TORCH_CHECK_VALUE(image.defined() && image.dim() == 3 && image.size(0) == 3 &&
+                        (image.scalar_type() == torch::kByte || image.is_floating_point()),
+                    "elastic: expected an image [3, H, W] (uint8 or float), got ",
+                    image.defined() ? shape_of(image) : std::string("an undefined tensor"));
+  TORCH_CHECK_VALUE(
+      displacement.defined() && displacement.dim() == 3 && displacement.size(0) == 2 &&
+          displacement.size(1) == image.size(1) && displacement.size(2) == image.size(2),
+      "elastic: the displacement must be [2, H, W] for a ", shape_of(image), " image, got ",
+      displacement.defined() ? shape_of(displacement) : std::string("undefined"));
+  const bool bytes = image.scalar_type() == torch::kByte;
+  const auto hwc =
+      (bytes ? image : image.to(torch::kFloat)).permute({1, 2, 0}).contiguous().to(torch::kCPU);
+  const int h = static_cast<int>(image.size(1)), w = static_cast<int>(image.size(2));
+  const cv::Mat src(h, w, bytes ? CV_8UC3 : CV_32FC3, hwc.data_ptr());
+  const auto grid_x = (torch::arange(w, torch::kFloat).view({1, w}) +
+                       displacement[0].to(torch::kCPU, torch::kFloat))
+                          .contiguous();
+  const auto grid_y = (torch::arange(h, torch::kFloat).view({h, 1}) +
+                       displacement[1].to(torch::kCPU, torch::kFloat))
+                          .contiguous();
+  const cv::Mat map_x(h, w, CV_32F, grid_x.data_ptr<float>());
+  const cv::Mat map_y(h, w, CV_32F, grid_y.data_ptr<float>());
+  auto out = torch::empty({h, w, 3}, hwc.options());
+  cv::Mat dst(h, w, src.type(), out.data_ptr());
+  cv::remap(src, dst, map_x, map_y, cv::INTER_LINEAR, cv::BORDER_CONSTANT, cv::Scalar::all(0));
+  return out.permute({2, 0, 1}).contiguous().to(image.scalar_type());
+}
+
 TrainImageTransform::TrainImageTransform(TrainTransformOptions options)
     : options_(std::move(options)) {
   const auto& o = options_;
@@ -221,6 +333,20 @@ TrainImageTransform::TrainImageTransform(TrainTransformOptions options)
   TORCH_CHECK_VALUE(o.hflip >= 0.0 && o.hflip <= 1.0,
                     "TrainTransformOptions: hflip is a probability, got ", o.hflip);
   check_jitter(o.color_jitter);
+  const auto& a = o.affine;
+  TORCH_CHECK_VALUE(a.degrees >= 0.0 && a.degrees <= 180.0 && a.translate >= 0.0 &&
+                        a.translate <= 1.0 && a.scale[0] > 0.0 && a.scale[0] <= a.scale[1] &&
+                        std::isfinite(a.scale[1]) && a.shear >= 0.0 && a.shear < 90.0,
+                    "TrainTransformOptions: affine needs degrees in [0, 180], translate in [0, 1], "
+                    "scale 0 < low <= high and shear in [0, 90), got ",
+                    a.degrees, ", ", a.translate, ", (", a.scale[0], ", ", a.scale[1], "), ",
+                    a.shear);
+  TORCH_CHECK_VALUE(o.elastic.alpha >= 0.0 && std::isfinite(o.elastic.alpha) &&
+                        o.elastic.sigma >= 0.0 && o.elastic.sigma <= 100.0 && o.elastic.p >= 0.0 &&
+                        o.elastic.p <= 1.0,
+                    "TrainTransformOptions: elastic needs alpha >= 0, sigma in [0, 100] and p in "
+                    "[0, 1], got ",
+                    o.elastic.alpha, ", ", o.elastic.sigma, ", ", o.elastic.p);
   TORCH_CHECK_VALUE(o.mean.size() == 3 && o.std.size() == 3,
                     "TrainTransformOptions: mean and std need 3 values (RGB), got ", o.mean.size(),
                     " and ", o.std.size());
@@ -242,6 +368,10 @@ torch::Tensor TrainImageTransform::operator()(const torch::Tensor& image,
   const auto& o = options_;
   const auto box = random_resized_crop_box(image.size(1), image.size(2), o.scale, o.ratio, rng);
   auto x = resized_crop(image, box, o.height, o.width, o.interpolation);
+  if (o.affine.enabled()) x = affine(x, random_affine_params(o.height, o.width, o.affine, rng));
+  if (o.elastic.alpha > 0.0 && uniform(rng, 0.0, 1.0) < o.elastic.p) {
+    x = elastic(x, random_elastic_displacement(o.height, o.width, o.elastic, rng));
+  }
   // Drawn whatever hflip is, so that changing it does not shift the later draws.
   if (uniform(rng, 0.0, 1.0) < o.hflip) x = horizontal_flip(x);
   x = x.scalar_type() == torch::kByte ? x.to(torch::kFloat).div(255) : x.to(torch::kFloat);

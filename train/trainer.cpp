@@ -135,6 +135,9 @@ ExampleLoader example_loader(const ModelConfig& model, const TrainAugmentConfig*
       o.ratio = augment->crop_ratio;
       o.interpolation = e.interpolation;
       o.hflip = augment->hflip;
+      o.affine = {augment->affine_degrees, augment->affine_translate, augment->affine_scale,
+                  augment->affine_shear};
+      o.elastic = {augment->elastic_alpha, augment->elastic_sigma, augment->elastic_p};
       o.color_jitter = {augment->color_jitter, augment->color_jitter, augment->color_jitter, 0.0};
       o.mean = e.mean;
       o.std = e.std;

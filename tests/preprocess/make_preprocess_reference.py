@@ -13,7 +13,7 @@ Writes into OUT_DIR:
   timm_<config>.safetensors         timm's eval transform (resolve_data_config +
                                     create_transform) of each image, keyed by image name;
   torchvision_<preset>.safetensors  torchvision's ImageClassification preset likewise;
-  augment.safetensors               torchvision's functional colour and crop operations;
+  augment.safetensors               torchvision's functional colour, crop and elastic operations;
   manifest.json                     images, configs, which reference holds which image, and
                                     the size timm resized each image to.
 
@@ -259,6 +259,18 @@ def augment_references(out):
     for mode, name in [(InterpolationMode.BILINEAR, "bilinear"), (InterpolationMode.BICUBIC, "bicubic")]:
         crop = TF.resized_crop(pil, 5, 9, 30, 41, [24, 20], interpolation=mode)
         tensors[f"resized_crop_{name}"] = torch.from_numpy(np.asarray(crop).copy()).permute(2, 0, 1).contiguous()
+    # torchvision's elastic_transform (ElasticTransform once its field is drawn) on the float
+    # image: a smooth random displacement in grid_sample's normalised units, [1, H, W, 2] (x, y),
+    # and the same in pixels [2, H, W] (x, y) as attnzoo's elastic() takes it.
+    h, w = image.shape[1:]
+    field = torch.from_numpy(rng.uniform(-1, 1, size=(1, 2, h, w)).astype(np.float32))
+    field = TF.gaussian_blur(field, [9, 9], [2.0, 2.0]) * torch.tensor([6.0, 4.0]).view(1, 2, 1, 1)
+    tensors["elastic_displacement_px"] = field[0].clone()
+    normalised = (field[0] * torch.tensor([2.0 / w, 2.0 / h]).view(2, 1, 1)).permute(1, 2, 0)
+    # fill=None: grid_sample's zero padding. (A fill value, even 0, also multiplies each pixel by
+    # the fraction of its sample that lies inside, which darkens the edges.)
+    tensors["elastic"] = TF.elastic_transform(image, normalised.unsqueeze(0),
+                                              interpolation=InterpolationMode.BILINEAR, fill=None)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "augment.safetensors"))
 
 
