@@ -55,9 +55,14 @@ ModelRegistry::ModelRegistry(const std::string& configs_dir) : configs_dir_(conf
   }
   // Sorted, so that which of two clashing files is named first does not depend on the file
   // system's order.
+  // The training runs of configs/train/ are not models: that folder is not searched.
   std::vector<fs::path> files;
-  for (const auto& entry : fs::recursive_directory_iterator(configs_dir)) {
-    if (entry.is_regular_file() && has_yaml_extension(entry.path())) files.push_back(entry.path());
+  for (auto it = fs::recursive_directory_iterator(configs_dir); it != fs::end(it); ++it) {
+    if (it.depth() == 0 && it->is_directory() && it->path().filename() == kTrainRunsFolder) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_regular_file() && has_yaml_extension(it->path())) files.push_back(it->path());
   }
   std::sort(files.begin(), files.end());
   for (const auto& file : files) {

@@ -2,9 +2,10 @@
 // them, and the two doors in, create_model(name) and create_model_from_yaml(path), as timm's
 // registry and create_model.
 //
-// The registry is the set of *.yaml files under a configs directory (searched recursively), keyed
-// by each file's `name:`. The directory is $ATTNZOO_CONFIGS_DIR when set, else the source tree's
-// configs/ (compiled in). Two files with the same name are an error naming both.
+// The registry is the set of *.yaml files under a configs directory (searched recursively, except
+// its train/ folder of training runs), keyed by each file's `name:`. The directory is
+// $ATTNZOO_CONFIGS_DIR when set, else the source tree's configs/ (compiled in). Two files with the
+// same name are an error naming both.
 //
 //   auto model = attnzoo::create_model("vit_base_patch16_224", {"attention.backend=sdpa"});
 //   model.module->eval();
@@ -36,11 +37,14 @@ struct ZooModel {
 // The configs directory: $ATTNZOO_CONFIGS_DIR when set and non-empty, else the source tree's.
 std::string default_configs_dir();
 
+// The folder of a configs directory that holds training runs (attnzoo train), not models.
+inline constexpr const char* kTrainRunsFolder = "train";
+
 class ModelRegistry {
  public:
-  // Scans `configs_dir` recursively for *.yaml and *.yml files and reads each one's `name:`
-  // (the rest of a file is validated when that model is asked for). Throws ConfigError for a
-  // missing directory, a file without a valid name, or a name defined twice.
+  // Scans `configs_dir` recursively (but not its kTrainRunsFolder) for *.yaml and *.yml files and
+  // reads each one's `name:` (the rest of a file is validated when that model is asked for). Throws
+  // ConfigError for a missing directory, a file without a valid name, or a name defined twice.
   explicit ModelRegistry(const std::string& configs_dir);
 
   const std::string& configs_dir() const { return configs_dir_; }

@@ -1,7 +1,8 @@
 """timm's view of every model of the zoo, for tests/configs/test_zoo.cpp.
 
-For each YAML file of family vit under CONFIGS_DIR (its `name:` is a timm model name) writes, into
-OUT_DIR/timm_zoo.json, what timm says about that name with no weights downloaded:
+For each YAML file of family vit under CONFIGS_DIR (its `name:` is a timm model name, or else its
+architecture section gives timm's VisionTransformer keyword arguments: our own vit_digits) writes,
+into OUT_DIR/timm_zoo.json, what timm says about that model with no weights downloaded:
   parameters   sum(p.numel() for p in model.parameters())
   shapes       {parameter name: shape}: the checkpoint layout the model must load
   flops        torch.utils.flop_counter's count for one image at the pretrained cfg's input size
@@ -22,6 +23,7 @@ import timm
 import torch
 import yaml
 from timm.layers import LayerScale, set_fused_attn
+from timm.models.vision_transformer import VisionTransformer
 from torch.utils.flop_counter import FlopCounterMode
 
 
@@ -35,9 +37,20 @@ def activation_name(act: torch.nn.Module) -> str:
     return type(act).__name__
 
 
-def describe(name: str) -> dict:
+def describe(name: str, document: dict) -> dict:
     with torch.device("meta"):
-        model = timm.create_model(name, pretrained=False)
+        if name in timm.list_models():
+            model = timm.create_model(name, pretrained=False)
+        else:
+            # A model of our own (the shipped vit_digits): timm's VisionTransformer built from the
+            # YAML's architecture (its keys are timm's keyword arguments), with the YAML's
+            # preprocessing as its pretrained cfg.
+            model = VisionTransformer(**document["architecture"])
+            pre = document["preprocess"]
+            model.pretrained_cfg = {
+                "input_size": tuple(pre["input_size"]), "crop_pct": pre["crop_pct"],
+                "interpolation": pre["interpolation"], "mean": tuple(pre["mean"]),
+                "std": tuple(pre["std"])}
     model.eval()
     data_config = timm.data.resolve_data_config({}, model=model)
     block = model.blocks[0]
@@ -91,8 +104,8 @@ def main() -> None:
         yaml.safe_load(path.read_text())
         for path in list(configs.rglob("*.yaml")) + list(configs.rglob("*.yml"))
     ]
-    names = sorted(d["name"] for d in documents if d.get("family") == "vit")
-    zoo = {name: describe(name) for name in names}
+    vits = {d["name"]: d for d in documents if isinstance(d, dict) and d.get("family") == "vit"}
+    zoo = {name: describe(name, vits[name]) for name in sorted(vits)}
     (out / "timm_zoo.json").write_text(json.dumps(zoo, indent=1))
     print(f"timm {timm.__version__}: {len(zoo)} models -> {out / 'timm_zoo.json'}")
 
