@@ -1,12 +1,28 @@
 #!/usr/bin/env bash
-# Sets everything up (tools/setup.sh) and runs the main job on what the repository ships: the
-# model zoo's listing, and the shared attention layer's demo, which checks itself and writes its
-# attention maps as a PNG. (The shipped trained models, and classification with them, come later.)
+# Sets everything up (tools/setup.sh) and runs the main job on what the repository ships: the two
+# trained models of the zoo. vit_digits classifies a handwritten digit (configs/samples/
+# digit_7.png, from the test split of opencv-doc's digits.png); conformer_kws classifies a spoken
+# keyword synthesized with a voice it never heard in training (configs/samples/keyword_stop.wav),
+# and `attnzoo encode` encodes the same clip. Then the attention layer's self-checking demo, which
+# writes its per-head attention maps as a PNG.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$ROOT/tools/setup.sh"
-"$ROOT/build/attnzoo" version
+az="$ROOT/build/attnzoo"
+cd "$ROOT"
+"$az" version
 echo
-"$ROOT/build/attnzoo" models
+echo "== attnzoo classify: a handwritten digit (vit_digits) =="
+"$az" classify --model configs/vit/vit_digits.yaml \
+  --weights configs/vit/vit_digits.safetensors --topk 3 configs/samples/digit_7.png
 echo
-"$ROOT/build/attnzoo" demo --png "$ROOT/build/attention_demo.png"
+echo "== attnzoo classify: a spoken keyword (conformer_kws) =="
+"$az" classify --model configs/conformer/conformer_kws.yaml \
+  --weights configs/conformer/conformer_kws.safetensors --topk 3 configs/samples/keyword_stop.wav
+echo
+echo "== attnzoo encode: the same clip through the Conformer encoder =="
+"$az" encode --model configs/conformer/conformer_kws.yaml \
+  --weights configs/conformer/conformer_kws.safetensors configs/samples/keyword_stop.wav
+echo
+echo "== attnzoo demo: the attention layer's backends checked against each other =="
+"$az" demo --png "$ROOT/build/attention_demo.png"

@@ -8,7 +8,9 @@
 #    tools/requirements.txt and everything they pull in), kept outside the checkout in
 #    ${XDG_CACHE_HOME:-~/.cache}/attnzoo/venv-<hash of the lock>, so every clone on this machine
 #    (CI included) reuses it. pip's own cache makes a rebuilt venv cheap.
-# 3. CMake + Ninja configure (ccache on) and an incremental build.
+# 3. The data of the shipped models in build/data: opencv-doc's handwritten digits and the test
+#    split of the synthesized keywords (tools/data/; about a minute the first time).
+# 4. CMake + Ninja configure (ccache on) and an incremental build.
 # Idempotent: a re-run on a ready machine only checks and re-builds what changed.
 set -euo pipefail
 
@@ -21,7 +23,7 @@ while [ $# -gt 0 ]; do
     --no-build) DO_BUILD=0 ;;
     --build-dir) BUILD_DIR=$(realpath -m "$2"); shift ;;
     --build-type) BUILD_TYPE=$2; shift ;;
-    -h | --help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -89,7 +91,16 @@ if [ ! -f "$nodeps_stamp" ]; then
 fi
 TORCH_PREFIX=$("$VPY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 
-# --- 3. Configure and build ---------------------------------------------------------------------
+# --- 3. Data of the shipped models --------------------------------------------------------------
+# Never committed, made here: the 5000 handwritten digits of opencv-doc's digits.png, and the test
+# split of the spoken keywords (espeak-ng). Both scripts leave a complete data set alone, so a
+# re-run costs a checksum. The training split of the keywords is made on demand (configs/train/).
+DATA_DIR="$ROOT/build/data"
+"$VPY" "$ROOT/tools/data/make_digits.py" "$DATA_DIR/digits"
+"$VPY" "$ROOT/tools/data/make_keywords.py" --split test "$DATA_DIR/keywords"
+say "data: $DATA_DIR/digits (train, test), $DATA_DIR/keywords (test)"
+
+# --- 4. Configure and build ---------------------------------------------------------------------
 [ "$DO_BUILD" -eq 1 ] || { say "skipping the build (--no-build)"; exit 0; }
 cached_python=""
 if [ -f "$BUILD_DIR/CMakeCache.txt" ]; then

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# shipped_models_test.sh CASE ATTNZOO_BINARY PYTHON REPO_ROOT DATA_DIR: the zoo's shipped trained
+# models (configs/vit/vit_digits*, configs/conformer/conformer_kws*) as the README's main command
+# uses them, and their test accuracies against the training report (docs/training/results.json):
+# `attnzoo eval` must reproduce each within 0.5 points. DATA_DIR holds the test sets, made by
+# tools/data/ (a CTest fixture; tools/setup.sh makes the same ones).
+set -u
+case_name=$1
+bin=$2
+py=$3
+root=$4
+data=$5
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+vit=$root/configs/vit/vit_digits.yaml
+vit_w=$root/configs/vit/vit_digits.safetensors
+kws=$root/configs/conformer/conformer_kws.yaml
+kws_w=$root/configs/conformer/conformer_kws.safetensors
+digit=$root/configs/samples/digit_7.png
+word=$root/configs/samples/keyword_stop.wav
+
+# check_accuracy MODEL: top1 of $out/stdout (attnzoo eval --json) within 0.5 points of the report
+check_accuracy() {
+  "$py" - "$out/stdout" "$root/docs/training/results.json" "$1" <<'PY' || exit 1
+import json
+import sys
+
+got = json.load(open(sys.argv[1]))
+report = json.load(open(sys.argv[2]))[sys.argv[3]]
+print(f"{sys.argv[3]}: eval top-1 {100 * got['top1']:.2f}%, report {100 * report['test_top1']:.2f}%"
+      f" ({got['examples']} examples)")
+assert got["examples"] == report["test_examples"], (got["examples"], report["test_examples"])
+assert abs(got["top1"] - report["test_top1"]) <= 0.005, "more than 0.5 points from the report"
+PY
+}
+
+case "$case_name" in
+  shipped_digits_eval)
+    run 0 eval --model "$vit" --weights "$vit_w" --data "$data/digits/test.txt" --json
+    check_accuracy vit_digits
+    ;;
+  shipped_keywords_eval)
+    run 0 eval --model "$kws" --weights "$kws_w" --data "$data/keywords/test.txt" --json
+    check_accuracy conformer_kws
+    ;;
+  shipped_classify_digit)
+    run 0 classify --model "$vit" --weights "$vit_w" --topk 3 "$digit"
+    expect stdout '^vit_digits \(.*vit_digits.yaml\), .*vit_digits.safetensors \(timm layout.*\), cpu, fp32$'
+    # The most probable class first: the digit 7, confidently.
+    sed -n 3p "$out/stdout" >"$out/first"
+    expect first '^ +(9[0-9]|100)\.[0-9]{2}% +7  7$'
+    lines stdout 5
+    ;;
+  shipped_classify_keyword)
+    # The wav is classified; the PNG is not audio and gets its own error entry: exit status 1.
+    run 1 classify --model "$kws" --weights "$kws_w" --topk 3 --json "$word" "$digit"
+    lines stdout 2
+    expect stderr '^attnzoo classify: 1 of 2 audio files failed$'
+    "$py" - "$out/stdout" "$word" "$digit" <<'PY' || exit 1
+import json
+import sys
+
+first, second = [json.loads(l) for l in open(sys.argv[1])]
+assert first["audio"] == sys.argv[2] and "error" not in first, first
+assert [p["label"] for p in first["top"]][0] == "stop", first
+assert first["top"][0]["index"] == 8 and len(first["top"]) == 3, first
+probs = [p["prob"] for p in first["top"]]
+assert probs == sorted(probs, reverse=True) and sum(probs) <= 1 + 1e-9, probs
+assert first["ms"] > 0, first
+assert second["audio"] == sys.argv[3] and sys.argv[3] in second["error"], second
+PY
+    ;;
+  shipped_classify_keyword_table)
+    run 0 classify --model "$kws" --weights "$kws_w" --topk 2 "$word"
+    expect stdout '^conformer_kws \(.*conformer_kws.yaml\), .*conformer_kws.safetensors'
+    sed -n 3p "$out/stdout" >"$out/first"
+    expect first '^ +(9[0-9]|100)\.[0-9]{2}% +8  stop$'
+    lines stdout 4
+    ;;
+  shipped_encode_keyword)
+    run 0 encode --model "$kws" --weights "$kws_w" --json --out "$out/encoded.safetensors" "$word"
+    "$py" - "$out/stdout" "$out/encoded.safetensors" <<'PY' || exit 1
+import json
+import sys
+
+import torch
+from safetensors.torch import load_file
+
+line = json.loads(open(sys.argv[1]).read())
+assert abs(line["seconds"] - 1.0) < 1e-6, line
+assert line["feature_frames"] == 98 and line["encoder_frames"] == 24, line  # x4 subsampling
+saved = load_file(sys.argv[2])
+assert saved["encoded_0"].shape == (24, 96), saved["encoded_0"].shape
+# The classification head's logits come with the encoding: "stop" (class 8) wins.
+assert saved["logits_0"].shape == (12,) and int(saved["logits_0"].argmax()) == 8, saved["logits_0"]
+assert torch.allclose(saved["embedding_0"], saved["encoded_0"].mean(0), atol=1e-6)
+PY
+    ;;
+  *)
+    echo "unknown case $case_name"
+    exit 2
+    ;;
+esac
+echo "PASS $case_name"
