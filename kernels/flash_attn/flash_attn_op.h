@@ -1,0 +1,30 @@
+#pragma once
+// Shared by the implementations of attnzoo::flash_attention (flash_attn_op.cpp,
+// flash_attn_cuda.cpp).
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <tuple>
+
+namespace attnzoo::kernels {
+
+// TORCH_CHECKs of every backend (a direct dispatcher call does not pass through ops.h).
+void check_flash_attention_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const std::optional<at::Tensor>& key_lengths,
+                                  const std::optional<at::Tensor>& bias);
+
+// The pure-LibTorch definition of the op and the oracle of its tests (softmax in float32 for
+// half inputs, in the input dtype otherwise). No checks.
+// q: [B, L, H, E], k, v: [B, S, H, E] -> out [B, L, H, E] (q's dtype), lse [B, H, L] (float32)
+std::tuple<at::Tensor, at::Tensor> flash_attention_reference(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const std::optional<at::Tensor>& key_lengths, const std::optional<at::Tensor>& bias,
+    bool causal, bool bottom_right, double scale);
+
+// The visible keys as a bool mask broadcastable to [B, H, L, S]: j < key_lengths[b], and with
+// `causal` j <= i (+ S - L with bottom_right). Undefined when every key is visible.
+at::Tensor flash_visible_mask(int64_t batch, int64_t q_len, int64_t k_len,
+                              const std::optional<at::Tensor>& key_lengths, bool causal,
+                              bool bottom_right, const at::Device& device);
+
+}  // namespace attnzoo::kernels
