@@ -58,7 +58,7 @@ PY
     run 2 classify --model "$yaml" --dtype fp64 "$ref/a.png"
     expect stderr '--dtype'
     run 2 classify --model "$yaml"
-    expect stderr 'images'
+    expect stderr 'inputs is required'
     run 1 classify --model conformer_s "$ref/a.png"
     expect stderr '^attnzoo classify: ImageClassifier: .*conformer_s.yaml is a conformer model; an image classifier needs family vit$'
     run 1 classify --model "$yaml" --set architecture.num_classes=5 "$ref/a.png"
