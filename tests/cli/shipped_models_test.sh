@@ -91,9 +91,9 @@ from safetensors.torch import load_file
 
 line = json.loads(open(sys.argv[1]).read())
 assert abs(line["seconds"] - 1.0) < 1e-6, line
-assert line["feature_frames"] == 98 and line["encoder_frames"] == 24, line  # x4 subsampling
+assert line["feature_frames"] == 98 and line["encoder_frames"] == 23, line  # conv2d4: (98 - 3) // 2 + 1 = 48, then 23
 saved = load_file(sys.argv[2])
-assert saved["encoded_0"].shape == (24, 96), saved["encoded_0"].shape
+assert saved["encoded_0"].shape == (23, 96), saved["encoded_0"].shape
 # The classification head's logits come with the encoding: "stop" (class 8) wins.
 assert saved["logits_0"].shape == (12,) and int(saved["logits_0"].argmax()) == 8, saved["logits_0"]
 assert torch.allclose(saved["embedding_0"], saved["encoded_0"].mean(0), atol=1e-6)
