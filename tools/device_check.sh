@@ -19,13 +19,15 @@ PY=${ATTNZOO_DEVICE_PYTHON:-python3}
 start=$(date +%s)
 say() { printf '[device_check %4ss] %s\n' "$(($(date +%s) - start))" "$*"; }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT/gpu.txt" 2>&1 ||
+  echo "no GPU (nvidia-smi failed): a dry run" >"$OUT/gpu.txt"
 say "GPU: $(cat "$OUT/gpu.txt")"
 prefix=$("$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 say "torch $("$PY" -c 'import torch; print(torch.__version__, torch.version.cuda)')"
 gtest_arg=()
 [ -d "$GTEST" ] && gtest_arg=(-DATTNZOO_GTEST_SOURCE_DIR="$GTEST")
-arch=$("$PY" -c 'import torch; m, n = torch.cuda.get_device_capability(); print(f"{m}{n}" + ("a" if m == 9 else ""))')
+# The GPU's architecture (sm_90a on Hopper); without a GPU (a dry run) sm_90a.
+arch=$("$PY" -c 'import torch; m, n = torch.cuda.get_device_capability(); print(f"{m}{n}" + ("a" if m == 9 else ""))' 2>/dev/null) || arch=90a
 say "configuring for sm_$arch"
 if ! cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$prefix" -DATTNZOO_KERNELS_ONLY=ON -DATTNZOO_CUDA=ON \
@@ -60,8 +62,10 @@ fi
 
 echo
 echo "== device check ($(cat "$OUT/gpu.txt")) =="
-grep -E "^\[ +(OK|FAILED|SKIPPED) +\]" "$OUT/cuda_tests.log" | sed 's/ (.*//' | sort | uniq -c |
-  awk '{print "  " $0}'
+# One line per test run: "[  STATUS  ] Suite.Name (N ms)"; the counts, then the failures by name.
+grep -E "^\[ +(OK|FAILED|SKIPPED) +\] [A-Za-z].* \([0-9]+ ms\)$" "$OUT/cuda_tests.log" |
+  awk '{print $2}' | sort | uniq -c | awk '{print "  " $2 ": " $1}'
+grep -E "^\[  FAILED  \] [A-Za-z].* \([0-9]+ ms\)$" "$OUT/cuda_tests.log" | sed 's/^/  /'
 [ -f "$OUT/sanitizer.txt" ] && sed 's/^/  sanitizer /' "$OUT/sanitizer.txt"
 echo "  tests rc=$tests_rc, bench rc=$bench_rc, $(($(date +%s) - start)) s"
 grep -E "peak|ratio" "$OUT/bench_flash.txt" | head -20
