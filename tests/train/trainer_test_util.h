@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 namespace attnzoo::testing {
 
 inline std::vector<int64_t> values(const torch::Tensor& t) {
@@ -23,8 +25,11 @@ inline std::vector<int64_t> values(const torch::Tensor& t) {
   return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
 }
 
+// An empty folder of the temp dir, private to this process: CTest runs each case as its own
+// process, several at a time (-j), and two cases must not clear each other's files.
 inline std::string fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::path(::testing::TempDir()) / name;
+  const auto dir = std::filesystem::path(::testing::TempDir()) /
+                   ("attnzoo_" + std::to_string(::getpid())) / name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();
