@@ -146,6 +146,9 @@ TrainLoopConfig read_loop(MapReader t) {
   l.eval_every = t.integer("eval_every", 0, 0, int64_t{1} << 40);
   l.checkpoint_every = t.integer("checkpoint_every", 0, 0, int64_t{1} << 40);
   l.diagnostics_every = t.integer("diagnostics_every", 0, 0, int64_t{1} << 40);
+  l.ema_decay = t.number("ema_decay", 0.0, 0.0, 1.0);
+  if (l.ema_decay >= 1.0) t.fail("ema_decay", "expected a value below 1 (0 switches it off)");
+  l.ema_warmup = t.integer("ema_warmup", 10, 0, int64_t{1} << 40);
   l.output = t.string("output", "");
   t.finish();
   return l;

@@ -109,7 +109,14 @@ struct TrainLoopConfig {
   int64_t eval_every = 0;          // steps between evaluations; 0: at the end of each epoch
   int64_t checkpoint_every = 0;    // steps between checkpoints; 0: at the end of each epoch
   int64_t diagnostics_every = 0;   // steps between attention/gradient diagnostics; 0: off
-  std::string output;              // run folder; default runs/<model name>
+  // An exponential moving average of the weights (timm's ModelEmaV3, Polyak averaging): after each
+  // optimiser step every floating-point parameter and buffer e <- d * e + (1 - d) * w, with
+  // d = min(ema_decay, (1 + n) / (ema_warmup + n)) at the n-th update (timm's warmup; 0: none).
+  // 0 switches it off. When on, the averaged weights are the ones evaluated and written to
+  // model.safetensors; the checkpoint holds both.
+  double ema_decay = 0.0;
+  int64_t ema_warmup = 10;
+  std::string output;  // run folder; default runs/<model name>
 };
 
 struct TrainConfig {

@@ -26,6 +26,7 @@
 #include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -246,6 +247,13 @@ struct Trainer::State {
   fs::path output;
   DistributedEnv env;
   std::unique_ptr<DataParallel> parallel;  // world_size > 1
+  // train.ema_decay > 0: the averaged copy (in eval mode) and its parameters and buffers, paired
+  // with the model's by position.
+  std::optional<ZooModel> ema;
+  std::vector<torch::Tensor> ema_tensors, model_tensors;
+  int64_t ema_updates = 0;
+  // The model that is evaluated and written: the average when there is one.
+  ZooModel& final_model() { return ema ? *ema : model; }
   bool main_rank() const { return env.rank == 0; }
   std::ostream& log() const {
     static std::ostream discard(nullptr);  // ranks other than 0 stay quiet
@@ -308,6 +316,25 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   s.model.module->train();
   s.optimizer =
       std::make_unique<AdamW>(s.model.module->named_parameters(), adamw_options(c.optimizer));
+  if (c.train.ema_decay > 0.0) {
+    // Built before the generator is reseeded below, so that dropout draws the same with and
+    // without the average.
+    s.ema = build_model(c.model);
+    s.ema->module->to(s.device);
+    s.ema->module->eval();
+    const auto floating = [](const torch::Tensor& x) { return x.is_floating_point(); };
+    const auto model_sd = state_dict(*s.model.module);
+    const auto ema_sd = state_dict(*s.ema->module);
+    torch::NoGradGuard no_grad;
+    for (const auto& item : model_sd) {
+      auto e = ema_sd[item.key()];
+      e.copy_(item.value());
+      if (floating(e)) {
+        s.model_tensors.push_back(item.value());
+        s.ema_tensors.push_back(e);
+      }
+    }
+  }
   // The generator after initialisation: dropout and drop-path draw from it.
   torch::manual_seed(mix(static_cast<uint64_t>(c.train.seed) ^ 0xd50f7ULL));
 
@@ -325,12 +352,14 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
       throw std::runtime_error(s.options.resume + ": a checkpoint of model '" + meta("model") +
                                "', the config trains '" + c.model.name + "'");
     }
-    io::TensorDict model_tensors, optimizer_tensors;
+    io::TensorDict model_tensors, optimizer_tensors, ema_tensors;
     torch::Tensor generator;
     for (const auto& item : file.tensors) {
       const auto& name = item.key();
       if (name.rfind("model.", 0) == 0)
         model_tensors.insert(name.substr(6), item.value());
+      else if (name.rfind("ema.", 0) == 0)
+        ema_tensors.insert(name.substr(4), item.value());
       else if (name.rfind("optimizer.", 0) == 0)
         optimizer_tensors.insert(name.substr(10), item.value());
       else if (name == "rng.cpu")
@@ -340,6 +369,17 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
     load.source = s.options.resume;
     load_state_dict(*s.model.module, model_tensors, load);
     s.optimizer->load_state_dict(optimizer_tensors);
+    if (s.ema) {
+      if (ema_tensors.is_empty()) {
+        throw std::runtime_error(s.options.resume +
+                                 ": no ema.* tensors, but the config sets train.ema_decay (a "
+                                 "checkpoint of a run without the average)");
+      }
+      load.source = s.options.resume + " (ema.*)";
+      load_state_dict(*s.ema->module, ema_tensors, load);
+      const auto it = file.metadata.find("ema_updates");
+      s.ema_updates = it == file.metadata.end() ? 0 : std::stoll(it->second);
+    }
     s.step = std::stoll(meta("step"));
     if (s.step > s.total_steps) {
       throw std::runtime_error(s.options.resume + ": at step " + std::to_string(s.step) +
@@ -377,6 +417,11 @@ void Trainer::save_checkpoint(const std::string& path) const {
   for (const auto& item : s.optimizer->state_dict()) {
     tensors.insert("optimizer." + item.key(), item.value().to(torch::kCPU));
   }
+  if (s.ema) {
+    for (const auto& item : state_dict(*s.ema->module)) {
+      tensors.insert("ema." + item.key(), item.value().to(torch::kCPU));
+    }
+  }
   {
     auto cpu_generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(cpu_generator.mutex());
@@ -388,6 +433,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
                         {"step", std::to_string(s.step)},
                         {"total_steps", std::to_string(s.total_steps)},
                         {"config", s.config.source},
+                        {"ema_updates", std::to_string(s.ema_updates)},
                         {"classes", classes.dump()}});
 }
 
@@ -454,7 +500,7 @@ std::vector<TrainMetrics> Trainer::run() {
 
   const auto eval_now = [&](TrainMetrics& row) {
     if (!s.has_val || !s.main_rank()) return;
-    const auto r = evaluate(s.model, s.val, t.batch_size, c.data.workers, s.device);
+    const auto r = evaluate(s.final_model(), s.val, t.batch_size, c.data.workers, s.device);
     row.val_loss = r.loss;
     row.val_top1 = r.top1;
     row.val_top5 = r.top5;
@@ -567,6 +613,17 @@ std::vector<TrainMetrics> Trainer::run() {
     const double factor = s.schedule.factor(s.step);
     s.optimizer->step(factor);
     ++s.step;
+    if (s.ema) {
+      // timm's warmup: early averages forget the random initialisation quickly.
+      const double n = static_cast<double>(s.ema_updates);
+      const double decay =
+          t.ema_warmup > 0
+              ? std::min(t.ema_decay, (1.0 + n) / (static_cast<double>(t.ema_warmup) + n))
+              : t.ema_decay;
+      torch::NoGradGuard no_grad;
+      torch::_foreach_lerp_(s.ema_tensors, s.model_tensors, 1.0 - decay);
+      ++s.ema_updates;
+    }
 
     // An epoch ended during this step's micro-batches.
     const bool epoch_end = (s.step * t.accumulation) / s.batches_per_epoch !=
@@ -634,7 +691,7 @@ std::vector<TrainMetrics> Trainer::run() {
   if (!s.main_rank()) return history;
   // The weights alone, for `attnzoo eval`, `classify` and `encode --weights`.
   io::TensorDict weights;
-  for (const auto& item : state_dict(*s.model.module)) {
+  for (const auto& item : state_dict(*s.final_model().module)) {
     weights.insert(item.key(), item.value().to(torch::kCPU));
   }
   nlohmann::json class_names = s.train.classes;
@@ -642,6 +699,7 @@ std::vector<TrainMetrics> Trainer::run() {
                        {{"model", c.model.name},
                         {"format", "attnzoo"},
                         {"step", std::to_string(s.step)},
+                        {"weights", s.ema ? "ema" : "last"},
                         {"classes", class_names.dump()}});
   out << "done: " << s.step << " steps; " << (s.output / "model.safetensors").string() << ", "
       << (s.output / "checkpoint.safetensors").string() << ", " << csv_path.string() << "\n";

@@ -194,6 +194,109 @@ TEST(Trainer, ResumeEqualsTheUninterruptedRun) {
       std::exception);
 }
 
+// train.ema_decay: the averaged weights follow e_n = d_n e_(n-1) + (1 - d_n) w_n from the initial
+// weights, with timm's warmup d_n = min(decay, (1 + n) / (warmup + n)), computed here from the raw
+// weights of runs stopped after each step; the average does not change the training itself; it is
+// what model.safetensors holds and what is evaluated; it survives a resume.
+TEST(Trainer, WeightAverageFollowsItsDefinition) {
+  const std::vector<std::string> extra = {"train.epochs=1", "train.log_every=1",
+                                          "train.checkpoint_every=1"};
+  auto with_ema = extra;
+  with_ema.insert(with_ema.end(), {"train.ema_decay=0.5", "train.ema_warmup=4"});
+  std::ostringstream log;
+  TrainerOptions options;
+  options.log = &log;
+  const auto a_dir = testing::fresh_dir("ema_a");
+  Trainer a(vit_config(a_dir, with_ema), options);
+  ASSERT_EQ(a.total_steps(), 6);
+  const auto initial = state_dict(*a.model().module);
+  io::TensorDict expected;
+  for (const auto& item : initial) expected.insert(item.key(), item.value().clone());
+  const auto history = a.run();
+
+  // The raw trajectory, one run per step count, without the average.
+  std::vector<double> raw_losses;
+  for (int64_t k = 1; k <= 6; ++k) {
+    auto stop = options;
+    stop.stop_at_step = k;
+    const auto dir = testing::fresh_dir("ema_raw_" + std::to_string(k));
+    Trainer raw(vit_config(dir, extra), stop);
+    const auto rows = raw.run();
+    raw_losses.push_back(rows.back().loss);
+    const auto w = state_dict(*raw.model().module);
+    const double n = static_cast<double>(k - 1);
+    const double d = std::min(0.5, (1.0 + n) / (4.0 + n));
+    for (const auto& item : w) {
+      if (!item.value().is_floating_point()) continue;
+      auto& e = expected[item.key()];
+      e = d * e + (1.0 - d) * item.value();
+    }
+  }
+  ASSERT_EQ(history.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(history[i].loss, raw_losses[i], 1e-6) << i;
+
+  const auto checkpoint = io::load_safetensors(a_dir + "/checkpoint.safetensors");
+  const auto shipped = io::load_safetensors(a_dir + "/model.safetensors");
+  EXPECT_EQ(shipped.metadata.at("weights"), "ema");
+  EXPECT_EQ(checkpoint.metadata.at("ema_updates"), "6");
+  double ema_diff = 0.0, shipped_diff = 0.0, moved = 0.0;
+  for (const auto& item : expected) {
+    const auto& ema = checkpoint.tensors["ema." + item.key()];
+    ASSERT_TRUE(ema.defined()) << item.key();
+    if (!item.value().is_floating_point()) continue;
+    ema_diff = std::max(ema_diff, (ema - item.value()).abs().max().item<double>());
+    shipped_diff =
+        std::max(shipped_diff, (shipped.tensors[item.key()] - ema).abs().max().item<double>());
+    moved = std::max(moved,
+                     (checkpoint.tensors["model." + item.key()] - ema).abs().max().item<double>());
+  }
+  EXPECT_LE(ema_diff, 1e-6);
+  EXPECT_EQ(shipped_diff, 0.0);
+  EXPECT_GT(moved, 1e-4);  // the average is not the last weights
+  // The logged validation is the average's.
+  auto averaged = build_model(a.config().model);
+  load_state_dict(*averaged.module, shipped.tensors);
+  const auto val = image_folder_dataset(stripes_root() + "/val");
+  EXPECT_NEAR(evaluate(averaged, val, 5, 0, torch::kCPU).loss, history.back().val_loss, 1e-5);
+
+  // Stopped at step 2 and resumed: the same average.
+  const auto b_dir = testing::fresh_dir("ema_b");
+  auto stop = options;
+  stop.stop_at_step = 2;
+  Trainer(vit_config(b_dir, with_ema), stop).run();
+  auto resume = options;
+  resume.resume = b_dir + "/checkpoint.safetensors";
+  Trainer(vit_config(b_dir, with_ema), resume).run();
+  const auto b_shipped = io::load_safetensors(b_dir + "/model.safetensors").tensors;
+  double resumed_diff = 0.0;
+  for (const auto& item : shipped.tensors) {
+    resumed_diff = std::max(
+        resumed_diff, (item.value().to(torch::kDouble) - b_shipped[item.key()].to(torch::kDouble))
+                          .abs()
+                          .max()
+                          .item<double>());
+  }
+  EXPECT_LE(resumed_diff, 1e-6);
+
+  // A checkpoint without the average cannot resume a run that keeps one.
+  auto plain = options;
+  const auto raw_dir = testing::fresh_dir("ema_plain");
+  auto stop1 = options;
+  stop1.stop_at_step = 1;
+  Trainer(vit_config(raw_dir, extra), stop1).run();
+  plain.resume = raw_dir + "/checkpoint.safetensors";
+  EXPECT_THROW(
+      {
+        try {
+          Trainer(vit_config(raw_dir, with_ema), plain);
+        } catch (const std::exception& e) {
+          EXPECT_THAT(e.what(), HasSubstr("ema_decay"));
+          throw;
+        }
+      },
+      std::exception);
+}
+
 TEST(Trainer, SmallConformerLearnsTones) {
   const auto dir = testing::fresh_dir("tones");
   const auto train = testing::write_tone_list(dir, 12, 5);
