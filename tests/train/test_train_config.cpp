@@ -66,6 +66,11 @@ TEST(TrainConfig, ValuesAndDefaults) {
   EXPECT_DOUBLE_EQ(c.augment.hflip, 0.5);
   EXPECT_DOUBLE_EQ(c.augment.affine_degrees, 0.0);
   EXPECT_DOUBLE_EQ(c.augment.elastic_alpha, 0.0);
+  EXPECT_DOUBLE_EQ(c.train.ema_decay, 0.0);  // no weight average unless asked
+  EXPECT_EQ(c.train.ema_warmup, 10);
+  const auto averaged = load_train_config(path, {"train.ema_decay=0.999", "train.ema_warmup=0"});
+  EXPECT_DOUBLE_EQ(averaged.train.ema_decay, 0.999);
+  EXPECT_EQ(averaged.train.ema_warmup, 0);
 }
 
 TEST(TrainConfig, TheShippedRunsLoad) {
@@ -83,7 +88,9 @@ TEST(TrainConfig, TheShippedRunsLoad) {
       EXPECT_EQ(c.augment.affine_scale, (std::array<double, 2>{0.85, 1.15}));
       EXPECT_DOUBLE_EQ(c.augment.elastic_alpha, 50.0);
       EXPECT_DOUBLE_EQ(c.augment.elastic_p, 0.7);
-      EXPECT_DOUBLE_EQ(c.augment.hflip, 0.0);  // digits are not mirror-symmetric
+      EXPECT_DOUBLE_EQ(c.augment.hflip, 0.0);    // digits are not mirror-symmetric
+      EXPECT_DOUBLE_EQ(c.train.ema_decay, 0.0);  // the shipped weights are the last ones
+      EXPECT_EQ(c.model.vit.img_size(), 32);
     } else {
       EXPECT_EQ(c.data.kind, "audio_list");
       EXPECT_TRUE(c.augment.spec_augment);
@@ -122,6 +129,9 @@ TEST(TrainConfig, ErrorsNameTheKeyAndPlace) {
   check("data: {kind: image_folder, train: imgs}\naugment: {elastic_p: 2}\n", "augment.elastic_p");
   check("data: {kind: image_folder, train: imgs}\naugment: {affine_degrees: -5}\n",
         "augment.affine_degrees");
+  check("data: {kind: image_folder, train: imgs}\ntrain: {ema_decay: 1.0}\n",
+        "train.ema_decay: expected a value below 1");
+  check("data: {kind: image_folder, train: imgs}\ntrain: {ema_decay: -0.5}\n", "train.ema_decay");
   EXPECT_THAT(error_of([&] { load_train_config(dir + "/missing.yaml"); }),
               HasSubstr("missing.yaml: no such training config"));
 }
