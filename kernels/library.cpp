@@ -6,9 +6,42 @@
 TORCH_LIBRARY(attnzoo, m) {
   // x: [..., N], bias: [N] -> [..., N]
   m.def("bias_gelu(Tensor x, Tensor bias, str approximate='none') -> Tensor");
+  // The Conformer convolution module's middle: silu(depthwise_conv1d(glu(x)) * scale + shift),
+  // zero padding left_pad frames on the left, K - 1 - left_pad on the right; GLU outputs at
+  // t >= lengths[b] zeroed before the convolution.
+  // x: [B, T, 2C] (any strides), weight: [C, K], bias, scale, shift: [C], lengths: integer [B]
+  //   -> [B, T, C]
+  m.def(
+      "glu_dwconv_swish(Tensor x, Tensor weight, Tensor? bias, Tensor scale, Tensor shift, "
+      "int left_pad, Tensor? lengths=None) -> Tensor");
+  // x, residual: [..., N], weight, bias: [N] -> sum = x + residual [..., N],
+  // normed = layer_norm(sum) [..., N]
+  m.def(
+      "add_layer_norm(Tensor x, Tensor residual, Tensor? weight=None, Tensor? bias=None, "
+      "float eps=1e-05) -> (Tensor sum, Tensor normed)");
+  // add_layer_norm's forward, with the statistics its backward reuses; not differentiable.
+  // -> sum, normed [..., N], mean, rstd [...] (float32; float64 for float64 inputs)
+  m.def(
+      "_add_layer_norm_forward(Tensor x, Tensor residual, Tensor? weight, Tensor? bias, "
+      "float eps) -> (Tensor sum, Tensor normed, Tensor mean, Tensor rstd)");
+  // add_layer_norm's gradients from the forward's sum, mean and rstd; not differentiable (the
+  // autograd formula uses LibTorch ops under create_graph). d_sum, d_normed, sum: [..., N], mean,
+  // rstd: [...] -> d_x (= d_residual) [..., N], d_weight [N], d_bias [N], each only when asked for
+  m.def(
+      "_add_layer_norm_backward(Tensor? d_sum, Tensor d_normed, Tensor sum, Tensor mean, "
+      "Tensor rstd, Tensor? weight, bool need_x, bool need_weight, bool need_bias) "
+      "-> (Tensor?, Tensor?, Tensor?)");
   // q: [B, L, H, E], k, v: [B, S, H, E] (any strides with E contiguous: views of a fused QKV),
   // key_lengths: int [B], bias: [1|B, 1|H, L, S] -> out [B, L, H, E], lse [B, H, L] (float32)
   m.def(
       "flash_attention(Tensor q, Tensor k, Tensor v, Tensor? key_lengths=None, Tensor? bias=None, "
       "bool causal=False, bool bottom_right=False, float? scale=None) -> (Tensor, Tensor)");
+  // flash_attention's gradients from its out and lse (FlashAttention-2's backward). out, d_out:
+  // [B, L, H, E], lse: [B, H, L] (float32) -> dq [B, L, H, E], dk, dv [B, S, H, E], d_bias (the
+  // bias's shape, summed over its broadcast dims; only with bias_requires_grad)
+  m.def(
+      "flash_attention_backward(Tensor q, Tensor k, Tensor v, Tensor out, Tensor d_out, "
+      "Tensor lse, Tensor? key_lengths=None, Tensor? bias=None, bool causal=False, "
+      "bool bottom_right=False, float? scale=None, bool bias_requires_grad=False) "
+      "-> (Tensor, Tensor, Tensor, Tensor?)");
 }

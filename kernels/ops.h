@@ -18,13 +18,46 @@ namespace attnzoo::kernels {
 torch::Tensor bias_gelu(const torch::Tensor& x, const torch::Tensor& bias,
                         const std::string& approximate = "none");
 
+// The middle of a Conformer convolution module at inference, GLU -> depthwise conv1d ->
+// BatchNorm (folded) -> Swish, in one pass:
+//   a[b, t, c] = x[b, t, c] * sigmoid(x[b, t, C + c]), zeroed at t >= lengths[b] (when given)
+//   z = depthwise_conv1d(a over t, weight, bias): zero padding, left_pad frames on the left and
+//       K - 1 - left_pad on the right ((K - 1) / 2: 'same'; K - 1: causal)
+//   y = silu(z * scale[c] + shift[c])
+// The caller folds the BatchNorm: scale = gamma / sqrt(running_var + eps), shift = beta -
+// running_mean * scale (and may fold the conv bias into shift). x: any floating dtype and any
+// strides, logically [B, T, 2C]: channels last (a Linear's output) or the transposed view of the
+// module's channels-first [B, 2C, T] Conv1d output, both read without a copy; the other tensors
+// x's dtype and device, lengths any integer dtype. Output contiguous [B, T, C]. On CUDA, fp32, fp16
+// and bf16 run the fused kernel (float32 arithmetic); the rest, and every CPU tensor, the LibTorch
+// reference. Differentiable in x, weight, bias, scale and shift (the backward is LibTorch ops).
+// x: [B, T, 2C], weight: [C, K], bias, scale, shift: [C], lengths: integer [B] -> [B, T, C]
+torch::Tensor glu_dwconv_swish(const torch::Tensor& x, const torch::Tensor& weight,
+                               const std::optional<torch::Tensor>& bias, const torch::Tensor& scale,
+                               const torch::Tensor& shift, int64_t left_pad,
+                               const std::optional<torch::Tensor>& lengths = std::nullopt);
+
+// The pre-norm block boundary `x = x + branch; h = layer_norm(x)` in one pass: sum = x + residual
+// (the new residual stream) and normed = layer_norm(sum) over the last dim, with the optional
+// affine weight and bias (torch::nn::functional::layer_norm: biased variance, eps inside the
+// sqrt). Statistics in float32 (float64 for float64 inputs); both outputs in x's dtype,
+// contiguous. x, residual: any floating dtype, any strides, the same shape; weight, bias: x's
+// dtype and device. On CUDA, fp32, fp16 and bf16 run the fused kernel; the rest, and every CPU
+// tensor, the LibTorch reference. Differentiable in x, residual, weight and bias through either
+// output (the backward reuses the forward's statistics: a fused kernel on CUDA for N <= 1024).
+// x, residual: [..., N], weight, bias: [N] -> sum [..., N], normed [..., N]
+std::tuple<torch::Tensor, torch::Tensor> add_layer_norm(
+    const torch::Tensor& x, const torch::Tensor& residual,
+    const std::optional<torch::Tensor>& weight = std::nullopt,
+    const std::optional<torch::Tensor>& bias = std::nullopt, double eps = 1e-5);
+
 // Softmax attention in O(L + S) memory per head (FlashAttention): out[b, i, h] =
 // softmax_j(scale q[b, i, h] . k[b, j, h] + bias[b, h, i, j]) v[b, j, h] over the visible keys:
 // j < key_lengths[b] (when given) and, with `causal`, j <= i (top-left) or j <= i + S - L
 // (bottom_right). A row without a visible key gives zeros (lse -inf). scale: 1/sqrt(E) by default.
 // On CUDA, bf16 and fp16 with E <= 128 run the fused kernel (E padded up to 32, 64, 96, 128); the
-// rest, and every CPU tensor, the LibTorch reference. Differentiable in q, k, v and bias (the
-// backward is LibTorch ops recomputing the probabilities, for now).
+// rest, and every CPU tensor, the LibTorch reference. Differentiable in q, k, v and bias, through
+// flash_attention_backward.
 // q: [B, L, H, E], k, v: [B, S, H, E], key_lengths: int [B], bias: [1|B, 1|H, L, S]
 //   -> out [B, L, H, E] (q's dtype), lse [B, H, L] (float32)
 std::tuple<torch::Tensor, torch::Tensor> flash_attention(
@@ -32,6 +65,23 @@ std::tuple<torch::Tensor, torch::Tensor> flash_attention(
     const std::optional<torch::Tensor>& key_lengths = std::nullopt,
     const std::optional<torch::Tensor>& bias = std::nullopt, bool causal = false,
     bool bottom_right = false, std::optional<double> scale = std::nullopt);
+
+// The gradients of flash_attention's out given d_out, from its out and lse (what autograd calls;
+// exposed for tests and custom backward passes). On CUDA, bf16 and fp16 with E <= 128 run the fused
+// backward kernel (FlashAttention-2's: no [L, S] matrix in memory); the rest the LibTorch
+// reference, which recomputes the log-sum-exp instead of reading lse. d_bias only with
+// bias_requires_grad (and a bias), summed over the bias's broadcast dims.
+// out, d_out: [B, L, H, E], lse: [B, H, L] (float32), the others as flash_attention
+//   -> dq [B, L, H, E], dk, dv [B, S, H, E], d_bias [1|B, 1|H, L, S]
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, std::optional<torch::Tensor>>
+flash_attention_backward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                         const torch::Tensor& out, const torch::Tensor& d_out,
+                         const torch::Tensor& lse,
+                         const std::optional<torch::Tensor>& key_lengths = std::nullopt,
+                         const std::optional<torch::Tensor>& bias = std::nullopt,
+                         bool causal = false, bool bottom_right = false,
+                         std::optional<double> scale = std::nullopt,
+                         bool bias_requires_grad = false);
 
 // One line for `attnzoo version`: "CUDA kernels: built for sm_80, sm_90a (CUDA 13.0.88)" or
 // "CUDA kernels: not built".

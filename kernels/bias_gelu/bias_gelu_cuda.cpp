@@ -3,6 +3,7 @@
 // it, CUDA tensors take the LibTorch reference registered in bias_gelu_op.cpp.
 #include "kernels/bias_gelu/bias_gelu_op.h"
 #include "kernels/bias_gelu/bias_gelu_params.h"
+#include "kernels/common/cuda_dispatch.h"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -18,30 +19,6 @@
 namespace attnzoo::kernels {
 namespace {
 
-// The kernel reads x as [rows, N] rows of contiguous elements, one row stride apart. That covers
-// contiguous x and slices of wider rows (x[..., a:b]) without a copy; returns nullopt when the
-// leading dims do not collapse into one stride (transposes, permutes), which are copied instead.
-std::optional<int64_t> collapsed_row_stride(const at::Tensor& x) {
-  const int64_t cols = x.size(-1);
-  if (cols > 1 && x.stride(-1) != 1) {
-    return std::nullopt;
-  }
-  std::optional<int64_t> row_stride;
-  int64_t next_stride = 0;  // stride that the next outer dim must have to continue the rows
-  for (int64_t d = x.dim() - 2; d >= 0; --d) {
-    if (x.size(d) == 1) {
-      continue;  // a size-1 dim's stride is never used
-    }
-    if (!row_stride) {
-      row_stride = x.stride(d);
-    } else if (x.stride(d) != next_stride) {
-      return std::nullopt;
-    }
-    next_stride = x.stride(d) * x.size(d);
-  }
-  return row_stride.value_or(cols);  // a single row: its stride is never used
-}
-
 // x: [..., N], bias: [N] -> [..., N] (contiguous)
 at::Tensor bias_gelu_cuda(const at::Tensor& x_arg, const at::Tensor& bias_arg,
                           c10::string_view approximate) {
@@ -52,7 +29,7 @@ at::Tensor bias_gelu_cuda(const at::Tensor& x_arg, const at::Tensor& bias_arg,
   }
   const c10::cuda::CUDAGuard device_guard(x_arg.device());
 
-  const std::optional<int64_t> row_stride = collapsed_row_stride(x_arg);
+  const std::optional<int64_t> row_stride = common::collapsed_row_stride(x_arg);
   const at::Tensor x = row_stride ? x_arg : x_arg.contiguous();
   const at::Tensor bias = bias_arg.contiguous();
   const int64_t cols = x.size(-1);
@@ -72,22 +49,8 @@ at::Tensor bias_gelu_cuda(const at::Tensor& x_arg, const at::Tensor& bias_arg,
   params.tanh_approximation = approximate == "tanh";
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  switch (x.scalar_type()) {
-    case at::kFloat:
-      run_bias_gelu<float>(params, stream);
-      break;
-    case at::kHalf:
-      run_bias_gelu<__half>(params, stream);
-      break;
-    case at::kBFloat16:
-      run_bias_gelu<__nv_bfloat16>(params, stream);
-      break;
-    default:
-      TORCH_CHECK(false,
-                  "attnzoo::bias_gelu (CUDA): x must be float32, float16, bfloat16 or float64, "
-                  "got ",
-                  x.scalar_type());
-  }
+  common::dispatch_float_types(x.scalar_type(), "attnzoo::bias_gelu",
+                               [&](auto tag) { run_bias_gelu<decltype(tag)>(params, stream); });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return y;
 }

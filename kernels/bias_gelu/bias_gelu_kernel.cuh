@@ -2,6 +2,7 @@
 // Tier 2 of the bias + GELU epilogue: the kernel template and its launcher. Included only by the
 // per-dtype bias_gelu_{fp32,fp16,bf16}.cu files, which instantiate run_bias_gelu<T>.
 #include "kernels/bias_gelu/bias_gelu_params.h"
+#include "kernels/common/elementwise.cuh"
 #include "kernels/common/static_switch.h"
 
 #include <cuda_bf16.h>
@@ -13,24 +14,10 @@
 namespace attnzoo::kernels {
 namespace bias_gelu_detail {
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+using common::from_float;
+using common::kMaxPackSize;
+using common::Pack;
+using common::to_float;
 
 // GELU (Hendrycks & Gimpel 2016, eq. 1): z * Phi(z), or the paper's tanh approximation
 // 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))). These are the formulas of at::gelu with
@@ -46,16 +33,6 @@ __device__ __forceinline__ float gelu(float z) {
     return 0.5f * z * (1.0f + erff(z * kSqrtHalf));
   }
 }
-
-// 16-byte accesses (one LDG.128/STG.128 per thread) are what saturates memory bandwidth for an
-// elementwise op; narrower types pack more elements into the same access.
-template <typename T>
-constexpr int kMaxPackSize = 16 / static_cast<int>(sizeof(T));
-
-template <typename T, int kPackSize>
-struct alignas(sizeof(T) * kPackSize) Pack {
-  T v[kPackSize];
-};
 
 // One thread per pack of kPackSize consecutive elements of a row. The [rows, cols / kPackSize]
 // grid of packs is flattened so that short rows (small cols) still fill whole warps; the loop is

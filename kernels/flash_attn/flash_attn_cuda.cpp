@@ -1,8 +1,9 @@
-// Tier 3 of flash attention, CUDA part: turns tensors into FlashFwdParams and calls the launcher
-// of tier 2 for bf16 and fp16 with head dims up to 128 (padded up to 32, 64, 96 or 128: E = 36,
-// the Conformer's, runs the 64 kernel); other dtypes and larger head dims take the LibTorch
-// reference. Compiled only when the CUDA kernels are built (ATTNZOO_WITH_CUDA).
+// Tier 3 of flash attention, CUDA part: turns tensors into FlashFwdParams / FlashBwdParams and
+// calls the launchers of tier 2 for bf16 and fp16 with head dims up to 128 (padded up to 32, 64, 96
+// or 128: E = 36, the Conformer's, runs the 64 kernels); other dtypes and larger head dims take the
+// LibTorch references. Compiled only when the CUDA kernels are built (ATTNZOO_WITH_CUDA).
 #include "kernels/flash_attn/flash_attn_op.h"
+#include "kernels/flash_attn/flash_bwd_params.h"
 #include "kernels/flash_attn/flash_fwd_params.h"
 
 #include <ATen/ATen.h>
@@ -15,6 +16,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <type_traits>
 
 namespace attnzoo::kernels {
 namespace {
@@ -24,22 +26,33 @@ at::Tensor head_dim_contiguous(const at::Tensor& x) {
   return x.size(-1) == 1 || x.stride(-1) == 1 ? x : x.contiguous();
 }
 
-template <typename T>
-void launch(const FlashFwdParams& params, int64_t padded, cudaStream_t stream) {
+int64_t padded_head_dim(int64_t head_dim) {
+  return head_dim <= 32 ? 32 : head_dim <= 64 ? 64 : head_dim <= 96 ? 96 : 128;
+}
+
+// fn(std::integral_constant<int, D>{}) for the padded head dim D (32, 64, 96 or 128) of the
+// instantiated kernels.
+template <typename Fn>
+void dispatch_head_dim(int64_t padded, Fn&& fn) {
   switch (padded) {
     case 32:
-      run_flash_fwd<T, 32>(params, stream);
+      fn(std::integral_constant<int, 32>{});
       break;
     case 64:
-      run_flash_fwd<T, 64>(params, stream);
+      fn(std::integral_constant<int, 64>{});
       break;
     case 96:
-      run_flash_fwd<T, 96>(params, stream);
+      fn(std::integral_constant<int, 96>{});
       break;
     default:
-      run_flash_fwd<T, 128>(params, stream);
+      fn(std::integral_constant<int, 128>{});
       break;
   }
+}
+
+template <typename T>
+void launch(const FlashFwdParams& params, int64_t padded, cudaStream_t stream) {
+  dispatch_head_dim(padded, [&](auto d) { run_flash_fwd<T, decltype(d)::value>(params, stream); });
 }
 
 std::tuple<at::Tensor, at::Tensor> flash_attention_cuda(
@@ -100,7 +113,7 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cuda(
   p.causal = causal;
   p.causal_bottom_right = bottom_right;
 
-  const int64_t padded = head_dim <= 32 ? 32 : head_dim <= 64 ? 64 : head_dim <= 96 ? 96 : 128;
+  const int64_t padded = padded_head_dim(head_dim);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   if (q.scalar_type() == at::kHalf) {
     launch<__half>(p, padded, stream);
@@ -111,9 +124,129 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cuda(
   return {out, lse};
 }
 
+template <typename T>
+void launch_backward(const FlashBwdParams& params, int64_t padded, cudaStream_t stream) {
+  dispatch_head_dim(padded, [&](auto d) { run_flash_bwd<T, decltype(d)::value>(params, stream); });
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>>
+flash_attention_backward_cuda(const at::Tensor& q_arg, const at::Tensor& k_arg,
+                              const at::Tensor& v_arg, const at::Tensor& out_arg,
+                              const at::Tensor& d_out_arg, const at::Tensor& lse_arg,
+                              const std::optional<at::Tensor>& key_lengths,
+                              const std::optional<at::Tensor>& bias_arg, bool causal,
+                              bool bottom_right, std::optional<double> scale_arg,
+                              bool bias_requires_grad) {
+  check_flash_attention_backward_inputs(q_arg, k_arg, v_arg, out_arg, d_out_arg, lse_arg,
+                                        key_lengths, bias_arg);
+  const int64_t head_dim = q_arg.size(3);
+  const double scale = scale_arg.value_or(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  const bool supported =
+      (q_arg.scalar_type() == at::kHalf || q_arg.scalar_type() == at::kBFloat16) && head_dim <= 128;
+  if (!supported) {
+    return flash_attention_backward_reference(q_arg, k_arg, v_arg, out_arg, d_out_arg, key_lengths,
+                                              bias_arg, causal, bottom_right, scale,
+                                              bias_requires_grad);
+  }
+  const c10::cuda::CUDAGuard device_guard(q_arg.device());
+  const auto q = head_dim_contiguous(q_arg);
+  const auto k = head_dim_contiguous(k_arg);
+  const auto v = head_dim_contiguous(v_arg);
+  const auto out = head_dim_contiguous(out_arg);
+  const auto d_out = head_dim_contiguous(d_out_arg);
+  const auto lse = lse_arg.contiguous();
+  const int64_t B = q.size(0), L = q.size(1), H = q.size(2), S = k.size(1);
+  auto dq = at::empty({B, L, H, head_dim}, q.options());
+  auto dk = at::empty({B, S, H, head_dim}, q.options());
+  auto dv = at::empty({B, S, H, head_dim}, q.options());
+  std::optional<at::Tensor> d_bias;
+  // Zeros: the kernel writes d_bias only where a key is visible.
+  if (bias_arg && bias_requires_grad) d_bias = at::zeros(bias_arg->sizes(), q.options());
+  if (q.numel() == 0 || k.numel() == 0) {
+    dq.zero_();
+    dk.zero_();
+    dv.zero_();
+    return {dq, dk, dv, d_bias};
+  }
+  auto dq_accum = at::zeros({B, L, H, head_dim}, q.options().dtype(at::kFloat));
+  auto d_rowsum = at::empty({B, H, L}, q.options().dtype(at::kFloat));
+
+  FlashBwdParams p;
+  p.q = q.const_data_ptr();
+  p.k = k.const_data_ptr();
+  p.v = v.const_data_ptr();
+  p.out = out.const_data_ptr();
+  p.d_out = d_out.const_data_ptr();
+  p.lse = lse.const_data_ptr<float>();
+  p.dq = dq.mutable_data_ptr();
+  p.dk = dk.mutable_data_ptr();
+  p.dv = dv.mutable_data_ptr();
+  p.dq_accum = dq_accum.mutable_data_ptr<float>();
+  p.d_rowsum = d_rowsum.mutable_data_ptr<float>();
+  p.batch = B;
+  p.heads = H;
+  p.q_len = L;
+  p.k_len = S;
+  p.head_dim = head_dim;
+  p.q_batch_stride = q.stride(0);
+  p.q_row_stride = q.stride(1);
+  p.q_head_stride = q.stride(2);
+  p.k_batch_stride = k.stride(0);
+  p.k_row_stride = k.stride(1);
+  p.k_head_stride = k.stride(2);
+  p.v_batch_stride = v.stride(0);
+  p.v_row_stride = v.stride(1);
+  p.v_head_stride = v.stride(2);
+  p.out_batch_stride = out.stride(0);
+  p.out_row_stride = out.stride(1);
+  p.out_head_stride = out.stride(2);
+  p.do_batch_stride = d_out.stride(0);
+  p.do_row_stride = d_out.stride(1);
+  p.do_head_stride = d_out.stride(2);
+  at::Tensor lengths, bias, d_bias_accum;
+  if (key_lengths) {
+    lengths = key_lengths->to(at::kLong).contiguous();
+    p.key_lengths = lengths.const_data_ptr<int64_t>();
+  }
+  if (bias_arg) {
+    bias = bias_arg->stride(3) == 1 ? *bias_arg : bias_arg->contiguous();
+    p.bias = bias.const_data_ptr();
+    p.bias_batch_stride = bias.size(0) == 1 ? 0 : bias.stride(0);
+    p.bias_head_stride = bias.size(1) == 1 ? 0 : bias.stride(1);
+    p.bias_row_stride = bias.stride(2);
+  }
+  if (d_bias) {
+    const int64_t bias_b = d_bias->size(0), bias_h = d_bias->size(1);
+    p.d_bias = d_bias->mutable_data_ptr();
+    p.d_bias_numel = d_bias->numel();
+    p.d_bias_batch_stride = bias_b == 1 ? 0 : d_bias->stride(0);
+    p.d_bias_head_stride = bias_h == 1 ? 0 : d_bias->stride(1);
+    p.d_bias_row_stride = d_bias->stride(2);
+    // Broadcast: several (b, h) add to one element, in fp32.
+    if ((bias_b == 1 && B > 1) || (bias_h == 1 && H > 1)) {
+      d_bias_accum = at::zeros(d_bias->sizes(), q.options().dtype(at::kFloat));
+      p.d_bias_accum = d_bias_accum.mutable_data_ptr<float>();
+    }
+  }
+  p.scale = static_cast<float>(scale);
+  p.causal = causal;
+  p.causal_bottom_right = bottom_right;
+
+  const int64_t padded = padded_head_dim(head_dim);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  if (q.scalar_type() == at::kHalf) {
+    launch_backward<__half>(p, padded, stream);
+  } else {
+    launch_backward<__nv_bfloat16>(p, padded, stream);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {dq, dk, dv, d_bias};
+}
+
 }  // namespace
 }  // namespace attnzoo::kernels
 
 TORCH_LIBRARY_IMPL(attnzoo, CUDA, m) {
   m.impl("flash_attention", TORCH_FN(attnzoo::kernels::flash_attention_cuda));
+  m.impl("flash_attention_backward", TORCH_FN(attnzoo::kernels::flash_attention_backward_cuda));
 }

@@ -28,6 +28,19 @@ const c10::TypedOperatorHandle<FlashSignature>& flash_handle() {
   return handle;
 }
 
+using FlashBackwardSignature =
+    std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>>(
+        const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+        const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+        const std::optional<at::Tensor>&, bool, bool, std::optional<double>, bool);
+
+const c10::TypedOperatorHandle<FlashBackwardSignature>& flash_backward_handle() {
+  static const auto handle = c10::Dispatcher::singleton()
+                                 .findSchemaOrThrow("attnzoo::flash_attention_backward", "")
+                                 .typed<FlashBackwardSignature>();
+  return handle;
+}
+
 double resolved_scale(const at::Tensor& q, std::optional<double> scale) {
   return scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
 }
@@ -77,10 +90,22 @@ std::tuple<at::Tensor, at::Tensor> flash_checked_reference(
                                    resolved_scale(q, scale));
 }
 
-// The backward in LibTorch ops, recomputing the probabilities (FlashAttention's formulas: dV = P^T
-// dO, dP = dO V^T, dS = P (dP - rowsum(dO O)), dQ = scale dS K, dK = scale dS^T Q, d(bias) = dS
-// summed over its broadcast dims). It materialises [B, H, L, S] until the fused backward kernel
-// lands.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>>
+flash_backward_checked_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const at::Tensor& out, const at::Tensor& d_out,
+                                 const at::Tensor& lse,
+                                 const std::optional<at::Tensor>& key_lengths,
+                                 const std::optional<at::Tensor>& bias, bool causal,
+                                 bool bottom_right, std::optional<double> scale,
+                                 bool bias_requires_grad) {
+  check_flash_attention_backward_inputs(q, k, v, out, d_out, lse, key_lengths, bias);
+  return flash_attention_backward_reference(q, k, v, out, d_out, key_lengths, bias, causal,
+                                            bottom_right, resolved_scale(q, scale),
+                                            bias_requires_grad);
+}
+
+// The autograd formula: the backward is the op attnzoo::flash_attention_backward, through the
+// dispatcher (the fused kernel on CUDA, the LibTorch reference elsewhere).
 class FlashFunction : public torch::autograd::Function<FlashFunction> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
@@ -92,7 +117,7 @@ class FlashFunction : public torch::autograd::Function<FlashFunction> {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [out, lse] = flash_handle().call(q, k, v, key_lengths, bias, causal, bottom_right, scale);
     ctx->save_for_backward(
-        {q, k, v, out, key_lengths.value_or(at::Tensor()), bias.value_or(at::Tensor())});
+        {q, k, v, out, lse, key_lengths.value_or(at::Tensor()), bias.value_or(at::Tensor())});
     // needs_input_grad counts only the tensors that were passed (an absent optional has no edge).
     ctx->saved_data["bias_input"] = static_cast<int64_t>(key_lengths ? 4 : 3);
     ctx->saved_data["causal"] = causal;
@@ -105,47 +130,26 @@ class FlashFunction : public torch::autograd::Function<FlashFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3];
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
     const std::optional<at::Tensor> key_lengths =
-        saved[4].defined() ? std::optional<at::Tensor>(saved[4]) : std::nullopt;
-    const std::optional<at::Tensor> bias =
         saved[5].defined() ? std::optional<at::Tensor>(saved[5]) : std::nullopt;
-    const bool causal = ctx->saved_data["causal"].toBool();
-    const bool bottom_right = ctx->saved_data["bottom_right"].toBool();
-    const double scale = ctx->saved_data["scale"].toDouble();
-    const auto compute = at::isReducedFloatingType(q.scalar_type()) ? at::kFloat : q.scalar_type();
-    // The probabilities again, normalised in the compute dtype (the saved lse is float32).
-    const auto logits = masked_logits(q, k, key_lengths, bias, causal, bottom_right, scale);
-    const auto p = probabilities(logits, at::logsumexp(logits, -1));
-    const auto d_out = grads[0].transpose(1, 2).to(compute);  // [B, H, L, E]
-    const auto vh = visible_values(v, key_lengths, compute);
-    const auto d_v = at::matmul(p.transpose(-2, -1), d_out);  // [B, H, S, E]
-    const auto d_p = at::matmul(d_out, vh.transpose(-2, -1));
-    const auto row = (d_out * out.transpose(1, 2).to(compute)).sum(-1, /*keepdim=*/true);
-    const auto d_s = p * (d_p - row);  // [B, H, L, S]
-    at::Tensor d_q, d_k, d_bias;
-    if (ctx->needs_input_grad(0)) {
-      d_q = at::matmul(d_s, visible_values(k, key_lengths, compute))
-                .mul_(scale)
-                .transpose(1, 2)
-                .to(q.scalar_type());
+    const std::optional<at::Tensor> bias =
+        saved[6].defined() ? std::optional<at::Tensor>(saved[6]) : std::nullopt;
+    const bool bias_requires_grad =
+        bias && ctx->needs_input_grad(ctx->saved_data["bias_input"].toInt());
+    at::Tensor d_q, d_k, d_v, d_bias;
+    {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      auto [dq, dk, dv, db] = flash_backward_handle().call(
+          q, k, v, out, grads[0], lse, key_lengths, bias, ctx->saved_data["causal"].toBool(),
+          ctx->saved_data["bottom_right"].toBool(), ctx->saved_data["scale"].toDouble(),
+          bias_requires_grad);
+      d_q = ctx->needs_input_grad(0) ? dq : at::Tensor();
+      d_k = ctx->needs_input_grad(1) ? dk : at::Tensor();
+      d_v = ctx->needs_input_grad(2) ? dv : at::Tensor();
+      if (bias_requires_grad) d_bias = db.value_or(at::Tensor());
     }
-    if (ctx->needs_input_grad(1)) {
-      d_k = at::matmul(d_s.transpose(-2, -1), q.transpose(1, 2).to(compute))
-                .mul_(scale)
-                .transpose(1, 2)
-                .to(k.scalar_type());
-    }
-    const auto d_v_out = d_v.transpose(1, 2).to(v.scalar_type());
-    if (bias && ctx->needs_input_grad(ctx->saved_data["bias_input"].toInt())) {
-      // Summed over the dims the bias was broadcast along.
-      std::vector<int64_t> dims;
-      for (int64_t d = 0; d < 2; ++d) {
-        if (bias->size(d) == 1 && d_s.size(d) != 1) dims.push_back(d);
-      }
-      d_bias = (dims.empty() ? d_s : d_s.sum(dims, /*keepdim=*/true)).to(bias->scalar_type());
-    }
-    return {d_q, d_k, d_v_out, at::Tensor(), d_bias, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {d_q, d_k, d_v, at::Tensor(), d_bias, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -225,6 +229,67 @@ void check_flash_attention_inputs(const at::Tensor& q, const at::Tensor& k, cons
   }
 }
 
+void check_flash_attention_backward_inputs(const at::Tensor& q, const at::Tensor& k,
+                                           const at::Tensor& v, const at::Tensor& out,
+                                           const at::Tensor& d_out, const at::Tensor& lse,
+                                           const std::optional<at::Tensor>& key_lengths,
+                                           const std::optional<at::Tensor>& bias) {
+  check_flash_attention_inputs(q, k, v, key_lengths, bias);
+  TORCH_CHECK(out.sizes() == q.sizes() && d_out.sizes() == q.sizes(),
+              "attnzoo::flash_attention_backward: out and d_out must be q's shape ", q.sizes(),
+              ", got ", out.sizes(), " and ", d_out.sizes());
+  TORCH_CHECK(out.scalar_type() == q.scalar_type() && d_out.scalar_type() == q.scalar_type() &&
+                  out.device() == q.device() && d_out.device() == q.device(),
+              "attnzoo::flash_attention_backward: out and d_out must have q's dtype ",
+              q.scalar_type(), " and device ", q.device(), ", got ", out.scalar_type(), " and ",
+              d_out.scalar_type());
+  TORCH_CHECK(
+      lse.dim() == 3 && lse.size(0) == q.size(0) && lse.size(1) == q.size(2) &&
+          lse.size(2) == q.size(1) && lse.scalar_type() == at::kFloat && lse.device() == q.device(),
+      "attnzoo::flash_attention_backward: lse must be float32 [B, H, L] = [", q.size(0), ", ",
+      q.size(2), ", ", q.size(1), "] on q's device, got ", lse.scalar_type(), " ", lse.sizes());
+}
+
+// FlashAttention's formulas on the recomputed probabilities: dV = P^T dO, dP = dO V^T,
+// dS = P (dP - rowsum(dO O)), dQ = scale dS K, dK = scale dS^T Q, d(bias) = dS summed over its
+// broadcast dims. Materialises [B, H, L, S].
+std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>>
+flash_attention_backward_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& out, const at::Tensor& d_out_arg,
+                                   const std::optional<at::Tensor>& key_lengths,
+                                   const std::optional<at::Tensor>& bias, bool causal,
+                                   bool bottom_right, double scale, bool bias_requires_grad) {
+  const auto compute = at::isReducedFloatingType(q.scalar_type()) ? at::kFloat : q.scalar_type();
+  // The probabilities again, normalised in the compute dtype (the saved lse is float32).
+  const auto logits = masked_logits(q, k, key_lengths, bias, causal, bottom_right, scale);
+  const auto p = probabilities(logits, at::logsumexp(logits, -1));
+  const auto d_out = d_out_arg.transpose(1, 2).to(compute);  // [B, H, L, E]
+  const auto vh = visible_values(v, key_lengths, compute);
+  const auto d_v = at::matmul(p.transpose(-2, -1), d_out);  // [B, H, S, E]
+  const auto d_p = at::matmul(d_out, vh.transpose(-2, -1));
+  const auto row = (d_out * out.transpose(1, 2).to(compute)).sum(-1, /*keepdim=*/true);
+  const auto d_s = p * (d_p - row);  // [B, H, L, S]
+  const auto d_q = at::matmul(d_s, visible_values(k, key_lengths, compute))
+                       .mul_(scale)
+                       .transpose(1, 2)
+                       .to(q.scalar_type());
+  const auto d_k = at::matmul(d_s.transpose(-2, -1), q.transpose(1, 2).to(compute))
+                       .mul_(scale)
+                       .transpose(1, 2)
+                       .to(k.scalar_type());
+  const auto d_v_out = d_v.transpose(1, 2).to(v.scalar_type());
+  std::optional<at::Tensor> d_bias;
+  if (bias && bias_requires_grad) {
+    // Summed over the dims the bias was broadcast along.
+    std::vector<int64_t> dims;
+    for (int64_t d = 0; d < 2; ++d) {
+      if (bias->size(d) == 1 && d_s.size(d) != 1) dims.push_back(d);
+    }
+    d_bias = (dims.empty() ? d_s : d_s.sum(dims, /*keepdim=*/true)).to(bias->scalar_type());
+  }
+  return {d_q, d_k, d_v_out, d_bias};
+}
+
 std::tuple<at::Tensor, at::Tensor> flash_attention_reference(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const std::optional<at::Tensor>& key_lengths, const std::optional<at::Tensor>& bias,
@@ -243,10 +308,21 @@ std::tuple<torch::Tensor, torch::Tensor> flash_attention(
   return flash_handle().call(q, k, v, key_lengths, bias, causal, bottom_right, scale);
 }
 
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, std::optional<torch::Tensor>>
+flash_attention_backward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                         const torch::Tensor& out, const torch::Tensor& d_out,
+                         const torch::Tensor& lse, const std::optional<torch::Tensor>& key_lengths,
+                         const std::optional<torch::Tensor>& bias, bool causal, bool bottom_right,
+                         std::optional<double> scale, bool bias_requires_grad) {
+  return flash_backward_handle().call(q, k, v, out, d_out, lse, key_lengths, bias, causal,
+                                      bottom_right, scale, bias_requires_grad);
+}
+
 }  // namespace attnzoo::kernels
 
 TORCH_LIBRARY_IMPL(attnzoo, CompositeExplicitAutograd, m) {
   m.impl("flash_attention", TORCH_FN(attnzoo::kernels::flash_checked_reference));
+  m.impl("flash_attention_backward", TORCH_FN(attnzoo::kernels::flash_backward_checked_reference));
 }
 
 TORCH_LIBRARY_IMPL(attnzoo, Autograd, m) {

@@ -9,6 +9,9 @@
 // no [L, S] matrix is ever written. Tiles of 64 waste little at ViT's N = 197 (4 tiles, 23% padding
 // in the last) compared with FlashAttention-3's 128- or 192-wide tiles.
 //
+// On sm_90a the score product S = Q K^T runs as one warpgroup MMA (wgmma) per 16 of the head dim
+// instead (see wgmma_scores); P V stays on mma.sync, from registers.
+//
 // UNVERIFIED: compiled here (no GPU); the *_CUDA tests of tests/kernels hold it to the float64
 // reference on the GPU machine (tools/device_check.sh).
 #include "kernels/common/static_switch.h"
@@ -98,13 +101,130 @@ __device__ __forceinline__ void load_tile(T* dst, const T* src, int64_t row_stri
   }
 }
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// sm_90a: S = Q K^T by warpgroup MMA (wgmma, HGMMA in SASS). The block's 4 warps are one
+// warpgroup, and its 64 query rows are the M = 64 of wgmma.m64n64k16, so one instruction per 16
+// of the head dim computes the whole 64 x 64 tile of scores from shared memory; its f32
+// accumulator fragment is, thread for thread, the m16n8 fragment the mma.sync path produces
+// (warp w holds rows 16w + g and 16w + g + 8, columns 8j + 2t and 8j + 2t + 1: CUTLASS's
+// CLayout_64xN), so everything after the product is shared by both paths.
+//
+// Operands in shared memory are in GMMA's K-major layout without swizzle (LayoutType INTERLEAVE):
+// 8 x 8 "core matrices" of 128 contiguous bytes (8 rows of 16 bytes), stored [row / 8][e / 8][row
+// % 8][e % 8]; the descriptor's leading byte offset (LBO) steps along the head dim from one core
+// matrix to the next (128 bytes), its stride byte offset (SBO) from one group of 8 rows to the
+// next (kHeadDim * 2 bytes * 8 rows). See cute/atom/mma_traits_sm90_gmma.hpp (make_gmma_desc,
+// Major::K: ((8,n),2):((1,SBO),LBO) in 16-byte units).
+
+// Element (r, e) of a [rows, kHeadDim] tile in the core-matrix layout.
+template <int kHeadDim>
+__device__ __forceinline__ int core_matrix_index(int r, int e) {
+  return ((r >> 3) * (kHeadDim >> 3) + (e >> 3)) * 64 + (r & 7) * 8 + (e & 7);
+}
+
+template <typename T, int kHeadDim, int kRows>
+__device__ __forceinline__ void load_tile_core(T* dst, const T* src, int64_t row_stride,
+                                               int64_t valid_rows, int64_t head_dim) {
+  const T zero = Mma<T>::from_float(0.0f);
+  for (int idx = threadIdx.x; idx < kRows * kHeadDim; idx += kThreads) {
+    const int r = idx / kHeadDim, e = idx % kHeadDim;
+    dst[core_matrix_index<kHeadDim>(r, e)] =
+        (r < valid_rows && e < head_dim) ? src[r * row_stride + e] : zero;
+  }
+}
+
+// Plain stores become visible to wgmma's reads (the async proxy) only after this fence (and the
+// barrier that follows it).
+__device__ __forceinline__ void fence_shared_for_async_proxy() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// A GMMA shared-memory descriptor, K-major, no swizzle: start address, LBO and SBO in 16-byte
+// units at bits 0, 16 and 32; base offset 0; layout type 0 (INTERLEAVE) in bits 62-63.
+__device__ __forceinline__ uint64_t gmma_descriptor(uint32_t smem_address, uint32_t lbo_bytes,
+                                                    uint32_t sbo_bytes) {
+  return static_cast<uint64_t>((smem_address >> 4) & 0x3FFF) |
+         (static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFF) << 16) |
+         (static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFF) << 32);
+}
+
+// Keeps the compiler from moving accesses of the accumulators across the asynchronous MMA.
+__device__ __forceinline__ void fence_accumulators(float (&d)[kBlockN / 8][4]) {
+#pragma unroll
+  for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) asm volatile("" : "+f"(d[j][c])::"memory");
+  }
+}
+
+#define ATTNZOO_WGMMA_M64N64K16(TYPE)                                                             \
+  asm volatile(                                                                                   \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE                                 \
+      " "                                                                                         \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "    \
+      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, "  \
+      "0;\n}\n"                                                                                   \
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), \
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), \
+        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), \
+        "+f"(d[7][2]), "+f"(d[7][3])                                                              \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+
+template <typename T>
+struct Wgmma;
+template <>
+struct Wgmma<__nv_bfloat16> {
+  // d (+)= A (64 x 16, K-major, desc_a) . B (16 x 64, K-major rows of B^T, desc_b); accumulate 0:
+  // d = A . B.
+  __device__ __forceinline__ static void m64n64k16(float (&d)[8][4], uint64_t desc_a,
+                                                   uint64_t desc_b, int accumulate) {
+    ATTNZOO_WGMMA_M64N64K16("bf16");
+  }
+};
+template <>
+struct Wgmma<__half> {
+  __device__ __forceinline__ static void m64n64k16(float (&d)[8][4], uint64_t desc_a,
+                                                   uint64_t desc_b, int accumulate) {
+    ATTNZOO_WGMMA_M64N64K16("f16");
+  }
+};
+#undef ATTNZOO_WGMMA_M64N64K16
+
+// s = Q K^T for the block's 64 query rows and the tile's 64 keys; both tiles in the core-matrix
+// layout. All 128 threads must call it (wgmma is warpgroup-wide).
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void wgmma_scores(float (&s)[kBlockN / 8][4], const T* q_tile,
+                                             const T* k_tile) {
+  static_assert(kBlockM == 64 && kBlockN == 64 && kThreads == 128,
+                "one warpgroup, one m64n64 tile");
+  const auto q_address = static_cast<uint32_t>(__cvta_generic_to_shared(q_tile));
+  const auto k_address = static_cast<uint32_t>(__cvta_generic_to_shared(k_tile));
+  constexpr uint32_t kLbo = 128;            // the next 8 elements of the head dim
+  constexpr uint32_t kSbo = kHeadDim * 16;  // the next 8 rows: kHeadDim / 8 core matrices
+  fence_accumulators(s);
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim; kk += 16) {
+    const uint32_t offset = static_cast<uint32_t>(kk / 8) * 128;
+    Wgmma<T>::m64n64k16(s, gmma_descriptor(q_address + offset, kLbo, kSbo),
+                        gmma_descriptor(k_address + offset, kLbo, kSbo), kk > 0 ? 1 : 0);
+  }
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  fence_accumulators(s);
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
 template <typename T, int kHeadDim, bool kHasBias, bool kHasLengths, bool kCausal>
 __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashFwdParams p) {
   static_assert(kHeadDim % 16 == 0, "the head dim is padded to a multiple of 16");
   constexpr int kPitch = kHeadDim + 8;  // shifts each row by 4 banks: fewer conflicts
   constexpr int kDimTiles = kHeadDim / 8;
   constexpr int kKeyTiles = kBlockN / 8;
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem[];
   T* q_tile = reinterpret_cast<T*>(smem);
   T* k_tile = q_tile + kBlockM * kPitch;
   T* v_tile = k_tile + kBlockN * kPitch;
@@ -133,8 +253,13 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashFwdParam
   const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
   const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + h * p.k_head_stride;
   const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + h * p.v_head_stride;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  load_tile_core<T, kHeadDim, kBlockM>(q_tile, q + row0 * p.q_row_stride, p.q_row_stride, L - row0,
+                                       p.head_dim);
+#else
   load_tile<T, kHeadDim, kPitch, kBlockM>(q_tile, q + row0 * p.q_row_stride, p.q_row_stride,
                                           L - row0, p.head_dim);
+#endif
 
   float o[kDimTiles][4];
 #pragma unroll
@@ -149,16 +274,27 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashFwdParam
 
   for (int64_t n0 = 0; n0 < key_end; n0 += kBlockN) {
     __syncthreads();  // the previous tile's readers are done (and the Q tile is written)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    load_tile_core<T, kHeadDim, kBlockN>(k_tile, k + n0 * p.k_row_stride, p.k_row_stride,
+                                         valid_keys - n0, p.head_dim);
+#else
     load_tile<T, kHeadDim, kPitch, kBlockN>(k_tile, k + n0 * p.k_row_stride, p.k_row_stride,
                                             valid_keys - n0, p.head_dim);
+#endif
     load_tile<T, kHeadDim, kPitch, kBlockN>(v_tile, v + n0 * p.v_row_stride, p.v_row_stride,
                                             valid_keys - n0, p.head_dim);
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    fence_shared_for_async_proxy();  // the Q and K tiles are read by wgmma
+#endif
     __syncthreads();
 
     // S = Q K^T for the warp's 16 rows and the tile's 64 keys.
     float s[kKeyTiles][4];
 #pragma unroll
     for (int j = 0; j < kKeyTiles; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    wgmma_scores<T, kHeadDim>(s, q_tile, k_tile);
+#else
 #pragma unroll
     for (int kk = 0; kk < kHeadDim; kk += 16) {
       const T* q0 = q_tile + (warp * 16 + g) * kPitch + kk + 2 * t;
@@ -171,6 +307,7 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashFwdParam
         Mma<T>::run(s[j], a, bf);
       }
     }
+#endif
 
     // Scale, bias and masks, in log2 units; the tile's row maxima.
     float tile_max[2] = {row_max[0], row_max[1]};

@@ -2,7 +2,9 @@
 // float64 with every mask kind, the log-sum-exp, rows without a visible key, gradients against
 // autograd through the float64 expression, and the input checks; with a GPU, the fused kernel
 // against float64 by FlashAttention's rule (error at most twice LibTorch's own at the same
-// precision), with poisoned outputs and awkward sizes.
+// precision), with poisoned outputs and awkward sizes. The same for
+// attnzoo::flash_attention_backward (the fused backward kernel on CUDA), directly and through
+// autograd.
 #include "kernels/ops.h"
 
 #include <torch/torch.h>
@@ -19,6 +21,7 @@
 namespace {
 
 using attnzoo::kernels::flash_attention;
+using attnzoo::kernels::flash_attention_backward;
 using ::testing::HasSubstr;
 
 #define SKIP_WITHOUT_CUDA()                                                                    \
@@ -29,7 +32,8 @@ using ::testing::HasSubstr;
 struct Case {
   int64_t batch, q_len, k_len, heads, head_dim;
   bool lengths = false, bias = false, causal = false, bottom_right = false;
-  bool broadcast_bias = false;  // bias [1, H, L, S]
+  bool broadcast_bias = false;       // bias [1, H, L, S]
+  bool head_broadcast_bias = false;  // bias [B, 1, L, S]
 };
 
 std::string describe(const Case& c) {
@@ -37,6 +41,7 @@ std::string describe(const Case& c) {
   out << "B" << c.batch << " L" << c.q_len << " S" << c.k_len << " H" << c.heads << " E"
       << c.head_dim << (c.lengths ? " lengths" : "") << (c.bias ? " bias" : "")
       << (c.broadcast_bias ? "(broadcast)" : "")
+      << (c.head_broadcast_bias ? "(head-broadcast)" : "")
       << (c.causal ? (c.bottom_right ? " causal(bottom-right)" : " causal") : "");
   return out.str();
 }
@@ -70,7 +75,9 @@ Inputs make_inputs(const Case& c, torch::TensorOptions options, int64_t seed) {
     in.lengths = lengths.to(options.device());
   }
   if (c.bias) {
-    in.bias = torch::randn({c.broadcast_bias ? 1 : c.batch, c.heads, c.q_len, c.k_len}, options);
+    in.bias = torch::randn(
+        {c.broadcast_bias ? 1 : c.batch, c.head_broadcast_bias ? 1 : c.heads, c.q_len, c.k_len},
+        options);
   }
   return in;
 }
@@ -209,6 +216,136 @@ TEST(FlashAttention, GradientsMatchAutogradThroughFloat64Attention) {
                          torch::kFloat64, 1e-10);
 }
 
+// The float64 autograd gradients of sum(attention(in) * g) (attention written out in float64 on
+// `device`). -> dq, dk, dv, d_bias (undefined without a bias)
+std::vector<torch::Tensor> float64_gradients(const Inputs& in, const Case& c,
+                                             const torch::Tensor& g, torch::Device device) {
+  const auto leaf = [&](const torch::Tensor& x) {
+    return x.detach().to(device, torch::kFloat64).requires_grad_(true);
+  };
+  const auto q = leaf(in.q), k = leaf(in.k), v = leaf(in.v);
+  const auto bias = in.bias ? leaf(*in.bias) : torch::Tensor();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  auto logits = torch::matmul(q.permute({0, 2, 1, 3}), k.permute({0, 2, 3, 1})) * scale;
+  if (bias.defined()) logits = logits + bias;
+  Inputs lengths_only;
+  lengths_only.lengths = in.lengths;
+  const auto visible = visible_keys(lengths_only, c, device);
+  logits = logits.masked_fill(visible.logical_not(), -INFINITY);
+  // Rows without a visible key: zeros, with no NaN on the way (softmax of a row of -inf).
+  const auto empty = visible.logical_not().all(-1, /*keepdim=*/true);
+  auto p = torch::softmax(torch::where(empty, torch::zeros_like(logits), logits), -1);
+  p = torch::where(empty, torch::zeros_like(p), p);
+  const auto out = torch::matmul(p, v.permute({0, 2, 1, 3})).permute({0, 2, 1, 3});
+  (out * g.to(device, torch::kFloat64)).sum().backward();
+  return {q.grad(), k.grad(), v.grad(), bias.defined() ? bias.grad() : torch::Tensor()};
+}
+
+// Awkward sizes for the backward: L = 1, 7, 33; E = 36, 40; both bias broadcasts; rows without a
+// visible key (a length of 0, L > S bottom-right).
+const std::vector<Case>& backward_cpu_cases() {
+  static const std::vector<Case> cases = {
+      {2, 1, 1, 2, 36},
+      {2, 7, 7, 3, 40, /*lengths=*/true, /*bias=*/true},
+      {3, 33, 33, 2, 36, true, true, false, false, /*broadcast_bias=*/true},
+      {3, 33, 33, 2, 40, true, true, false, false, false, /*head_broadcast_bias=*/true},
+      {2, 7, 33, 2, 36, true, true, /*causal=*/true, /*bottom_right=*/true},
+      {2, 33, 7, 2, 40, false, true, true, true, true},  // L > S: the first rows see no key
+      {2, 33, 33, 3, 36, true, false, true},
+      {1, 1, 7, 1, 40, true, true},
+  };
+  return cases;
+}
+
+TEST(FlashAttention, BackwardOpEqualsFloat64Gradients) {
+  for (const auto& c : backward_cpu_cases()) {
+    const auto in = make_inputs(c, torch::dtype(torch::kFloat64), 6);
+    const auto [out, lse] =
+        flash_attention(in.q, in.k, in.v, in.lengths, in.bias, c.causal, c.bottom_right);
+    const auto g = torch::randn({c.batch, c.q_len, c.heads, c.head_dim}, torch::kFloat64);
+    const auto [dq, dk, dv, d_bias] =
+        flash_attention_backward(in.q, in.k, in.v, out, g, lse, in.lengths, in.bias, c.causal,
+                                 c.bottom_right, std::nullopt, in.bias.has_value());
+    const auto expected = float64_gradients(in, c, g, torch::kCPU);
+    ASSERT_EQ(dq.sizes(), in.q.sizes()) << describe(c);
+    ASSERT_EQ(dk.sizes(), in.k.sizes()) << describe(c);
+    ASSERT_EQ(dv.sizes(), in.v.sizes()) << describe(c);
+    EXPECT_LE((dq - expected[0]).abs().max().item<double>(), 1e-10) << describe(c);
+    EXPECT_LE((dk - expected[1]).abs().max().item<double>(), 1e-10) << describe(c);
+    EXPECT_LE((dv - expected[2]).abs().max().item<double>(), 1e-10) << describe(c);
+    ASSERT_EQ(d_bias.has_value(), in.bias.has_value()) << describe(c);
+    if (d_bias) {
+      ASSERT_EQ(d_bias->sizes(), in.bias->sizes()) << describe(c);
+      EXPECT_LE((*d_bias - expected[3]).abs().max().item<double>(), 1e-10) << describe(c);
+    }
+    // And through autograd.
+    expect_gradients_match(c, torch::kCPU, torch::kFloat64, 1e-10);
+  }
+}
+
+TEST(FlashAttention, BackwardOpIsRegisteredWithItsSchema) {
+  const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("attnzoo::flash_attention_backward", "");
+  EXPECT_EQ(op.schema().returns().size(), 4u);
+  EXPECT_EQ(op.schema().arguments().size(), 12u);
+  // Without bias_requires_grad (or without a bias) there is no d_bias.
+  const Case c{2, 5, 5, 2, 8, true, true};
+  const auto in = make_inputs(c, torch::dtype(torch::kFloat32), 7);
+  const auto [out, lse] = flash_attention(in.q, in.k, in.v, in.lengths, in.bias);
+  const auto g = torch::randn_like(out);
+  EXPECT_FALSE(std::get<3>(flash_attention_backward(in.q, in.k, in.v, out, g, lse, in.lengths,
+                                                    in.bias, false, false, std::nullopt, false))
+                   .has_value());
+  EXPECT_FALSE(std::get<3>(flash_attention_backward(in.q, in.k, in.v, out, g, lse, in.lengths,
+                                                    std::nullopt, false, false, std::nullopt, true))
+                   .has_value());
+}
+
+TEST(FlashAttention, BackwardIgnoresKeysPastTheLength) {
+  const Case c{3, 6, 6, 2, 8, /*lengths=*/true};
+  auto in = make_inputs(c, torch::dtype(torch::kFloat64), 8);
+  in.lengths = torch::tensor({6, 0, 3}, torch::kLong);
+  const auto [out, lse] = flash_attention(in.q, in.k, in.v, in.lengths);
+  const auto g = torch::randn_like(out);
+  const auto clean = flash_attention_backward(in.q, in.k, in.v, out, g, lse, in.lengths);
+  auto k = in.k.clone(), v = in.v.clone();
+  k.slice(1, 3).select(0, 2).fill_(std::numeric_limits<double>::quiet_NaN());
+  v.slice(1, 3).select(0, 2).fill_(std::numeric_limits<double>::quiet_NaN());
+  const auto [dq, dk, dv, d_bias] = flash_attention_backward(in.q, k, v, out, g, lse, in.lengths);
+  EXPECT_TRUE(torch::isfinite(dq).all().item<bool>());
+  EXPECT_TRUE(torch::allclose(dq, std::get<0>(clean)));
+  EXPECT_TRUE(torch::allclose(dv, std::get<2>(clean)));
+  // No gradient reaches the keys past a length, nor any key of an entry without one.
+  EXPECT_EQ(dk.slice(1, 3).select(0, 2).abs().max().item<double>(), 0.0);
+  EXPECT_EQ(dv[1].abs().max().item<double>(), 0.0);
+  EXPECT_EQ(dq[1].abs().max().item<double>(), 0.0);
+}
+
+TEST(FlashAttention, BackwardInputChecksNameTheArgument) {
+  const auto q = torch::randn({2, 5, 3, 8});
+  const auto lse = torch::randn({2, 3, 5});
+  const auto error = [](auto&& f) {
+    try {
+      f();
+    } catch (const c10::Error& e) {
+      return std::string(e.what_without_backtrace());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_THAT(error([&] { flash_attention_backward(q, q, q, q[0], q, lse); }),
+              HasSubstr("out and d_out must be q's shape"));
+  EXPECT_THAT(error([&] { flash_attention_backward(q, q, q, q, q.to(torch::kFloat64), lse); }),
+              HasSubstr("out and d_out must have q's dtype"));
+  EXPECT_THAT(error([&] { flash_attention_backward(q, q, q, q, q, lse.transpose(1, 2)); }),
+              HasSubstr("lse must be float32 [B, H, L] = [2, 3, 5]"));
+  EXPECT_THAT(error([&] { flash_attention_backward(q, q, q, q, q, lse.to(torch::kFloat64)); }),
+              HasSubstr("lse must be float32"));
+  EXPECT_THAT(error([&] {
+                flash_attention_backward(q, q, torch::randn({2, 6, 3, 8}), q, q, lse);
+              }),
+              HasSubstr("k and v must have the same S"));
+}
+
 TEST(FlashAttention, InputChecksNameTheArgument) {
   const auto q = torch::randn({2, 5, 3, 8});
   const auto error = [](auto&& f) {
@@ -324,11 +461,121 @@ TEST(FlashAttention, KernelIsAsAccurateAsLibTorch_CUDA) {
 
 TEST(FlashAttention, GradientsMatchFloat64_CUDA) {
   SKIP_WITHOUT_CUDA();
-  // The backward is LibTorch ops in float32 on the saved log-sum-exp; with bf16 inputs the
-  // gradients carry bf16's rounding of the inputs and outputs.
+  // float32 inputs: the forward and flash_attention_backward both take the LibTorch reference on
+  // CUDA (the fused kernels are bf16 and fp16 only).
   for (const auto& c :
        {Case{2, 37, 37, 2, 64, true, true}, Case{2, 20, 50, 2, 36, true, false, true, true}}) {
     expect_gradients_match(c, torch::kCUDA, torch::kFloat32, 1e-4);
+  }
+}
+
+// The fused backward against float64 by FlashAttention's rule: each of dq, dk, dv, d_bias has a max
+// error at most twice LibTorch's own (autograd through matmul, softmax, matmul in the dtype on the
+// GPU) plus a few units in the last place and FlashAttention's absolute floor. The outputs are
+// poisoned first, so that an element the kernel skips shows up as NaN. through_autograd: the
+// gradients of flash_attention's out through autograd instead of a direct call of the op.
+void expect_backward_as_accurate_as_libtorch(const Case& c, torch::Dtype dtype, int64_t seed,
+                                             bool through_autograd = false) {
+  const auto options = torch::dtype(dtype).device(torch::kCUDA);
+  const auto in = make_inputs(c, options, seed);
+  const auto g = torch::randn({c.batch, c.q_len, c.heads, c.head_dim}, options);
+  const bool with_bias = in.bias.has_value();
+  std::vector<torch::Tensor> ours(4);
+  if (through_autograd) {
+    const auto q = in.q.detach().requires_grad_(true), k = in.k.detach().requires_grad_(true),
+               v = in.v.detach().requires_grad_(true);
+    std::optional<torch::Tensor> bias;
+    if (with_bias) bias = in.bias->detach().requires_grad_(true);
+    const auto out =
+        std::get<0>(flash_attention(q, k, v, in.lengths, bias, c.causal, c.bottom_right));
+    poison_allocator(4 * (c.batch * c.heads * (c.q_len + 2 * c.k_len) * c.head_dim));
+    (out * g).sum().backward();
+    ours = {q.grad(), k.grad(), v.grad(), with_bias ? bias->grad() : torch::Tensor()};
+  } else {
+    const auto [out, lse] =
+        flash_attention(in.q, in.k, in.v, in.lengths, in.bias, c.causal, c.bottom_right);
+    poison_allocator(4 * (c.batch * c.heads * (c.q_len + 2 * c.k_len) * c.head_dim));
+    auto [dq, dk, dv, d_bias] =
+        flash_attention_backward(in.q, in.k, in.v, out, g, lse, in.lengths, in.bias, c.causal,
+                                 c.bottom_right, std::nullopt, with_bias);
+    ASSERT_EQ(d_bias.has_value(), with_bias) << describe(c);
+    ours = {dq, dk, dv, d_bias.value_or(torch::Tensor())};
+  }
+  torch::cuda::synchronize();
+
+  // LibTorch's own gradients in the dtype, same masks, no NaN on the way.
+  const auto leaf = [](const torch::Tensor& x) { return x.detach().clone().requires_grad_(true); };
+  const auto q = leaf(in.q), k = leaf(in.k), v = leaf(in.v);
+  const auto bias = with_bias ? leaf(*in.bias) : torch::Tensor();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  auto logits = torch::matmul(q.permute({0, 2, 1, 3}), k.permute({0, 2, 3, 1})) * scale;
+  if (with_bias) logits = logits + bias;
+  const auto visible = visible_keys(in, c, torch::kCUDA);
+  logits = logits.masked_fill(visible.logical_not(), -INFINITY);
+  const auto empty = visible.logical_not().all(-1, /*keepdim=*/true);
+  auto p = torch::softmax(torch::where(empty, torch::zeros_like(logits), logits), -1);
+  p = torch::where(empty, torch::zeros_like(p), p);
+  (torch::matmul(p, v.permute({0, 2, 1, 3})).permute({0, 2, 1, 3}) * g).sum().backward();
+  const std::vector<torch::Tensor> theirs = {q.grad(), k.grad(), v.grad(),
+                                             with_bias ? bias.grad() : torch::Tensor()};
+  const auto expected = float64_gradients(in, c, g, torch::kCUDA);
+
+  const double eps = dtype == torch::kFloat16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+  const char* names[] = {"dq", "dk", "dv", "d_bias"};
+  for (int i = 0; i < (with_bias ? 4 : 3); ++i) {
+    ASSERT_TRUE(ours[i].defined()) << describe(c) << ": " << names[i];
+    ASSERT_EQ(ours[i].sizes(), expected[i].sizes()) << describe(c) << ": " << names[i];
+    EXPECT_TRUE(torch::isfinite(ours[i]).all().item<bool>())
+        << describe(c) << ": " << names[i] << " has unwritten (NaN) elements";
+    const double err = (ours[i].to(torch::kFloat64) - expected[i]).abs().max().item<double>();
+    const double ref = (theirs[i].to(torch::kFloat64) - expected[i]).abs().max().item<double>();
+    const double ulp = 2 * eps * expected[i].abs().max().item<double>();
+    // FlashAttention's absolute floor: twice the dtype's rounding at magnitude 0.3 (theirs can be
+    // exactly 0, e.g. dq at L = S = 1).
+    const auto rounded = expected[i].to(dtype);
+    const double floor = 2 * ((rounded + 0.3 - 0.3) - rounded).abs().max().item<double>();
+    EXPECT_LE(err, 2 * ref + ulp + floor)
+        << describe(c) << ": " << names[i] << ", LibTorch's error " << ref
+        << (through_autograd ? " (through autograd)" : "");
+  }
+}
+
+std::vector<Case> backward_cuda_cases() {
+  std::vector<Case> cases;
+  for (const int64_t n : {1, 7, 197, 1000}) {
+    for (const int64_t e : {36, 40, 64, 128}) cases.push_back({2, n, n, 3, e});
+  }
+  cases.push_back({64, 7, 7, 2, 40, /*lengths=*/true, /*bias=*/true});
+  cases.push_back({64, 197, 197, 2, 64});
+  cases.push_back({4, 500, 500, 4, 36, true, true});
+  cases.push_back({4, 300, 300, 4, 64, true, true, false, false, /*broadcast_bias=*/true});
+  cases.push_back({4, 197, 197, 3, 40, true, true, false, false, false, /*head_broadcast=*/true});
+  cases.push_back({3, 333, 333, 2, 64, true, false, /*causal=*/true});
+  cases.push_back({2, 100, 300, 2, 96, false, true, true, /*bottom_right=*/true});
+  cases.push_back({2, 300, 100, 2, 32, true, true, true, true});  // rows without a key
+  cases.push_back({5, 64, 200, 4, 128, true, true});              // cross-attention
+  return cases;
+}
+
+TEST(FlashAttention, BackwardKernelIsAsAccurateAsLibTorch_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  int64_t seed = 100;
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat16}) {
+    for (const auto& c : backward_cuda_cases()) {
+      expect_backward_as_accurate_as_libtorch(c, dtype, ++seed);
+    }
+  }
+}
+
+TEST(FlashAttention, BackwardKernelThroughAutograd_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  int64_t seed = 200;
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat16}) {
+    for (const auto& c : {Case{2, 197, 197, 3, 64, true, true},
+                          Case{3, 65, 65, 2, 36, true, true, false, false, true},
+                          Case{2, 33, 77, 2, 128, true, true, true, true, false, true}}) {
+      expect_backward_as_accurate_as_libtorch(c, dtype, ++seed, /*through_autograd=*/true);
+    }
   }
 }
 

@@ -1,0 +1,13 @@
+// run_add_layer_norm<__nv_bfloat16> and its backward: one dtype per file so that the dtypes compile
+// in parallel.
+#include "kernels/add_layer_norm/add_layer_norm_kernel.cuh"
+
+namespace attnzoo::kernels {
+
+template void run_add_layer_norm<__nv_bfloat16>(const AddLayerNormParams& params,
+                                                cudaStream_t stream);
+
+template void run_add_layer_norm_backward<__nv_bfloat16>(const AddLayerNormBwdParams& params,
+                                                         cudaStream_t stream);
+
+}  // namespace attnzoo::kernels

@@ -1,0 +1,8 @@
+// run_flash_bwd<__half, 128>: one dtype and head dim per file, so that they compile in parallel.
+#include "kernels/flash_attn/flash_bwd_kernel.cuh"
+
+namespace attnzoo::kernels {
+
+template void run_flash_bwd<__half, 128>(const FlashBwdParams& params, cudaStream_t stream);
+
+}  // namespace attnzoo::kernels

@@ -1,0 +1,8 @@
+// run_glu_dwconv<__half>: one dtype per file so that the dtypes compile in parallel.
+#include "kernels/glu_dwconv/glu_dwconv_kernel.cuh"
+
+namespace attnzoo::kernels {
+
+template void run_glu_dwconv<__half>(const GluDwConvParams& params, cudaStream_t stream);
+
+}  // namespace attnzoo::kernels
