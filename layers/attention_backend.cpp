@@ -33,6 +33,7 @@ void add_locked(Registry& registry, std::unique_ptr<AttentionBackend> backend) {
 void register_builtin_attention_backends(Registry& registry) {
   add_locked(registry, make_math_attention_backend());
   add_locked(registry, make_sdpa_attention_backend());
+  add_locked(registry, make_flash_attention_backend());
   add_locked(registry, make_chunked_attention_backend());
   add_locked(registry, make_block_local_attention_backend());
   add_locked(registry, make_linear_attention_backend());
@@ -104,6 +105,16 @@ const AttentionBackend& select_attention_backend(const std::string& requested,
   TORCH_CHECK_VALUE(why.empty(), "attention: backend '", requested,
                     "' cannot run this problem: ", why);
   return *it->second;
+}
+
+std::string attention_backend_unsupported_reason(const std::string& name,
+                                                 const AttentionProblem& problem) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const auto it = r.backends.find(name);
+  TORCH_CHECK_VALUE(it != r.backends.end(), "attention: unknown backend '", name,
+                    "'; known backends: ", known_names(r));
+  return it->second->unsupported_reason(problem);
 }
 
 AttentionResult scaled_dot_product_attention(AttentionProblem problem, const std::string& backend) {

@@ -91,6 +91,11 @@ bool is_exact_attention_backend(const std::string& name);
 const AttentionBackend& select_attention_backend(const std::string& requested,
                                                  const AttentionProblem& problem);
 
+// Empty when the backend `name` (not "auto") can run `problem`; otherwise why not. Throws for an
+// unknown name, as select_attention_backend does.
+std::string attention_backend_unsupported_reason(const std::string& name,
+                                                 const AttentionProblem& problem);
+
 // Validates `problem` (shapes, dtypes, devices, mask) and runs it on the selected backend. The
 // functional form of the layer, for callers that project q, k and v themselves.
 AttentionResult scaled_dot_product_attention(AttentionProblem problem,
@@ -99,6 +104,7 @@ AttentionResult scaled_dot_product_attention(AttentionProblem problem,
 // Builtin backends (one file each).
 std::unique_ptr<AttentionBackend> make_math_attention_backend();
 std::unique_ptr<AttentionBackend> make_sdpa_attention_backend();
+std::unique_ptr<AttentionBackend> make_flash_attention_backend();
 std::unique_ptr<AttentionBackend> make_chunked_attention_backend();
 std::unique_ptr<AttentionBackend> make_block_local_attention_backend();
 std::unique_ptr<AttentionBackend> make_linear_attention_backend();

@@ -191,6 +191,7 @@ TEST_F(Backends, PaddedKeysDoNotChangeTheResult) {
   }
 }
 
+// On the CPU: flash (first in the order) runs on CUDA only, see test_attention_flash.cpp.
 TEST_F(Backends, AutoPicksSdpaButMathForWeights) {
   AttentionProblem p;
   const auto t = random_qkv(1, 1, 2, 2, 4);
@@ -201,7 +202,8 @@ TEST_F(Backends, AutoPicksSdpaButMathForWeights) {
   p.need_weights = true;
   EXPECT_EQ(select_attention_backend("auto", p).name(), "math");
   const auto names = attention_backend_names();
-  EXPECT_EQ(names, (std::vector<std::string>{"sdpa", "chunked", "math", "block_local", "linear"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"flash", "sdpa", "chunked", "math", "block_local",
+                                             "linear"}));
 }
 
 TEST_F(Backends, LayerBackendsAgreeWithQkNormAndExplicitHeadDim) {

@@ -132,7 +132,7 @@ TEST(AttentionErrors, FunctionalInputs) {
               HasSubstr("share a dtype"));
   EXPECT_THAT(error_message([&] { testing::run_backend(t, {}, "nope"); }),
               AllOf(HasSubstr("unknown backend 'nope'"),
-                    HasSubstr("auto, sdpa, chunked, math, block_local, linear")));
+                    HasSubstr("auto, flash, sdpa, chunked, math, block_local, linear")));
   EXPECT_THAT(error_message([&] { testing::run_backend(t, {}, "sdpa", /*need_weights=*/true); }),
               AllOf(HasSubstr("backend 'sdpa' cannot run"), HasSubstr("need_weights")));
 }

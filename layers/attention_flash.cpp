@@ -1,0 +1,110 @@
+// The `flash` backend: attnzoo's own fused attention kernel (kernels/flash_attn, FlashAttention-2's
+// algorithm: O(L + S) memory, the log-sum-exp kept for the backward pass). It reads q, k and v by
+// strides, so the views of the fused QKV projection that the layer hands over go in without a
+// copy; its output [B, L, H, E] is already the layout the output projection wants.
+//
+// The kernel takes key lengths and causal masks natively and one additive bias [1|B, 1|H, L, S];
+// the other masks become -inf in that bias: a key-padding mask [B, S] as a bias [B, 1, 1, S]
+// broadcast along L by a zero stride (no [L, S] copy), a boolean attn_mask merged with the
+// problem's own bias. A query that sees no key gets zeros, as on every backend.
+//
+// It runs on CUDA when the kernels are built, for bf16 and fp16 with head dims up to 128 and no
+// dropout; `auto` prefers it there. Everything else goes to sdpa, chunked or math.
+#include "kernels/ops.h"
+#include "layers/attention_backend.h"
+
+#include <limits>
+
+namespace attnzoo {
+namespace {
+
+class FlashAttention final : public AttentionBackend {
+ public:
+  std::string name() const override { return "flash"; }
+  int priority() const override { return 20; }  // ahead of sdpa (10)
+
+  std::string unsupported_reason(const AttentionProblem& p) const override {
+    if (p.need_weights) return "it does not return attention weights (need_weights); use math";
+    if (!ATTNZOO_WITH_CUDA) return "the CUDA kernels are not built (ATTNZOO_CUDA=OFF)";
+    if (!p.query.is_cuda()) {
+      return "it runs on CUDA tensors, got " + p.query.device().str() + " (use sdpa on the CPU)";
+    }
+    const auto dtype = p.query.scalar_type();
+    if (dtype != torch::kHalf && dtype != torch::kBFloat16) {
+      return std::string("it takes float16 and bfloat16, got ") + c10::toString(dtype);
+    }
+    if (p.query.size(3) > kMaxHeadDim) {
+      return "head_dim " + std::to_string(p.query.size(3)) + " > " + std::to_string(kMaxHeadDim);
+    }
+    if (p.value.size(3) != p.query.size(3)) {
+      return "the value head_dim " + std::to_string(p.value.size(3)) +
+             " differs from the query's " + std::to_string(p.query.size(3));
+    }
+    if (p.dropout_p > 0.0) return "it has no attention dropout (dropout_p > 0)";
+    return {};
+  }
+
+  AttentionResult run(const AttentionProblem& p) const override {
+    const auto& mask = p.mask;
+    const int64_t L = p.query_len(), S = p.key_len();
+    const auto dtype = p.query.scalar_type();
+    const auto device = p.query.device();
+    std::optional<torch::Tensor> key_lengths;
+    if (mask.key_lengths().defined()) key_lengths = mask.key_lengths().to(device, torch::kLong);
+
+    // The additive bias of the kernel: the problem's bias, and -inf where the boolean masks
+    // exclude a key. Kept at its broadcast sizes; L and S are expanded by zero strides.
+    torch::Tensor bias;
+    if (mask.bias().defined()) bias = mask.bias().to(device, dtype);
+    const auto excluded = [&]() -> std::optional<torch::Tensor> {
+      AttentionMask boolean;
+      bool any = false;
+      if (mask.key_padding_mask().defined()) {
+        boolean.key_padding_mask(mask.key_padding_mask());
+        any = true;
+      }
+      if (mask.attn_mask().defined()) {
+        boolean.attn_mask(mask.attn_mask());
+        any = true;
+      }
+      if (!any) return std::nullopt;
+      const auto allowed = boolean.allowed(L, S, device);
+      if (!allowed) return std::nullopt;
+      return allowed->logical_not();
+    }();
+    if (excluded) {
+      const double neg_inf = -std::numeric_limits<double>::infinity();
+      if (bias.defined()) {
+        bias = bias.masked_fill(*excluded, neg_inf);
+      } else {
+        bias = torch::zeros(excluded->sizes(), torch::TensorOptions().dtype(dtype).device(device))
+                   .masked_fill(*excluded, neg_inf);
+      }
+    }
+    if (bias.defined()) {
+      while (bias.dim() < 4) bias = bias.unsqueeze(0);
+      bias = bias.expand({bias.size(0), bias.size(1), L, S});
+    }
+
+    // [B, H, L, E] views -> the kernel's [B, L, H, E] views (no copies).
+    const auto [out, lse] = kernels::flash_attention(
+        p.query.transpose(1, 2), p.key.transpose(1, 2), p.value.transpose(1, 2), key_lengths,
+        bias.defined() ? std::optional<torch::Tensor>(bias) : std::nullopt, mask.causal(),
+        mask.causal_alignment() == CausalAlignment::kBottomRight, p.scale);
+    (void)lse;
+    AttentionResult result;
+    result.output = out.transpose(1, 2);  // [B, H, L, E]
+    return result;
+  }
+
+ private:
+  static constexpr int64_t kMaxHeadDim = 128;
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionBackend> make_flash_attention_backend() {
+  return std::make_unique<FlashAttention>();
+}
+
+}  // namespace attnzoo

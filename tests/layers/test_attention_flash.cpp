@@ -1,0 +1,140 @@
+// The `flash` backend: how it turns every mask kind into the kernel's inputs (key lengths, causal,
+// one additive bias), checked on the CPU, where attnzoo::flash_attention runs its LibTorch
+// reference, against `math` in float64, values and gradients; where `auto` takes it and where it
+// refuses; and, on a GPU, the fused kernel through the layer within twice LibTorch's own error.
+#include "attention_test_util.h"
+
+#include <gmock/gmock.h>
+
+#include <array>
+#include <cmath>
+#include <vector>
+
+namespace attnzoo {
+namespace {
+
+using testing::max_abs_diff;
+
+#define SKIP_WITHOUT_CUDA() \
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine"
+
+AttentionProblem problem_of(const testing::Qkv& t, const AttentionMask& mask) {
+  AttentionProblem p;
+  p.query = t.q;
+  p.key = t.k;
+  p.value = t.v;
+  p.mask = mask;
+  p.scale = 1.0 / std::sqrt(static_cast<double>(t.q.size(3)));
+  return p;
+}
+
+// The backend's run() called directly: on CPU tensors it exercises the mask translation through
+// the op's reference implementation (select_attention_backend refuses the CPU, see below).
+TEST(FlashBackend, EveryMaskKindEqualsMathOnTheReference) {
+  torch::manual_seed(11);
+  const auto flash = make_flash_attention_backend();
+  const auto math = make_math_attention_backend();
+  for (const auto& [b, h, l, s, e] :
+       std::vector<std::array<int64_t, 5>>{{2, 3, 5, 7, 36}, {3, 2, 9, 9, 16}, {1, 1, 1, 4, 8}}) {
+    const auto t = testing::random_qkv(b, h, l, s, e, torch::kDouble);
+    for (const auto& [name, mask] : testing::all_mask_cases(b, h, l, s, torch::kDouble)) {
+      const auto p = problem_of(t, mask);
+      const auto expected = math->run(p).output;
+      const auto got = flash->run(p).output;
+      ASSERT_EQ(got.sizes(), expected.sizes()) << name;
+      EXPECT_LE(max_abs_diff(got, expected), 1e-12) << name << " B=" << b << " L=" << l;
+    }
+  }
+}
+
+TEST(FlashBackend, GradientsEqualMathOnTheReference) {
+  torch::manual_seed(12);
+  const auto flash = make_flash_attention_backend();
+  const auto math = make_math_attention_backend();
+  const int64_t b = 2, h = 2, l = 6, s = 8, e = 12;
+  const auto padding =
+      torch::tensor({0, 0, 1, 0, 0, 1, 1, 1}, torch::kBool).unsqueeze(0).expand({b, s}).clone();
+  padding[1].fill_(false);
+  const auto bias = torch::randn({1, h, l, s}, torch::kDouble);
+  const auto mask = AttentionMask()
+                        .key_padding_mask(padding)
+                        .attn_mask(torch::rand({l, s}) < 0.2)
+                        .key_lengths(torch::tensor({8L, 5L}))
+                        .causal(true, CausalAlignment::kBottomRight);
+  const auto t = testing::random_qkv(b, h, l, s, e, torch::kDouble);
+  std::vector<std::vector<torch::Tensor>> grads;
+  for (const auto* backend : {math.get(), flash.get()}) {
+    auto q = t.q.clone().requires_grad_(), k = t.k.clone().requires_grad_(),
+         v = t.v.clone().requires_grad_(), bb = bias.clone().requires_grad_();
+    auto m = mask;
+    m.bias(bb);
+    auto p = problem_of({q, k, v}, m);
+    const auto out = backend->run(p).output;
+    (out * torch::cos(out)).sum().backward();
+    grads.push_back({q.grad(), k.grad(), v.grad(), bb.grad()});
+  }
+  const char* names[] = {"q", "k", "v", "bias"};
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(grads[1][i].defined()) << names[i];
+    EXPECT_LE(max_abs_diff(grads[1][i], grads[0][i]), 1e-10) << names[i];
+    EXPECT_GT(grads[0][i].abs().max().item<double>(), 1e-3) << names[i];  // not vacuous
+  }
+}
+
+TEST(FlashBackend, AutoTakesItOnlyWhereTheKernelRuns) {
+  const auto t = testing::random_qkv(1, 2, 4, 4, 8);
+  auto p = problem_of(t, AttentionMask());
+  // The CPU: sdpa; asked by name, flash says why not.
+  EXPECT_EQ(select_attention_backend("auto", p).name(), "sdpa");
+  EXPECT_THAT(testing::error_message([&] { select_attention_backend("flash", p); }),
+              ::testing::HasSubstr(ATTNZOO_WITH_CUDA ? "it runs on CUDA tensors, got cpu"
+                                                     : "the CUDA kernels are not built"));
+  EXPECT_EQ(attention_backend_names().front(), "flash");
+  if (!torch::cuda::is_available() || !ATTNZOO_WITH_CUDA) return;
+  const testing::Qkv cuda{t.q.cuda().to(torch::kBFloat16), t.k.cuda().to(torch::kBFloat16),
+                          t.v.cuda().to(torch::kBFloat16)};
+  p = problem_of(cuda, AttentionMask());
+  EXPECT_EQ(select_attention_backend("auto", p).name(), "flash");
+  p.dropout_p = 0.1;
+  EXPECT_EQ(select_attention_backend("auto", p).name(), "sdpa");
+  p.dropout_p = 0.0;
+  p.need_weights = true;
+  EXPECT_EQ(select_attention_backend("auto", p).name(), "math");
+  const testing::Qkv single{t.q.cuda(), t.k.cuda(), t.v.cuda()};
+  EXPECT_EQ(select_attention_backend("auto", problem_of(single, AttentionMask())).name(), "sdpa");
+}
+
+// The fused kernel through the layer's backend: every mask kind at a Conformer-like head dim (36,
+// padded to 64) and at 64, against float64 math, within twice LibTorch's own error in the same
+// dtype (FlashAttention's rule).
+TEST(FlashBackend, KernelThroughTheBackendWithinTwiceLibTorchsError_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  if (!ATTNZOO_WITH_CUDA) GTEST_SKIP() << "the CUDA kernels are not built";
+  torch::manual_seed(13);
+  for (const auto dtype : {torch::kHalf, torch::kBFloat16}) {
+    for (const auto& [b, h, l, s, e] : std::vector<std::array<int64_t, 5>>{
+             {3, 4, 197, 197, 64}, {2, 4, 150, 150, 36}, {2, 2, 7, 70, 40}}) {
+      const auto t = testing::random_qkv(b, h, l, s, e, torch::kDouble);
+      for (const auto& [name, mask] : testing::all_mask_cases(b, h, l, s, torch::kDouble)) {
+        const auto expected = testing::run_backend(t, mask, "math").output;
+        // The same mask on the GPU, its bias in the inputs' dtype.
+        AttentionMask m;
+        if (mask.key_lengths().defined()) m.key_lengths(mask.key_lengths().cuda());
+        if (mask.key_padding_mask().defined()) m.key_padding_mask(mask.key_padding_mask().cuda());
+        if (mask.attn_mask().defined()) m.attn_mask(mask.attn_mask().cuda());
+        if (mask.bias().defined()) m.bias(mask.bias().cuda().to(dtype));
+        m.causal(mask.causal(), mask.causal_alignment());
+        const testing::Qkv half{t.q.cuda().to(dtype), t.k.cuda().to(dtype), t.v.cuda().to(dtype)};
+        const double libtorch_error =
+            max_abs_diff(testing::run_backend(half, m, "math").output.cpu(), expected);
+        const auto out = testing::run_backend(half, m, "flash").output;
+        EXPECT_TRUE(torch::isfinite(out).all().item<bool>()) << name;
+        EXPECT_LE(max_abs_diff(out.cpu(), expected), 2 * libtorch_error + 1e-4)
+            << name << " " << dtype << " E=" << e << " L=" << l;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attnzoo
