@@ -2,6 +2,7 @@
 
 #include "api/inference.h"
 #include "configs/registry.h"
+#include "models/cuda_graph.h"
 #include "preprocess/from_config.h"
 
 #include <c10/util/Exception.h>
@@ -9,6 +10,8 @@
 #include <opencv2/imgproc.hpp>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 
 namespace attnzoo {
@@ -22,6 +25,10 @@ struct ImageClassifier::State {
   torch::Device device{torch::kCPU};
   torch::Dtype dtype = torch::kFloat;
   std::string weights;
+  // options.cuda_graph: one recorded forward per batch shape. A graph's buffers are shared by its
+  // replays, so a replay holds the lock (threads classify one batch after another on the GPU).
+  std::mutex graphs_mutex;
+  std::map<std::vector<int64_t>, std::unique_ptr<CudaGraphForward>> graphs;
 };
 
 namespace {
@@ -72,6 +79,8 @@ ImageClassifier::ImageClassifier(const std::string& model, ImageClassifierOption
   const int64_t classes = s.config.vit.num_classes();
   TORCH_CHECK_VALUE(classes > 0, "ImageClassifier: ", s.config.source,
                     " has no classifier (architecture.num_classes 0)");
+  TORCH_CHECK_VALUE(!options.cuda_graph || s.device.is_cuda(),
+                    "ImageClassifier: cuda_graph needs device cuda, got ", options.device);
   s.labels = load_labels(s.config.labels, classes);
   s.transform = std::make_unique<EvalImageTransform>(image_transform_options(s.config.image));
   if (options.threads > 0) torch::set_num_threads(options.threads);
@@ -100,7 +109,16 @@ torch::Tensor ImageClassifier::logits(const torch::Tensor& pixels) const {
   TORCH_CHECK_VALUE(pixels.dim() == 4 && pixels.size(1) == 3,
                     "ImageClassifier: pixels must be [N, 3, H, W], got ", pixels.sizes());
   torch::InferenceMode inference;
-  return s.model->forward(pixels.to(s.device, s.dtype)).to(torch::kCPU, torch::kFloat);
+  const auto input = pixels.to(s.device, s.dtype);
+  if (!s.options.cuda_graph) return s.model->forward(input).to(torch::kCPU, torch::kFloat);
+  std::lock_guard<std::mutex> lock(s.graphs_mutex);
+  auto& graph = s.graphs[input.sizes().vec()];
+  if (!graph) {
+    auto model = s.model;
+    graph = std::make_unique<CudaGraphForward>(
+        [model](const torch::Tensor& x) mutable { return model->forward(x); }, input);
+  }
+  return (*graph)(input).to(torch::kCPU, torch::kFloat);
 }
 
 namespace {

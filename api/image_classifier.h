@@ -38,6 +38,10 @@ struct ImageClassifierOptions {
   // (torch::set_num_threads): the last classifier constructed with a value wins.
   int threads = 0;
   int64_t batch_size = 8;  // images per forward pass in classify(paths)
+  // On CUDA: each batch shape's forward is recorded once as a CUDA graph (models/cuda_graph.h) and
+  // replayed after, which removes the per-kernel launch cost (large at batch 1). The first call at
+  // a new shape pays for the recording. Refused on the CPU.
+  bool cuda_graph = false;
   ImageDecodeOptions decode;
 };
 

@@ -196,6 +196,10 @@ TEST(ImageClassifier, BadModelsOptionsAndImages) {
   wrong_count.overrides = {"architecture.num_classes=5"};
   EXPECT_THAT(error_of([&] { ImageClassifier(kYaml, wrong_count); }),
               HasSubstr("micro_labels.txt: 7 labels for a model of 5 classes"));
+  ImageClassifierOptions graph_on_cpu;
+  graph_on_cpu.cuda_graph = true;
+  EXPECT_THAT(error_of([&] { ImageClassifier(kYaml, graph_on_cpu); }),
+              HasSubstr("cuda_graph needs device cuda, got cpu"));
   ImageClassifierOptions bad_dtype;
   bad_dtype.dtype = "fp64";
   EXPECT_THAT(error_of([&] { ImageClassifier(kYaml, bad_dtype); }),

@@ -159,6 +159,8 @@ PY
     run 2 bench model --model vit_tiny_patch16_224 --iterations 0
     run 1 bench model --model vit_nope
     expect stderr "^attnzoo bench: unknown model 'vit_nope'"
+    run 1 bench model --model vit_tiny_patch16_224 --cuda-graph
+    expect stderr '^attnzoo bench: --cuda-graph: CUDA graphs need --device cuda$'
     ;;
   bench_memcheck)
     # The tracker must see a 100 MiB LibTorch tensor as 100 MiB, and math's score buffer.

@@ -2,6 +2,7 @@
 
 #include "configs/registry.h"
 #include "io/safetensors.h"
+#include "models/cuda_graph.h"
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <stdexcept>
 
 namespace attnzoo::cli {
@@ -32,6 +34,9 @@ double median(std::vector<double> values) {
 int run_model_bench(const ModelBenchOptions& o) {
   if (o.device == "cuda" && !torch::cuda::is_available()) {
     throw std::runtime_error("--device cuda: no CUDA device is available to this process");
+  }
+  if (o.cuda_graph && o.device != "cuda") {
+    throw std::runtime_error("--cuda-graph: CUDA graphs need --device cuda");
   }
   if (o.threads > 0) torch::set_num_threads(static_cast<int>(o.threads));
   const auto config = resolve_model_config(o.model, o.overrides);
@@ -56,11 +61,14 @@ int run_model_bench(const ModelBenchOptions& o) {
     input = torch::randn({o.batch, frames, config.conformer.input_dim()});
   }
   const auto on_device = input.to(device, dtype);
-  const auto forward = [&] {
+  const auto eager = [&](const torch::Tensor& x) {
     torch::InferenceMode inference;
-    if (config.family == ModelFamily::kViT) return model.vit(on_device);
-    return std::get<0>(model.conformer(on_device));
+    if (config.family == ModelFamily::kViT) return model.vit(x);
+    return std::get<0>(model.conformer(x));
   };
+  std::unique_ptr<CudaGraphForward> graph;
+  if (o.cuda_graph) graph = std::make_unique<CudaGraphForward>(eager, on_device);
+  const auto forward = [&] { return graph ? (*graph)(on_device) : eager(on_device); };
   const auto sync = [&] {
     if (device.is_cuda()) torch::cuda::synchronize();
   };
@@ -77,15 +85,16 @@ int run_model_bench(const ModelBenchOptions& o) {
   }
   const double med = median(times);
   const double best = *std::min_element(times.begin(), times.end());
-  std::printf("%s batch %lld %s %s threads %d: median %.3f ms, min %.3f ms over %lld calls\n",
+  std::printf("%s batch %lld %s %s%s threads %d: median %.3f ms, min %.3f ms over %lld calls\n",
               config.name.c_str(), static_cast<long long>(o.batch), o.dtype.c_str(),
-              o.device.c_str(), torch::get_num_threads(), med, best,
+              o.device.c_str(), graph ? " (CUDA graph)" : "", torch::get_num_threads(), med, best,
               static_cast<long long>(o.iterations));
   if (!o.json.empty()) {
     nlohmann::json j = {{"model", config.name},
                         {"batch", o.batch},
                         {"dtype", o.dtype},
                         {"device", o.device},
+                        {"cuda_graph", o.cuda_graph},
                         {"threads", torch::get_num_threads()},
                         {"input", input.sizes().vec()},
                         {"times_ms", times},

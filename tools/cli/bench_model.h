@@ -22,8 +22,9 @@ struct ModelBenchOptions {
   int64_t threads = 0;  // 0: LibTorch's default
   std::string dtype = "fp32";
   std::string device = "cpu";
-  std::string json;    // every timed call and the summary
-  std::string output;  // safetensors with the input and the output of the last call
+  bool cuda_graph = false;  // CUDA: time replays of the forward recorded as a CUDA graph
+  std::string json;         // every timed call and the summary
+  std::string output;       // safetensors with the input and the output of the last call
 };
 
 int run_model_bench(const ModelBenchOptions& options);

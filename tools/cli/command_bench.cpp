@@ -97,6 +97,8 @@ Command add_bench_command(CLI::App& app) {
   model->add_option("--device", m->device, "cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  model->add_flag("--cuda-graph", m->cuda_graph,
+                  "CUDA: record the forward once as a CUDA graph and time its replays");
   model->add_option("--json", m->json, "write every timed call and the summary to this file");
   model->add_option("--output", m->output,
                     "write the input and the last output to this safetensors file");
