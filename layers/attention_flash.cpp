@@ -9,11 +9,15 @@
 // problem's own bias. A query that sees no key gets zeros, as on every backend.
 //
 // It runs on CUDA when the kernels are built, for bf16 and fp16 with head dims up to 128 and no
-// dropout; `auto` prefers it there. Everything else goes to sdpa, chunked or math.
+// dropout. `auto` prefers it there only with ATTNZOO_FLASH_AUTO=1 in the environment, until the
+// kernel has passed its *_CUDA tests on a GPU (tools/device_check.sh sets it): an unverified
+// kernel is not made every GPU user's default. Asked for by name, it always runs.
 #include "kernels/ops.h"
 #include "layers/attention_backend.h"
 
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 namespace attnzoo {
 namespace {
@@ -22,6 +26,10 @@ class FlashAttention final : public AttentionBackend {
  public:
   std::string name() const override { return "flash"; }
   int priority() const override { return 20; }  // ahead of sdpa (10)
+  bool chosen_by_auto() const override {
+    const char* opt_in = std::getenv("ATTNZOO_FLASH_AUTO");
+    return opt_in != nullptr && std::string(opt_in) == "1";
+  }
 
   std::string unsupported_reason(const AttentionProblem& p) const override {
     if (p.need_weights) return "it does not return attention weights (need_weights); use math";

@@ -51,6 +51,8 @@ if ! cmake --build "$BUILD" -j "$(nproc)" >"$OUT/build.log" 2>&1; then
   grep -E "error" "$OUT/build.log" | head -30; echo "device_check: build failed"; exit 1
 fi
 tests_rc=0
+# The attention layer's auto takes the flash kernel only when opted in (until it is verified).
+export ATTNZOO_FLASH_AUTO=1
 for suite in kernels/attnzoo_kernels_tests layers/attnzoo_layers_tests models/attnzoo_models_tests; do
   name=$(basename "$suite")
   say "CUDA tests: $name"

@@ -8,6 +8,8 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace attnzoo {
@@ -94,6 +96,12 @@ TEST(FlashBackend, AutoTakesItOnlyWhereTheKernelRuns) {
   const testing::Qkv cuda{t.q.cuda().to(torch::kBFloat16), t.k.cuda().to(torch::kBFloat16),
                           t.v.cuda().to(torch::kBFloat16)};
   p = problem_of(cuda, AttentionMask());
+  // auto takes the kernel only when opted in (ATTNZOO_FLASH_AUTO=1), until it is verified.
+  const char* before = std::getenv("ATTNZOO_FLASH_AUTO");
+  const std::string saved = before ? before : "";
+  unsetenv("ATTNZOO_FLASH_AUTO");
+  EXPECT_EQ(select_attention_backend("auto", p).name(), "sdpa");
+  setenv("ATTNZOO_FLASH_AUTO", "1", 1);
   EXPECT_EQ(select_attention_backend("auto", p).name(), "flash");
   p.dropout_p = 0.1;
   EXPECT_EQ(select_attention_backend("auto", p).name(), "sdpa");
@@ -102,6 +110,11 @@ TEST(FlashBackend, AutoTakesItOnlyWhereTheKernelRuns) {
   EXPECT_EQ(select_attention_backend("auto", p).name(), "math");
   const testing::Qkv single{t.q.cuda(), t.k.cuda(), t.v.cuda()};
   EXPECT_EQ(select_attention_backend("auto", problem_of(single, AttentionMask())).name(), "sdpa");
+  if (before) {
+    setenv("ATTNZOO_FLASH_AUTO", saved.c_str(), 1);
+  } else {
+    unsetenv("ATTNZOO_FLASH_AUTO");
+  }
 }
 
 // The fused kernel through the layer's backend: every mask kind at a Conformer-like head dim (36,
