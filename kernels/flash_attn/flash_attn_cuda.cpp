@@ -50,6 +50,44 @@ void dispatch_head_dim(int64_t padded, Fn&& fn) {
   }
 }
 
+// What FlashFwdParams and FlashBwdParams share: sizes, q/k/v strides (the head dim contiguous),
+// key lengths (as int64 in `lengths`), the bias with zero strides on its broadcast dims (in
+// `bias`, its column stride 1), the scale and the causal mode.
+template <typename Params>
+void fill_shared_params(Params& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        const std::optional<at::Tensor>& key_lengths,
+                        const std::optional<at::Tensor>& bias_arg, bool causal, bool bottom_right,
+                        double scale, at::Tensor& lengths, at::Tensor& bias) {
+  p.batch = q.size(0);
+  p.q_len = q.size(1);
+  p.heads = q.size(2);
+  p.k_len = k.size(1);
+  p.head_dim = q.size(3);
+  p.q_batch_stride = q.stride(0);
+  p.q_row_stride = q.stride(1);
+  p.q_head_stride = q.stride(2);
+  p.k_batch_stride = k.stride(0);
+  p.k_row_stride = k.stride(1);
+  p.k_head_stride = k.stride(2);
+  p.v_batch_stride = v.stride(0);
+  p.v_row_stride = v.stride(1);
+  p.v_head_stride = v.stride(2);
+  if (key_lengths) {
+    lengths = key_lengths->to(at::kLong).contiguous();
+    p.key_lengths = lengths.const_data_ptr<int64_t>();
+  }
+  if (bias_arg) {
+    bias = bias_arg->stride(3) == 1 ? *bias_arg : bias_arg->contiguous();
+    p.bias = bias.const_data_ptr();
+    p.bias_batch_stride = bias.size(0) == 1 ? 0 : bias.stride(0);
+    p.bias_head_stride = bias.size(1) == 1 ? 0 : bias.stride(1);
+    p.bias_row_stride = bias.stride(2);
+  }
+  p.scale = static_cast<float>(scale);
+  p.causal = causal;
+  p.causal_bottom_right = bottom_right;
+}
+
 template <typename T>
 void launch(const FlashFwdParams& params, int64_t padded, cudaStream_t stream) {
   dispatch_head_dim(padded, [&](auto d) { run_flash_fwd<T, decltype(d)::value>(params, stream); });
@@ -72,7 +110,7 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cuda(
   const auto q = head_dim_contiguous(q_arg);
   const auto k = head_dim_contiguous(k_arg);
   const auto v = head_dim_contiguous(v_arg);
-  const int64_t B = q.size(0), L = q.size(1), H = q.size(2), S = k.size(1);
+  const int64_t B = q.size(0), L = q.size(1), H = q.size(2);
   auto out = at::empty({B, L, H, head_dim}, q.options());
   auto lse = at::empty({B, H, L}, q.options().dtype(at::kFloat));
   if (out.numel() == 0) return {out, lse};
@@ -83,35 +121,8 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cuda(
   p.v = v.const_data_ptr();
   p.out = out.mutable_data_ptr();
   p.lse = lse.mutable_data_ptr<float>();
-  p.batch = B;
-  p.heads = H;
-  p.q_len = L;
-  p.k_len = S;
-  p.head_dim = head_dim;
-  p.q_batch_stride = q.stride(0);
-  p.q_row_stride = q.stride(1);
-  p.q_head_stride = q.stride(2);
-  p.k_batch_stride = k.stride(0);
-  p.k_row_stride = k.stride(1);
-  p.k_head_stride = k.stride(2);
-  p.v_batch_stride = v.stride(0);
-  p.v_row_stride = v.stride(1);
-  p.v_head_stride = v.stride(2);
-  at::Tensor lengths, bias;
-  if (key_lengths) {
-    lengths = key_lengths->to(at::kLong).contiguous();
-    p.key_lengths = lengths.const_data_ptr<int64_t>();
-  }
-  if (bias_arg) {
-    bias = bias_arg->stride(3) == 1 ? *bias_arg : bias_arg->contiguous();
-    p.bias = bias.const_data_ptr();
-    p.bias_batch_stride = bias.size(0) == 1 ? 0 : bias.stride(0);
-    p.bias_head_stride = bias.size(1) == 1 ? 0 : bias.stride(1);
-    p.bias_row_stride = bias.stride(2);
-  }
-  p.scale = static_cast<float>(scale);
-  p.causal = causal;
-  p.causal_bottom_right = bottom_right;
+  at::Tensor lengths, bias;  // kept alive until the launch
+  fill_shared_params(p, q, k, v, key_lengths, bias_arg, causal, bottom_right, scale, lengths, bias);
 
   const int64_t padded = padded_head_dim(head_dim);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
@@ -183,38 +194,14 @@ flash_attention_backward_cuda(const at::Tensor& q_arg, const at::Tensor& k_arg,
   p.dv = dv.mutable_data_ptr();
   p.dq_accum = dq_accum.mutable_data_ptr<float>();
   p.d_rowsum = d_rowsum.mutable_data_ptr<float>();
-  p.batch = B;
-  p.heads = H;
-  p.q_len = L;
-  p.k_len = S;
-  p.head_dim = head_dim;
-  p.q_batch_stride = q.stride(0);
-  p.q_row_stride = q.stride(1);
-  p.q_head_stride = q.stride(2);
-  p.k_batch_stride = k.stride(0);
-  p.k_row_stride = k.stride(1);
-  p.k_head_stride = k.stride(2);
-  p.v_batch_stride = v.stride(0);
-  p.v_row_stride = v.stride(1);
-  p.v_head_stride = v.stride(2);
   p.out_batch_stride = out.stride(0);
   p.out_row_stride = out.stride(1);
   p.out_head_stride = out.stride(2);
   p.do_batch_stride = d_out.stride(0);
   p.do_row_stride = d_out.stride(1);
   p.do_head_stride = d_out.stride(2);
-  at::Tensor lengths, bias, d_bias_accum;
-  if (key_lengths) {
-    lengths = key_lengths->to(at::kLong).contiguous();
-    p.key_lengths = lengths.const_data_ptr<int64_t>();
-  }
-  if (bias_arg) {
-    bias = bias_arg->stride(3) == 1 ? *bias_arg : bias_arg->contiguous();
-    p.bias = bias.const_data_ptr();
-    p.bias_batch_stride = bias.size(0) == 1 ? 0 : bias.stride(0);
-    p.bias_head_stride = bias.size(1) == 1 ? 0 : bias.stride(1);
-    p.bias_row_stride = bias.stride(2);
-  }
+  at::Tensor lengths, bias, d_bias_accum;  // kept alive until the launch
+  fill_shared_params(p, q, k, v, key_lengths, bias_arg, causal, bottom_right, scale, lengths, bias);
   if (d_bias) {
     const int64_t bias_b = d_bias->size(0), bias_h = d_bias->size(1);
     p.d_bias = d_bias->mutable_data_ptr();
@@ -228,9 +215,6 @@ flash_attention_backward_cuda(const at::Tensor& q_arg, const at::Tensor& k_arg,
       p.d_bias_accum = d_bias_accum.mutable_data_ptr<float>();
     }
   }
-  p.scale = static_cast<float>(scale);
-  p.causal = causal;
-  p.causal_bottom_right = bottom_right;
 
   const int64_t padded = padded_head_dim(head_dim);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();

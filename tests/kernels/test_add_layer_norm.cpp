@@ -8,6 +8,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/torch.h>
 
+#include "kernel_test_util.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -762,21 +764,11 @@ TEST(AddLayerNormChecks, TheBackwardChecksItsInputs) {
 
 // --- CUDA ------------------------------------------------------------------------------------
 
-double epsilon(torch::Dtype dtype) {
-  switch (dtype) {
-    case torch::kFloat16:
-      return std::ldexp(1.0, -10);
-    case torch::kBFloat16:
-      return std::ldexp(1.0, -7);
-    default:
-      return std::numeric_limits<float>::epsilon();
-  }
-}
+using attnzoo::kernel_testing::epsilon;
 
-// Fills freed blocks of the caching allocator with NaN, so that the outputs the op allocates next
-// (same sizes, same stream, same order) most likely start as NaN: an element the kernel skips
-// shows up.
-void poison_allocator(const at::Tensor& x) {
+// The op allocates four outputs (sum, normed, mean, rstd): poison four blocks of those sizes,
+// held at once so that they are distinct, in the order the op allocates them.
+void poison_outputs(const at::Tensor& x) {
   const auto nan = std::numeric_limits<float>::quiet_NaN();
   const auto leading = x.sizes().slice(0, x.dim() - 1);
   const auto a = torch::full(x.sizes(), nan, x.options());
@@ -791,7 +783,7 @@ void poison_allocator(const at::Tensor& x) {
 // sum must be LibTorch's x + residual exactly; the statistics those of the sum in float32.
 void expect_as_accurate_as_libtorch(const at::Tensor& x, const at::Tensor& residual,
                                     const OptTensor& weight, const OptTensor& bias) {
-  poison_allocator(x);
+  poison_outputs(x);
   const auto [sum, normed, mean, rstd] = call_forward(x, residual, weight, bias);
   ASSERT_EQ(sum.sizes(), x.sizes());
   ASSERT_EQ(normed.sizes(), x.sizes());
@@ -983,7 +975,7 @@ TEST(AddLayerNorm, BackwardKernelIsAsAccurateAsLibTorch_CUDA) {
           const auto d_normed = randn(in.x.sizes(), o);
           const auto [sum, normed, mean, rstd] =
               call_forward(in.x, in.residual, in.weight, in.bias);
-          poison_allocator(sum);
+          poison_outputs(sum);
           const auto [d_x, d_weight, d_bias] = call_backward(
               with_d_sum ? OptTensor(d_sum) : std::nullopt, d_normed, sum, mean, rstd, in.weight);
           ASSERT_TRUE(d_x.has_value());

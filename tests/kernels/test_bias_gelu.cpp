@@ -7,6 +7,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/torch.h>
 
+#include "kernel_test_util.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -348,29 +350,15 @@ TEST(BiasGeluChecks, IntegerXIsRejected) {
 
 // --- CUDA ------------------------------------------------------------------------------------
 
-double epsilon(torch::Dtype dtype) {
-  switch (dtype) {
-    case torch::kFloat16:
-      return std::ldexp(1.0, -10);
-    case torch::kBFloat16:
-      return std::ldexp(1.0, -7);
-    default:
-      return std::numeric_limits<float>::epsilon();
-  }
-}
-
-// Fills freed blocks of the caching allocator with NaN, so that an output the op allocates next
-// (same size, same stream) most likely starts as NaN: an element the kernel skips shows up.
-void poison_allocator(const at::Tensor& like) {
-  torch::full(like.sizes(), std::numeric_limits<float>::quiet_NaN(), like.options());
-}
+using attnzoo::kernel_testing::epsilon;
+using attnzoo::kernel_testing::poison_allocator;
 
 // FlashAttention's rule: the kernel's max error against float64 is at most twice that of LibTorch's
 // own gelu(x + bias) at the same precision, plus one unit in the last place of the largest output
 // for the case where LibTorch happens to be exact on a few elements.
 void expect_as_accurate_as_libtorch(const at::Tensor& x, const at::Tensor& bias,
                                     const std::string& approximate) {
-  poison_allocator(torch::empty(x.sizes(), x.options()));
+  poison_allocator(x.sizes(), x.options());
   const auto y = call_op(x, bias, approximate);
   ASSERT_EQ(y.sizes(), x.sizes());
   ASSERT_EQ(y.dtype(), x.dtype());

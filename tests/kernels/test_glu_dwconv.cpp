@@ -13,6 +13,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/torch.h>
 
+#include "kernel_test_util.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -580,22 +582,8 @@ TEST(GluDwConvChecks, BadLengthsAreRejected) {
 
 // --- CUDA ------------------------------------------------------------------------------------
 
-double epsilon(torch::Dtype dtype) {
-  switch (dtype) {
-    case torch::kFloat16:
-      return std::ldexp(1.0, -10);
-    case torch::kBFloat16:
-      return std::ldexp(1.0, -7);
-    default:
-      return std::numeric_limits<float>::epsilon();
-  }
-}
-
-// Fills freed blocks of the caching allocator with NaN, so that an output the op allocates next
-// (same size, same stream) most likely starts as NaN: an element the kernel skips shows up.
-void poison_allocator(at::IntArrayRef shape, const at::TensorOptions& options) {
-  torch::full(shape, std::numeric_limits<float>::quiet_NaN(), options);
-}
+using attnzoo::kernel_testing::epsilon;
+using attnzoo::kernel_testing::poison_allocator;
 
 // FlashAttention's rule: the kernel's max error against float64 is at most twice that of the
 // LibTorch expression at the same precision, plus one unit in the last place of the largest
