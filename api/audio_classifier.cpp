@@ -1,6 +1,6 @@
-#include "api/audio_classifier.h"
+#include <attnzoo/api/audio_classifier.h>
 
-#include "configs/registry.h"
+#include <attnzoo/configs/registry.h>
 
 #include <c10/util/Exception.h>
 

@@ -15,8 +15,8 @@
 // for weights, c10::Error for options.
 #pragma once
 
-#include "api/prediction.h"
-#include "api/speech_encoder.h"
+#include <attnzoo/api/prediction.h>
+#include <attnzoo/api/speech_encoder.h>
 
 #include <torch/types.h>
 

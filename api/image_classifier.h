@@ -14,10 +14,10 @@
 // options.
 #pragma once
 
-#include "api/prediction.h"
-#include "configs/model_config.h"
-#include "preprocess/image_decode.h"
-#include "preprocess/image_transform.h"
+#include <attnzoo/api/prediction.h>
+#include <attnzoo/configs/model_config.h>
+#include <attnzoo/preprocess/image_decode.h>
+#include <attnzoo/preprocess/image_transform.h>
 
 #include <torch/types.h>
 #include <opencv2/core/mat.hpp>

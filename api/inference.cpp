@@ -1,4 +1,4 @@
-#include "api/inference.h"
+#include <attnzoo/api/inference.h>
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>

@@ -2,7 +2,7 @@
 // and building a model of the zoo ready for inference. Internal to api/.
 #pragma once
 
-#include "configs/registry.h"
+#include <attnzoo/configs/registry.h>
 
 #include <torch/types.h>
 

@@ -1,4 +1,6 @@
-#include "api/prediction.h"
+#include <attnzoo/api/prediction.h>
+
+#include <attnzoo/configs/zoo_path.h>
 
 #include <torch/torch.h>
 
@@ -8,7 +10,17 @@
 
 namespace attnzoo {
 
-std::string imagenet_labels_file() { return ATTNZOO_IMAGENET_LABELS_FILE; }
+std::string imagenet_labels_file() {
+  constexpr const char* kRelative = "labels/imagenet1k.txt";
+  if (auto file = find_in_zoo(kRelative)) return *file;
+  std::string searched;
+  for (const auto& folder : zoo_search_path()) {
+    searched += (searched.empty() ? "" : ", ") + folder.path;
+  }
+  throw std::runtime_error(std::string(kRelative) + ": not found in the zoo (searched: " +
+                           (searched.empty() ? "nothing" : searched) + "; set " + kZooPathVariable +
+                           ")");
+}
 
 std::vector<std::string> load_labels(const LabelsConfig& labels, int64_t classes) {
   if (labels.source == LabelsConfig::Source::kNone) return {};

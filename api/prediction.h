@@ -2,7 +2,7 @@
 // a logits row.
 #pragma once
 
-#include "configs/model_config.h"
+#include <attnzoo/configs/model_config.h>
 
 #include <torch/types.h>
 
@@ -23,7 +23,8 @@ struct Prediction {
 // or does not have exactly `classes` non-empty lines.
 std::vector<std::string> load_labels(const LabelsConfig& labels, int64_t classes);
 
-// The shipped ImageNet-1k class names file (configs/labels/imagenet1k.txt).
+// The ImageNet-1k class names file of the zoo (labels/imagenet1k.txt in the first zoo folder
+// that has it: configs/zoo_path.h). Throws naming the folders searched when none has it.
 std::string imagenet_labels_file();
 
 // logits [classes] -> the `topk` most probable classes (softmax in float64), most probable

@@ -14,8 +14,8 @@
 // key.
 #pragma once
 
-#include "configs/model_config.h"
-#include "preprocess/audio_read.h"
+#include <attnzoo/configs/model_config.h>
+#include <attnzoo/preprocess/audio_read.h>
 
 #include <torch/types.h>
 

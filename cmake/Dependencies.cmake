@@ -1,24 +1,26 @@
-# Every third-party dependency of attnzoo is found here, once, and exposed as an imported target:
-#   attnzoo::torch        LibTorch from the pinned torch wheel (see Torch.cmake)
-#   attnzoo::opencv       OpenCV core + imgproc + imgcodecs (Debian's -dev packages); OpenCV.cmake
-#   attnzoo::sndfile      libsndfile
-#   attnzoo::soxr         libsoxr
-#   yaml-cpp, nlohmann_json::nlohmann_json, CLI11::CLI11, GTest::gtest(_main)
+# Every third-party dependency of attnzoo's build is found here, once:
+#   what the libraries link (LibraryDependencies.cmake, shared with the installed package);
+#   the CUDA decision (Cuda.cmake);
+#   CLI11 (the CLI), GTest (the tests), and the c10d headers of data-parallel training
+#   (attnzoo::c10d: headers and definitions only, used inside the build).
 include_guard(GLOBAL)
 
-include(${CMAKE_CURRENT_LIST_DIR}/Torch.cmake)
-
-find_package(PkgConfig REQUIRED)
-pkg_check_modules(ATTNZOO_SNDFILE REQUIRED IMPORTED_TARGET GLOBAL sndfile)
-pkg_check_modules(ATTNZOO_SOXR REQUIRED IMPORTED_TARGET GLOBAL soxr)
-add_library(attnzoo::sndfile ALIAS PkgConfig::ATTNZOO_SNDFILE)
-add_library(attnzoo::soxr ALIAS PkgConfig::ATTNZOO_SOXR)
-
-find_package(yaml-cpp REQUIRED CONFIG)
-find_package(nlohmann_json 3.10 REQUIRED CONFIG)
+# Torch's own CMake files compute nvcc flags from TORCH_CUDA_ARCH_LIST (they would otherwise probe
+# a GPU that the build machine may not have); keep them in step with ATTNZOO_CUDA_ARCHITECTURES.
+set(TORCH_CUDA_ARCH_LIST "8.0;9.0a" CACHE STRING "Torch's view of the CUDA architectures")
+if(ATTNZOO_KERNELS_ONLY)
+  # LibTorch alone: GoogleTest and nlohmann-json may come as sources (CMakeLists.txt).
+  include(${CMAKE_CURRENT_LIST_DIR}/Torch.cmake)
+  if(NOT ATTNZOO_TORCH_FOUND)
+    message(FATAL_ERROR "LibTorch not found: pass -DCMAKE_PREFIX_PATH=$(python -c 'import "
+                        "torch.utils; print(torch.utils.cmake_prefix_path)')")
+  endif()
+  include(${CMAKE_CURRENT_LIST_DIR}/Cuda.cmake)
+  return()
+endif()
+include(${CMAKE_CURRENT_LIST_DIR}/LibraryDependencies.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/Cuda.cmake)
 find_package(CLI11 REQUIRED CONFIG)
-
-include(${CMAKE_CURRENT_LIST_DIR}/OpenCV.cmake)
 
 # c10d process groups for data-parallel training (train/distributed.cpp). LibTorch has Gloo and
 # NCCL inside and ships ProcessGroupGloo.hpp, but not the gloo headers that header includes:

@@ -1,10 +1,10 @@
-#include "configs/model_config.h"
+#include <attnzoo/configs/model_config.h>
 
-#include "configs/yaml_reader.h"
-#include "layers/attention_backend.h"
-#include "models/conformer_checkpoint.h"
-#include "models/conformer_frontend.h"
-#include "models/vit_checkpoint.h"
+#include <attnzoo/configs/yaml_reader.h>
+#include <attnzoo/layers/attention_backend.h>
+#include <attnzoo/models/conformer_checkpoint.h>
+#include <attnzoo/models/conformer_frontend.h>
+#include <attnzoo/models/vit_checkpoint.h>
 
 #include <c10/util/Exception.h>
 

@@ -10,8 +10,8 @@
 // override instead of a line and column.
 #pragma once
 
-#include "models/conformer.h"
-#include "models/vit.h"
+#include <attnzoo/models/conformer.h>
+#include <attnzoo/models/vit.h>
 
 #include <array>
 #include <cstdint>

@@ -1,6 +1,6 @@
-#include "configs/model_stats.h"
+#include <attnzoo/configs/model_stats.h>
 
-#include "models/conformer_frontend.h"
+#include <attnzoo/models/conformer_frontend.h>
 
 namespace attnzoo {
 namespace {

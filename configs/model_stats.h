@@ -12,7 +12,7 @@
 //              (linear_pos, (q + v)·p, u·k), the convolution module, CTC.
 #pragma once
 
-#include "configs/model_config.h"
+#include <attnzoo/configs/model_config.h>
 
 #include <cstdint>
 #include <string>

@@ -1,9 +1,10 @@
-#include "configs/registry.h"
+#include <attnzoo/configs/registry.h>
 
-#include "configs/yaml_reader.h"
-#include "models/checkpoint.h"
-#include "models/conformer_checkpoint.h"
-#include "models/vit_checkpoint.h"
+#include <attnzoo/configs/yaml_reader.h>
+#include <attnzoo/configs/zoo_path.h>
+#include <attnzoo/models/checkpoint.h>
+#include <attnzoo/models/conformer_checkpoint.h>
+#include <attnzoo/models/vit_checkpoint.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -41,39 +42,39 @@ std::string read_name(const fs::path& file) {
 
 }  // namespace
 
-std::string default_configs_dir() {
-  const char* from_env = std::getenv("ATTNZOO_CONFIGS_DIR");
-  if (from_env && *from_env) return from_env;
-  return ATTNZOO_DEFAULT_CONFIGS_DIR;
-}
-
-ModelRegistry::ModelRegistry(const std::string& configs_dir) : configs_dir_(configs_dir) {
-  std::error_code error;
-  if (!fs::is_directory(configs_dir, error)) {
-    throw ConfigError(configs_dir + ": not a configs directory (set ATTNZOO_CONFIGS_DIR)",
-                      configs_dir, "");
-  }
-  // Sorted, so that which of two clashing files is named first does not depend on the file
-  // system's order.
-  // The training runs of configs/train/ are not models: that folder is not searched.
-  std::vector<fs::path> files;
-  for (auto it = fs::recursive_directory_iterator(configs_dir); it != fs::end(it); ++it) {
-    if (it.depth() == 0 && it->is_directory() && it->path().filename() == kTrainRunsFolder) {
-      it.disable_recursion_pending();
-      continue;
+ModelRegistry::ModelRegistry(const std::vector<std::string>& folders) : folders_(folders) {
+  for (const auto& folder : folders) {
+    std::error_code error;
+    if (!fs::is_directory(folder, error)) {
+      throw ConfigError(folder + ": not a zoo folder (a directory of model YAML files)", folder,
+                        "");
     }
-    if (it->is_regular_file() && has_yaml_extension(it->path())) files.push_back(it->path());
-  }
-  std::sort(files.begin(), files.end());
-  for (const auto& file : files) {
-    const std::string name = read_name(file);
-    const auto [it, inserted] = files_.emplace(name, file.string());
-    if (!inserted) {
-      throw ConfigError(
-          "model '" + name + "' is registered twice: by " + it->second + " and by " + file.string(),
-          file.string(), "name");
+    // Sorted, so that which of two clashing files is named first does not depend on the file
+    // system's order. The training runs of <folder>/train/ are not models: not searched.
+    std::vector<fs::path> files;
+    for (auto it = fs::recursive_directory_iterator(folder); it != fs::end(it); ++it) {
+      if (it.depth() == 0 && it->is_directory() && it->path().filename() == kTrainRunsFolder) {
+        it.disable_recursion_pending();
+        continue;
+      }
+      if (it->is_regular_file() && has_yaml_extension(it->path())) files.push_back(it->path());
+    }
+    std::sort(files.begin(), files.end());
+    std::map<std::string, std::string> here;
+    for (const auto& file : files) {
+      const std::string name = read_name(file);
+      const auto [it, inserted] = here.emplace(name, file.string());
+      if (!inserted) {
+        throw ConfigError("model '" + name + "' is registered twice: by " + it->second +
+                              " and by " + file.string(),
+                          file.string(), "name");
+      }
+    }
+    for (const auto& [name, file] : here) {
+      if (!files_.emplace(name, file).second) shadowed_.emplace_back(name, file);
     }
   }
+  std::sort(shadowed_.begin(), shadowed_.end());
 }
 
 std::vector<std::string> ModelRegistry::names() const {
@@ -89,9 +90,14 @@ const std::string& ModelRegistry::file(const std::string& name) const {
   if (it == files_.end()) {
     std::string known;
     for (const auto& item : files_) known += (known.empty() ? "" : ", ") + item.first;
-    throw ConfigError("unknown model '" + name + "'; registered in " + configs_dir_ + ": " +
-                          (known.empty() ? "none" : known),
-                      "", "");
+    std::string searched;
+    for (const auto& folder : folders_) searched += (searched.empty() ? "" : ", ") + folder;
+    throw ConfigError(
+        "unknown model '" + name + "'; the zoo (" +
+            (searched.empty() ? "no folder found: set " + std::string(kZooPathVariable)
+                              : searched) +
+            ") has: " + (known.empty() ? "none" : known),
+        "", "");
   }
   return it->second;
 }
@@ -101,7 +107,7 @@ ModelConfig ModelRegistry::config(const std::string& name,
   return load_model_config(file(name), overrides);
 }
 
-ModelRegistry default_registry() { return ModelRegistry(default_configs_dir()); }
+ModelRegistry default_registry() { return ModelRegistry(zoo_folders()); }
 
 std::vector<std::string> model_names() { return default_registry().names(); }
 

@@ -2,10 +2,12 @@
 // them, and the two doors in, create_model(name) and create_model_from_yaml(path), as timm's
 // registry and create_model.
 //
-// The registry is the set of *.yaml files under a configs directory (searched recursively, except
-// its train/ folder of training runs), keyed by each file's `name:`. The directory is
-// $ATTNZOO_CONFIGS_DIR when set, else the source tree's configs/ (compiled in). Two files with the
-// same name are an error naming both.
+// A registry is the set of *.yaml files under an ordered list of zoo folders (each searched
+// recursively, except its train/ folder of training runs), keyed by each file's `name:`. The
+// first folder that defines a name wins: later ones are shadowed, so a user's folder can replace
+// a model of the zoo or add new ones. The same name twice in one folder is an error naming both
+// files. default_registry() searches the folders of configs/zoo_path.h: those added with
+// add_zoo_folder(), $ATTNZOO_ZOO_PATH, the installed zoo, the build tree's.
 //
 //   auto model = attnzoo::create_model("vit_base_patch16_224", {"attention.backend=sdpa"});
 //   model.module->eval();
@@ -13,13 +15,14 @@
 //   // model.config.image holds the preprocessing (input size, crop_pct, mean, std, ...)
 #pragma once
 
-#include "configs/model_config.h"
-#include "models/conformer.h"
-#include "models/vit.h"
+#include <attnzoo/configs/model_config.h>
+#include <attnzoo/models/conformer.h>
+#include <attnzoo/models/vit.h>
 
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attnzoo {
@@ -34,34 +37,39 @@ struct ZooModel {
   ConformerEncoder conformer{nullptr};  // family conformer: (features, lengths) -> encoded
 };
 
-// The configs directory: $ATTNZOO_CONFIGS_DIR when set and non-empty, else the source tree's.
-std::string default_configs_dir();
-
-// The folder of a configs directory that holds training runs (attnzoo train), not models.
+// The folder of a zoo folder that holds training runs (attnzoo train), not models.
 inline constexpr const char* kTrainRunsFolder = "train";
 
 class ModelRegistry {
  public:
-  // Scans `configs_dir` recursively (but not its kTrainRunsFolder) for *.yaml and *.yml files and
-  // reads each one's `name:` (the rest of a file is validated when that model is asked for). Throws
-  // ConfigError for a missing directory, a file without a valid name, or a name defined twice.
-  explicit ModelRegistry(const std::string& configs_dir);
+  // Scans each folder recursively (but not its kTrainRunsFolder) for *.yaml and *.yml files and
+  // reads each one's `name:` (the rest of a file is validated when that model is asked for). A
+  // name of an earlier folder shadows the same name in later ones. Throws ConfigError for a
+  // folder that is not a directory, a file without a valid name, or a name defined twice in one
+  // folder.
+  explicit ModelRegistry(const std::vector<std::string>& folders);
+  explicit ModelRegistry(const std::string& folder)
+      : ModelRegistry(std::vector<std::string>{folder}) {}
 
-  const std::string& configs_dir() const { return configs_dir_; }
+  const std::vector<std::string>& folders() const { return folders_; }
   std::vector<std::string> names() const;  // sorted
   bool contains(const std::string& name) const;
-  // The YAML file of `name`; throws ConfigError naming the known models for an unknown name.
+  // The YAML file of `name`; throws ConfigError naming the folders and the known models for an
+  // unknown name.
   const std::string& file(const std::string& name) const;
+  // The files whose names an earlier folder defines too, as (name, file), sorted.
+  const std::vector<std::pair<std::string, std::string>>& shadowed() const { return shadowed_; }
 
   ModelConfig config(const std::string& name, const std::vector<std::string>& overrides = {}) const;
 
  private:
-  std::string configs_dir_;
+  std::vector<std::string> folders_;
   std::map<std::string, std::string> files_;  // name -> YAML file
+  std::vector<std::pair<std::string, std::string>> shadowed_;
 };
 
-// The registry of default_configs_dir(), scanned at each call (a few small files), so that a
-// changed directory or environment variable is seen.
+// The registry of the zoo's folders (configs/zoo_path.h zoo_folders()), scanned at each call (a
+// few small files), so that a changed folder or environment variable is seen.
 ModelRegistry default_registry();
 std::vector<std::string> model_names();
 

@@ -1,7 +1,7 @@
-#include "configs/train_config.h"
+#include <attnzoo/configs/train_config.h>
 
-#include "configs/registry.h"
-#include "configs/yaml_reader.h"
+#include <attnzoo/configs/registry.h>
+#include <attnzoo/configs/yaml_reader.h>
 
 #include <filesystem>
 #include <fstream>

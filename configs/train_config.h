@@ -17,7 +17,7 @@
 //   train: {epochs: 30, batch_size: 64, label_smoothing: 0.1, clip_grad_norm: 1.0, seed: 0}
 #pragma once
 
-#include "configs/model_config.h"
+#include <attnzoo/configs/model_config.h>
 
 #include <array>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "configs/yaml_reader.h"
+#include <attnzoo/configs/yaml_reader.h>
 
 #include <algorithm>
 #include <charconv>

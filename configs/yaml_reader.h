@@ -3,7 +3,7 @@
 // exposes yaml-cpp, a private dependency of the library).
 #pragma once
 
-#include "configs/model_config.h"
+#include <attnzoo/configs/model_config.h>
 
 #include <yaml-cpp/yaml.h>
 

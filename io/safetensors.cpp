@@ -1,4 +1,4 @@
-#include "io/safetensors.h"
+#include <attnzoo/io/safetensors.h>
 
 #include <cerrno>
 #include <cstdio>

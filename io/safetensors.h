@@ -6,7 +6,7 @@
 // target and renames it into place, so an interrupted save never leaves a truncated checkpoint.
 #pragma once
 
-#include "io/safetensors_format.h"
+#include <attnzoo/io/safetensors_format.h>
 
 #include <torch/types.h>
 // After types.h: ordered_dict.h uses TORCH_CHECK without including it.

@@ -1,4 +1,4 @@
-#include "io/safetensors_format.h"
+#include <attnzoo/io/safetensors_format.h>
 
 #include <nlohmann/json.hpp>
 

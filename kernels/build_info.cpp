@@ -1,4 +1,4 @@
-#include "kernels/ops.h"
+#include <attnzoo/kernels/ops.h>
 
 namespace attnzoo::kernels {
 

@@ -1,6 +1,6 @@
-#include "layers/attention.h"
+#include <attnzoo/layers/attention.h>
 
-#include "layers/init.h"
+#include <attnzoo/layers/init.h>
 
 #include <torch/nn/init.h>
 

@@ -7,9 +7,9 @@
 // chosen by name (attention_backend.h): `math`, `sdpa`, or `auto`.
 #pragma once
 
-#include "layers/attention_backend.h"
-#include "layers/attention_mask.h"
-#include "layers/packed_linear.h"
+#include <attnzoo/layers/attention_backend.h>
+#include <attnzoo/layers/attention_mask.h>
+#include <attnzoo/layers/packed_linear.h>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/any_module_holder.h>

@@ -1,4 +1,4 @@
-#include "layers/attention_backend.h"
+#include <attnzoo/layers/attention_backend.h>
 
 #include <algorithm>
 #include <cmath>

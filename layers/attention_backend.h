@@ -6,7 +6,7 @@
 // problem and takes the first that does.
 #pragma once
 
-#include "layers/attention_mask.h"
+#include <attnzoo/layers/attention_mask.h>
 
 #include <torch/arg.h>
 #include <torch/types.h>

@@ -5,7 +5,7 @@
 // gathered with one index_select, and the global keys are appended as g extra columns. The user's
 // masks and bias are gathered at the same (query, key) positions, so that nothing of size L² is
 // built. The g global queries attend to every key: a plain g × L attention.
-#include "layers/attention_block_local.h"
+#include <attnzoo/layers/attention_block_local.h>
 
 #include <ATen/TensorIndexing.h>
 

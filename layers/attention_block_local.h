@@ -31,7 +31,7 @@
 // Masks given as full [.., L, S] tensors are read only at the pattern's positions.
 #pragma once
 
-#include "layers/attention_backend.h"
+#include <attnzoo/layers/attention_backend.h>
 
 #include <torch/types.h>
 

@@ -17,7 +17,7 @@
 //
 // Dropout is not supported (this path serves inference and memory-bound training without attention
 // dropout); nor are the probabilities (need_weights), which are exactly what it avoids building.
-#include "layers/attention_backend.h"
+#include <attnzoo/layers/attention_backend.h>
 
 #include <torch/autograd.h>
 

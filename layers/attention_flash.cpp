@@ -12,8 +12,8 @@
 // dropout. `auto` prefers it there only with ATTNZOO_FLASH_AUTO=1 in the environment, until the
 // kernel has passed its *_CUDA tests on a GPU (tools/device_check.sh sets it): an unverified
 // kernel is not made every GPU user's default. Asked for by name, it always runs.
-#include "kernels/ops.h"
-#include "layers/attention_backend.h"
+#include <attnzoo/kernels/ops.h>
+#include <attnzoo/layers/attention_backend.h>
 
 #include <cstdlib>
 #include <limits>

@@ -19,7 +19,7 @@
 // Memory: non-causal O(B·H·(L + S)·E + B·H·E·Ev). Causal, forward: one tile
 // O(B·H·chunk²) plus the state; under autograd each query chunk keeps its own copy of the state,
 // O(B·H·(L/chunk)·E·Ev), and its tile, O(B·H·L·chunk) in all — never [L, E, Ev] per position.
-#include "layers/attention_backend.h"
+#include <attnzoo/layers/attention_backend.h>
 
 #include <algorithm>
 #include <optional>

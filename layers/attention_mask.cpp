@@ -1,4 +1,4 @@
-#include "layers/attention_mask.h"
+#include <attnzoo/layers/attention_mask.h>
 
 #include <sstream>
 

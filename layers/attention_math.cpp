@@ -1,6 +1,6 @@
 // The `math` backend: explicit scores, softmax and weighted sum. The reference every other backend
 // is tested against, and the only one that returns the probabilities (need_weights).
-#include "layers/attention_backend.h"
+#include <attnzoo/layers/attention_backend.h>
 
 #include <limits>
 

@@ -2,7 +2,7 @@
 // (the CPU flash kernel; on CUDA flash, memory-efficient, cuDNN) and falls back to its own math.
 // Masks are merged into the single mask SDPA accepts; rows that exclude every key are re-opened
 // for the call and zeroed afterwards, since SDPA's fused kernels return NaN (or garbage) there.
-#include "layers/attention_backend.h"
+#include <attnzoo/layers/attention_backend.h>
 
 #include <limits>
 

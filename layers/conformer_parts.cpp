@@ -1,4 +1,4 @@
-#include "layers/conformer_parts.h"
+#include <attnzoo/layers/conformer_parts.h>
 
 #include <torch/nn/init.h>
 

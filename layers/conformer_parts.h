@@ -8,7 +8,7 @@
 // unequal lengths computes on its valid frames what each utterance computes alone.
 #pragma once
 
-#include "layers/attention.h"
+#include <attnzoo/layers/attention.h>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/conv.h>

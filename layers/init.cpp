@@ -1,4 +1,4 @@
-#include "layers/init.h"
+#include <attnzoo/layers/init.h>
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "layers/packed_linear.h"
+#include <attnzoo/layers/packed_linear.h>
 
 #include <ATen/Context.h>
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -1,4 +1,4 @@
-#include "layers/transformer_parts.h"
+#include <attnzoo/layers/transformer_parts.h>
 
 #include <torch/nn/functional/activation.h>
 

@@ -2,7 +2,7 @@
 // the MLP (fc1 → GELU → fc2), LayerScale (`gamma`), stochastic depth (DropPath).
 #pragma once
 
-#include "layers/packed_linear.h"
+#include <attnzoo/layers/packed_linear.h>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/conv.h>

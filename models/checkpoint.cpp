@@ -1,4 +1,4 @@
-#include "models/checkpoint.h"
+#include <attnzoo/models/checkpoint.h>
 
 #include <torch/torch.h>
 

@@ -1,4 +1,4 @@
-#include "models/conformer.h"
+#include <attnzoo/models/conformer.h>
 
 #include <algorithm>
 #include <cmath>

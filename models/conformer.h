@@ -13,8 +13,8 @@
 // Parameter names are ours; torchaudio's layout maps onto them in models/conformer_checkpoint.h.
 #pragma once
 
-#include "layers/conformer_parts.h"
-#include "models/conformer_frontend.h"
+#include <attnzoo/layers/conformer_parts.h>
+#include <attnzoo/models/conformer_frontend.h>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>

@@ -1,6 +1,6 @@
-#include "models/conformer_checkpoint.h"
+#include <attnzoo/models/conformer_checkpoint.h>
 
-#include "models/checkpoint.h"
+#include <attnzoo/models/checkpoint.h>
 
 #include <torch/torch.h>
 

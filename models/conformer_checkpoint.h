@@ -41,7 +41,7 @@
 // This is the one place where those layouts are known.
 #pragma once
 
-#include "io/safetensors.h"
+#include <attnzoo/io/safetensors.h>
 
 #include <set>
 #include <string>

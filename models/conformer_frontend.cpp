@@ -1,6 +1,6 @@
-#include "models/conformer_frontend.h"
+#include <attnzoo/models/conformer_frontend.h>
 
-#include "layers/attention.h"  // shape_string
+#include <attnzoo/layers/attention.h>  // shape_string
 
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/conv.h>

@@ -1,6 +1,6 @@
-#include "models/cuda_graph.h"
+#include <attnzoo/models/cuda_graph.h>
 
-#include "layers/attention_mask.h"  // shape_string
+#include <attnzoo/layers/attention_mask.h>  // shape_string
 
 #if ATTNZOO_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>

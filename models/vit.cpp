@@ -1,6 +1,6 @@
-#include "models/vit.h"
+#include <attnzoo/models/vit.h>
 
-#include "layers/init.h"
+#include <attnzoo/layers/init.h>
 
 #include <torch/nn/functional/upsampling.h>
 

@@ -9,8 +9,8 @@
 //   logits = head(fc_norm(pool(norm(x))))
 #pragma once
 
-#include "layers/attention.h"
-#include "layers/transformer_parts.h"
+#include <attnzoo/layers/attention.h>
+#include <attnzoo/layers/transformer_parts.h>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>

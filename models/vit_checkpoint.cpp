@@ -1,6 +1,6 @@
-#include "models/vit_checkpoint.h"
+#include <attnzoo/models/vit_checkpoint.h>
 
-#include "models/checkpoint.h"
+#include <attnzoo/models/checkpoint.h>
 
 #include <torch/torch.h>
 

@@ -8,8 +8,8 @@
 // This is the one place where those layouts are known.
 #pragma once
 
-#include "io/safetensors.h"
-#include "models/vit.h"
+#include <attnzoo/io/safetensors.h>
+#include <attnzoo/models/vit.h>
 
 #include <optional>
 

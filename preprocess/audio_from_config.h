@@ -3,8 +3,8 @@
 // audio library does not depend on configs/; the targets that read configs include this.
 #pragma once
 
-#include "configs/model_config.h"
-#include "preprocess/fbank.h"
+#include <attnzoo/configs/model_config.h>
+#include <attnzoo/preprocess/fbank.h>
 
 #include <c10/util/Exception.h>
 

@@ -18,7 +18,7 @@
 // samples (float WAV), longer than AudioReadOptions::max_seconds.
 #pragma once
 
-#include "preprocess/audio_error.h"
+#include <attnzoo/preprocess/audio_error.h>
 
 #include <torch/types.h>
 

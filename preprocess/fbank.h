@@ -36,7 +36,7 @@
 // waveform do not depend on how it was split into blocks.
 #pragma once
 
-#include "preprocess/audio_error.h"
+#include <attnzoo/preprocess/audio_error.h>
 
 #include <torch/types.h>
 

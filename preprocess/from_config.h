@@ -4,8 +4,8 @@
 // the classifier) include this and already link both.
 #pragma once
 
-#include "configs/model_config.h"
-#include "preprocess/image_transform.h"
+#include <attnzoo/configs/model_config.h>
+#include <attnzoo/preprocess/image_transform.h>
 
 #include <c10/util/Exception.h>
 

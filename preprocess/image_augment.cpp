@@ -1,4 +1,4 @@
-#include "preprocess/image_augment.h"
+#include <attnzoo/preprocess/image_augment.h>
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>

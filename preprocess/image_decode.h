@@ -18,7 +18,7 @@
 // ImageError, naming the file.
 #pragma once
 
-#include "preprocess/image_header.h"
+#include <attnzoo/preprocess/image_header.h>
 
 #include <opencv2/core/mat.hpp>
 

@@ -1,4 +1,4 @@
-#include "preprocess/image_header.h"
+#include <attnzoo/preprocess/image_header.h>
 
 #include <cstdio>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "preprocess/image_transform.h"
+#include <attnzoo/preprocess/image_transform.h>
 
 #include <c10/util/Exception.h>
 #include <torch/nn/functional/upsampling.h>

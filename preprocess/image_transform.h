@@ -18,7 +18,7 @@
 // images (any other source) the float path, clamped to [0, 1] as PIL's output is.
 #pragma once
 
-#include "preprocess/image_decode.h"
+#include <attnzoo/preprocess/image_decode.h>
 
 #include <torch/types.h>
 #include <opencv2/core/mat.hpp>

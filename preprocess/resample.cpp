@@ -1,4 +1,4 @@
-#include "preprocess/resample.h"
+#include <attnzoo/preprocess/resample.h>
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>

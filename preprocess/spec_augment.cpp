@@ -1,4 +1,4 @@
-#include "preprocess/spec_augment.h"
+#include <attnzoo/preprocess/spec_augment.h>
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>

@@ -11,7 +11,7 @@ timed too, for the real-time factor (RTF = time / audio duration).
 
 usage: tools/bench_conformer_cpu.py [--models conformer_s,conformer_m] [--seconds 10,60]
                                     [--threads N] [--rounds 5] [--iterations 5] [--json FILE]
-Run from the repository root after tools/setup.sh (uses build/attnzoo and the venv's packages).
+Run from the repository root after tools/setup.sh (uses build/bin/attnzoo and the venv's packages).
 """
 import argparse
 import json
@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--binary", default=str(ROOT / "build" / "attnzoo"))
+    parser.add_argument("--binary", default=str(ROOT / "build" / "bin" / "attnzoo"))
     parser.add_argument("--json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -11,7 +11,7 @@ kaldi-native-fbank is single-threaded; attnzoo and torchaudio run on --threads t
 
 usage: tools/bench_fbank_cpu.py [--seconds 60] [--threads N] [--rounds 5] [--iterations 10]
                                 [--json FILE]
-Run from the repository root after tools/setup.sh (uses build/attnzoo, the venv's packages,
+Run from the repository root after tools/setup.sh (uses build/bin/attnzoo, the venv's packages,
 espeak-ng and g++).
 """
 import argparse
@@ -84,7 +84,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--binary", default=str(ROOT / "build" / "attnzoo"))
+    parser.add_argument("--binary", default=str(ROOT / "build" / "bin" / "attnzoo"))
     parser.add_argument("--json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

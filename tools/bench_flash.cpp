@@ -5,7 +5,7 @@
 // kernels only (ATTNZOO_KERNELS_ONLY) for tools/device_check.sh, and in the normal build.
 //
 //   bench_flash [--quick] [--json FILE]
-#include "kernels/ops.h"
+#include <attnzoo/kernels/ops.h>
 
 #include <ATen/Context.h>
 #include <torch/torch.h>

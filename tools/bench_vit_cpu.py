@@ -9,7 +9,7 @@ the logits (max |bf16 - fp32| on the same input and weights).
 
 usage: tools/bench_vit_cpu.py [--models vit_tiny_patch16_224,...] [--batches 1,8] [--threads N]
                               [--rounds 5] [--iterations 10] [--warmup 3] [--bf16] [--json FILE]
-Run from the repository root after tools/setup.sh (uses build/attnzoo and the venv's packages).
+Run from the repository root after tools/setup.sh (uses build/bin/attnzoo and the venv's packages).
 """
 import argparse
 import json
@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--bf16", action="store_true")
-    parser.add_argument("--binary", default=str(ROOT / "build" / "attnzoo"))
+    parser.add_argument("--binary", default=str(ROOT / "build" / "bin" / "attnzoo"))
     parser.add_argument("--json")
     args = parser.parse_args()
 

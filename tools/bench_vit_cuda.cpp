@@ -7,8 +7,8 @@
 // machine; tools/bench_vit_cuda.py runs it beside timm-equivalent eager PyTorch and torch.compile.
 //
 //   bench_vit_cuda [--batches 1,64,256] [--iterations 20] [--rounds 3] [--json FILE]
-#include "models/cuda_graph.h"
-#include "models/vit.h"
+#include <attnzoo/models/cuda_graph.h>
+#include <attnzoo/models/vit.h>
 
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAStream.h>

@@ -8,7 +8,7 @@ forward, op for op (fused qkv Linear, F.scaled_dot_product_attention as timm's f
 LayerNorm eps 1e-6, exact GELU, class token, pre-logits from the token). `--check-replica`
 (CTest bench.vit_replica_equals_timm) loads timm's weights into it and compares the outputs.
 
-    bench_vit_cuda.py --ours build-device/build/bench_vit_cuda [--batches 1,64,256]
+    bench_vit_cuda.py --ours build-device/build/bin/bench_vit_cuda [--batches 1,64,256]
                       [--compile-batches 256] [--rounds 3] [--iterations 20] [--json FILE]
     bench_vit_cuda.py --check-replica
 """

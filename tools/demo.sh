@@ -7,8 +7,8 @@
 # writes its per-head attention maps as a PNG.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-"$ROOT/tools/setup.sh"
-az="$ROOT/build/attnzoo"
+"$ROOT/tools/setup.sh" --target attnzoo  # the tests build when they run (tools/test.sh)
+az="$ROOT/build/bin/attnzoo"
 cd "$ROOT"
 "$az" version
 echo

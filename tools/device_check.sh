@@ -53,13 +53,12 @@ fi
 tests_rc=0
 # The attention layer's auto takes the flash kernel only when opted in (until it is verified).
 export ATTNZOO_FLASH_AUTO=1
-for suite in kernels/attnzoo_kernels_tests layers/attnzoo_layers_tests models/attnzoo_models_tests; do
-  name=$(basename "$suite")
+for name in attnzoo_kernels_tests attnzoo_layers_tests attnzoo_models_tests; do
   say "CUDA tests: $name"
-  timeout 240 "$BUILD/tests/$suite" --gtest_filter='*_CUDA*' --gtest_output="json:$OUT/$name.json" \
+  timeout 240 "$BUILD/bin/$name" --gtest_filter='*_CUDA*' --gtest_output="json:$OUT/$name.json" \
     >"$OUT/$name.log" 2>&1 || tests_rc=1
 done
-tests=$BUILD/tests/kernels/attnzoo_kernels_tests
+tests=$BUILD/bin/attnzoo_kernels_tests
 if command -v compute-sanitizer >/dev/null; then
   say "compute-sanitizer memcheck and racecheck (flash attention forward and backward)"
   for tool in memcheck racecheck; do
@@ -70,16 +69,16 @@ if command -v compute-sanitizer >/dev/null; then
   done
 fi
 say "benchmark: attention"
-timeout 180 "$BUILD/bench_flash" --json "$OUT/bench_flash.json" >"$OUT/bench_flash.txt" 2>&1
+timeout 180 "$BUILD/bin/bench_flash" --json "$OUT/bench_flash.json" >"$OUT/bench_flash.txt" 2>&1
 bench_rc=$?
-if [ -x "$BUILD/bench_vit_cuda" ]; then
+if [ -x "$BUILD/bin/bench_vit_cuda" ]; then
   say "benchmark: ViT-B/16 against the PyTorch peers"
-  timeout 150 "$PY" "$ROOT/tools/bench_vit_cuda.py" --ours "$BUILD/bench_vit_cuda" \
+  timeout 150 "$PY" "$ROOT/tools/bench_vit_cuda.py" --ours "$BUILD/bin/bench_vit_cuda" \
     --json "$OUT/bench_vit.json" >"$OUT/bench_vit.txt" 2>&1 || bench_rc=1
 fi
 cuobjdump_bin=$(command -v cuobjdump || true)
 if [ -n "$cuobjdump_bin" ]; then
-  "$cuobjdump_bin" -sass "$BUILD/kernels/libattnzoo_kernels.so" 2>/dev/null |
+  "$cuobjdump_bin" -sass "$BUILD"/lib/libattnzoo_kernels.so 2>/dev/null |
     grep -cE "HGMMA|HMMA" >"$OUT/mma_instruction_count.txt" || true
 fi
 

@@ -26,7 +26,7 @@ cmake --build "$build" --target "fuzz_$target"
 corpus="$build/corpus_$target"
 mkdir -p "$corpus"
 cd "$build"
-"./fuzz_$target" -max_total_time="$seconds" -print_final_stats=1 "$corpus" \
+"bin/fuzz_$target" -max_total_time="$seconds" -print_final_stats=1 "$corpus" \
   "$ROOT/tests/fuzz/corpus/$target" 2>&1 | tee "$build/fuzz_$target.log" | grep -E "^#[0-9]+ +(DONE|pulse)|stat::|ERROR|SUMMARY" || true
 grep -q "ERROR:" "$build/fuzz_$target.log" && { echo "fuzz_$target found a bug (see $build/fuzz_$target.log)"; exit 1; }
 echo "fuzz_$target: $(grep -o 'stat::number_of_executed_units: [0-9]*' "$build/fuzz_$target.log" | grep -o '[0-9]*$') executions in ${seconds} s, no crash"

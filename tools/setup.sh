@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything attnzoo needs on Debian 12 and builds it into build/.
 #
-#   tools/setup.sh [--no-build] [--build-dir DIR] [--build-type Release|Debug|RelWithDebInfo]
+#   tools/setup.sh [--no-build] [--target T]... [--build-dir DIR]
+#                  [--build-type Release|Debug|RelWithDebInfo]
 #
 # 1. Debian packages (only the missing ones are installed; needs root or sudo).
 # 2. A Python venv with exactly the packages of tools/requirements.lock (the pins of
@@ -10,26 +11,37 @@
 #    (CI included) reuses it. pip's own cache makes a rebuilt venv cheap.
 # 3. The data of the shipped models in build/data: opencv-doc's handwritten digits and the test
 #    split of the synthesized keywords (tools/data/; about a minute the first time).
-# 4. CMake + Ninja configure (ccache on) and an incremental build.
-# Idempotent: a re-run on a ready machine only checks and re-builds what changed.
+# 4. CMake + Ninja configure (ccache on) and an incremental build: of the targets named with
+#    --target (tools/demo.sh builds only the CLI), else of everything, tests included.
+# Idempotent: a re-run on a ready machine only checks and re-builds what changed. Each phase
+# prints the seconds it took.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR="$ROOT/build"
 BUILD_TYPE=Release
 DO_BUILD=1
+TARGETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-build) DO_BUILD=0 ;;
+    --target) TARGETS+=("$2"); shift ;;
     --build-dir) BUILD_DIR=$(realpath -m "$2"); shift ;;
     --build-type) BUILD_TYPE=$2; shift ;;
-    -h | --help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
 done
 
 say() { printf '[setup] %s\n' "$*"; }
+phase_start=$(date +%s)
+phase_done() { # phase_done NAME: the seconds since the previous phase ended
+  local now
+  now=$(date +%s)
+  say "$1: $((now - phase_start)) s"
+  phase_start=$now
+}
 
 # --- 1. Debian packages -------------------------------------------------------------------------
 APT_PACKAGES=(
@@ -61,6 +73,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
   say "Debian packages: all ${#APT_PACKAGES[@]} present"
 fi
+phase_done "packages"
 
 # --- 2. Python venv keyed by the pins -----------------------------------------------------------
 PYTHON=${ATTNZOO_BASE_PYTHON:-python3}
@@ -90,6 +103,7 @@ if [ ! -f "$nodeps_stamp" ]; then
   touch "$nodeps_stamp"
 fi
 TORCH_PREFIX=$("$VPY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+phase_done "venv"
 
 # --- 3. Data of the shipped models --------------------------------------------------------------
 # Never committed, made here: the 5000 handwritten digits of opencv-doc's digits.png, and the test
@@ -99,6 +113,7 @@ DATA_DIR="$ROOT/build/data"
 "$VPY" "$ROOT/tools/data/make_digits.py" "$DATA_DIR/digits"
 "$VPY" "$ROOT/tools/data/make_keywords.py" --split test "$DATA_DIR/keywords"
 say "data: $DATA_DIR/digits (train, test), $DATA_DIR/keywords (test)"
+phase_done "data"
 
 # --- 4. Configure and build ---------------------------------------------------------------------
 [ "$DO_BUILD" -eq 1 ] || { say "skipping the build (--no-build)"; exit 0; }
@@ -116,8 +131,12 @@ if [ ! -f "$BUILD_DIR/build.ninja" ] || [ "$cached_python" != "$VPY" ]; then
     -DATTNZOO_PYTHON="$VPY" \
     ${ATTNZOO_CMAKE_ARGS:-}
 fi
+phase_done "configure"
 # Two cores and LibTorch's heavy headers: more than two jobs only adds memory pressure.
 JOBS=${ATTNZOO_JOBS:-$(nproc)}
-say "building with $JOBS jobs"
-cmake --build "$BUILD_DIR" -j "$JOBS"
-say "done: $BUILD_DIR/attnzoo"
+target_args=()
+for t in "${TARGETS[@]}"; do target_args+=(--target "$t"); done
+say "building ${TARGETS[*]:-everything} with $JOBS jobs"
+cmake --build "$BUILD_DIR" -j "$JOBS" "${target_args[@]}"
+phase_done "build"
+say "done: $BUILD_DIR/bin/attnzoo"

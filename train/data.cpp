@@ -1,4 +1,4 @@
-#include "train/data.h"
+#include <attnzoo/train/data.h>
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>

@@ -1,4 +1,4 @@
-#include "train/diagnostics.h"
+#include <attnzoo/train/diagnostics.h>
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>

@@ -17,9 +17,9 @@
 // notes' warning signs; so is a parameter whose gradient norm dwarfs the others.
 #pragma once
 
-#include "layers/attention.h"
-#include "models/conformer.h"
-#include "models/vit.h"
+#include <attnzoo/layers/attention.h>
+#include <attnzoo/models/conformer.h>
+#include <attnzoo/models/vit.h>
 
 #include <torch/ordered_dict.h>
 #include <torch/types.h>

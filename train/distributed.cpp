@@ -1,4 +1,4 @@
-#include "train/distributed.h"
+#include <attnzoo/train/distributed.h>
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>

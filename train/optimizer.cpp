@@ -1,4 +1,4 @@
-#include "train/optimizer.h"
+#include <attnzoo/train/optimizer.h>
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>

@@ -13,7 +13,7 @@
 // v ← β2·v + (1 − β2)·g²; p ← p − lr/(1 − β1ᵗ) · m / (√v/√(1 − β2ᵗ) + ε).
 #pragma once
 
-#include "io/safetensors.h"
+#include <attnzoo/io/safetensors.h>
 
 #include <torch/types.h>
 

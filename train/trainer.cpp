@@ -1,16 +1,16 @@
-#include "train/trainer.h"
+#include <attnzoo/train/trainer.h>
 
-#include "io/safetensors.h"
-#include "models/checkpoint.h"
-#include "preprocess/audio_features.h"
-#include "preprocess/audio_from_config.h"
-#include "preprocess/from_config.h"
-#include "preprocess/image_augment.h"
-#include "preprocess/image_decode.h"
-#include "preprocess/spec_augment.h"
-#include "train/diagnostics.h"
-#include "train/distributed.h"
-#include "train/optimizer.h"
+#include <attnzoo/io/safetensors.h>
+#include <attnzoo/models/checkpoint.h>
+#include <attnzoo/preprocess/audio_features.h>
+#include <attnzoo/preprocess/audio_from_config.h>
+#include <attnzoo/preprocess/from_config.h>
+#include <attnzoo/preprocess/image_augment.h>
+#include <attnzoo/preprocess/image_decode.h>
+#include <attnzoo/preprocess/spec_augment.h>
+#include <attnzoo/train/diagnostics.h>
+#include <attnzoo/train/distributed.h>
+#include <attnzoo/train/optimizer.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>

@@ -14,9 +14,9 @@
 // run, so its losses are the same.
 #pragma once
 
-#include "configs/registry.h"
-#include "configs/train_config.h"
-#include "train/data.h"
+#include <attnzoo/configs/registry.h>
+#include <attnzoo/configs/train_config.h>
+#include <attnzoo/train/data.h>
 
 #include <torch/types.h>
 

@@ -4,9 +4,9 @@
 // attnzoo::add_layer_norm and its autograd formula call. Compiled only when the CUDA kernels are
 // built (ATTNZOO_WITH_CUDA); without it, CUDA tensors take the LibTorch reference registered in
 // add_layer_norm_op.cpp.
-#include "kernels/add_layer_norm/add_layer_norm_op.h"
-#include "kernels/add_layer_norm/add_layer_norm_params.h"
-#include "kernels/common/cuda_dispatch.h"
+#include <attnzoo/kernels/add_layer_norm/add_layer_norm_op.h>
+#include <attnzoo/kernels/add_layer_norm/add_layer_norm_params.h>
+#include <attnzoo/kernels/common/cuda_dispatch.h>
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>

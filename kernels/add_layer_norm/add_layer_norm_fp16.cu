@@ -1,6 +1,6 @@
 // run_add_layer_norm<__half> and its backward: one dtype per file so that the dtypes compile in
 // parallel.
-#include "kernels/add_layer_norm/add_layer_norm_kernel.cuh"
+#include <attnzoo/kernels/add_layer_norm/add_layer_norm_kernel.cuh>
 
 namespace attnzoo::kernels {
 

@@ -2,9 +2,9 @@
 // Tier 2 of the fused residual add + LayerNorm: the kernel template and its launcher. Included
 // only by the per-dtype add_layer_norm_{fp32,fp16,bf16}.cu files, which instantiate
 // run_add_layer_norm<T>.
-#include "kernels/add_layer_norm/add_layer_norm_params.h"
-#include "kernels/common/elementwise.cuh"
-#include "kernels/common/static_switch.h"
+#include <attnzoo/kernels/add_layer_norm/add_layer_norm_params.h>
+#include <attnzoo/kernels/common/static_switch.h>
+#include <attnzoo/kernels/common/elementwise.cuh>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

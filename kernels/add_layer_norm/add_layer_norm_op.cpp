@@ -7,9 +7,9 @@
 // backward, attnzoo::_add_layer_norm_backward, reuses. Only those two have per-backend
 // implementations (the LibTorch reference; the CUDA kernels); add_layer_norm calls the forward
 // through the dispatcher, below autograd, and its autograd formula calls the backward.
-#include "kernels/add_layer_norm/add_layer_norm_op.h"
+#include <attnzoo/kernels/add_layer_norm/add_layer_norm_op.h>
 
-#include "kernels/ops.h"
+#include <attnzoo/kernels/ops.h>
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -1,9 +1,9 @@
 // Tier 3 of the bias + GELU epilogue, CUDA part: turns tensors into BiasGeluParams and calls the
 // launcher of tier 2. Compiled only when the CUDA kernels are built (ATTNZOO_WITH_CUDA); without
 // it, CUDA tensors take the LibTorch reference registered in bias_gelu_op.cpp.
-#include "kernels/bias_gelu/bias_gelu_op.h"
-#include "kernels/bias_gelu/bias_gelu_params.h"
-#include "kernels/common/cuda_dispatch.h"
+#include <attnzoo/kernels/bias_gelu/bias_gelu_op.h>
+#include <attnzoo/kernels/bias_gelu/bias_gelu_params.h>
+#include <attnzoo/kernels/common/cuda_dispatch.h>
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>

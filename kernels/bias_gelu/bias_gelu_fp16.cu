@@ -1,5 +1,5 @@
 // run_bias_gelu<__half>: one dtype per file so that the dtypes compile in parallel.
-#include "kernels/bias_gelu/bias_gelu_kernel.cuh"
+#include <attnzoo/kernels/bias_gelu/bias_gelu_kernel.cuh>
 
 namespace attnzoo::kernels {
 

@@ -1,9 +1,9 @@
 #pragma once
 // Tier 2 of the bias + GELU epilogue: the kernel template and its launcher. Included only by the
 // per-dtype bias_gelu_{fp32,fp16,bf16}.cu files, which instantiate run_bias_gelu<T>.
-#include "kernels/bias_gelu/bias_gelu_params.h"
-#include "kernels/common/elementwise.cuh"
-#include "kernels/common/static_switch.h"
+#include <attnzoo/kernels/bias_gelu/bias_gelu_params.h>
+#include <attnzoo/kernels/common/static_switch.h>
+#include <attnzoo/kernels/common/elementwise.cuh>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

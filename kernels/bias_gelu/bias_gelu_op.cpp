@@ -1,9 +1,9 @@
 // Tier 3 of the bias + GELU epilogue, device-independent part: input checks, the LibTorch
 // reference (registered for every backend without a fused kernel), the autograd formula, and the
 // C++ entry point. The CUDA implementation is in bias_gelu_cuda.cpp.
-#include "kernels/bias_gelu/bias_gelu_op.h"
+#include <attnzoo/kernels/bias_gelu/bias_gelu_op.h>
 
-#include "kernels/ops.h"
+#include <attnzoo/kernels/ops.h>
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>

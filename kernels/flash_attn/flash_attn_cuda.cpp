@@ -2,9 +2,9 @@
 // calls the launchers of tier 2 for bf16 and fp16 with head dims up to 128 (padded up to 32, 64, 96
 // or 128: E = 36, the Conformer's, runs the 64 kernels); other dtypes and larger head dims take the
 // LibTorch references. Compiled only when the CUDA kernels are built (ATTNZOO_WITH_CUDA).
-#include "kernels/flash_attn/flash_attn_op.h"
-#include "kernels/flash_attn/flash_bwd_params.h"
-#include "kernels/flash_attn/flash_fwd_params.h"
+#include <attnzoo/kernels/flash_attn/flash_attn_op.h>
+#include <attnzoo/kernels/flash_attn/flash_bwd_params.h>
+#include <attnzoo/kernels/flash_attn/flash_fwd_params.h>
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>

@@ -1,9 +1,9 @@
 // Tier 3 of flash attention, device-independent part: input checks, the LibTorch reference
 // (registered for every backend without a fused kernel), the autograd formula and the C++ entry.
 // The CUDA implementation is in flash_attn_cuda.cpp.
-#include "kernels/flash_attn/flash_attn_op.h"
+#include <attnzoo/kernels/flash_attn/flash_attn_op.h>
 
-#include "kernels/ops.h"
+#include <attnzoo/kernels/ops.h>
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -1,6 +1,6 @@
 // run_flash_bwd<__nv_bfloat16, 96>: one dtype and head dim per file, so that they compile in
 // parallel.
-#include "kernels/flash_attn/flash_bwd_kernel.cuh"
+#include <attnzoo/kernels/flash_attn/flash_bwd_kernel.cuh>
 
 namespace attnzoo::kernels {
 

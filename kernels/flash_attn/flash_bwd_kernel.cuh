@@ -26,9 +26,9 @@
 //
 // UNVERIFIED: compiled here (no GPU), NEVER RUN; the *_CUDA tests of tests/kernels hold it to the
 // float64 reference on the GPU machine (tools/device_check.sh).
-#include "kernels/common/static_switch.h"
-#include "kernels/flash_attn/flash_bwd_params.h"
-#include "kernels/flash_attn/flash_fwd_kernel.cuh"
+#include <attnzoo/kernels/common/static_switch.h>
+#include <attnzoo/kernels/flash_attn/flash_bwd_params.h>
+#include <attnzoo/kernels/flash_attn/flash_fwd_kernel.cuh>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

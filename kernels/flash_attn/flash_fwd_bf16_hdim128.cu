@@ -1,6 +1,6 @@
 // run_flash_fwd<__nv_bfloat16, 128>: one dtype and head dim per file, so that they compile in
 // parallel.
-#include "kernels/flash_attn/flash_fwd_kernel.cuh"
+#include <attnzoo/kernels/flash_attn/flash_fwd_kernel.cuh>
 
 namespace attnzoo::kernels {
 

@@ -14,8 +14,8 @@
 //
 // UNVERIFIED: compiled here (no GPU); the *_CUDA tests of tests/kernels hold it to the float64
 // reference on the GPU machine (tools/device_check.sh).
-#include "kernels/common/static_switch.h"
-#include "kernels/flash_attn/flash_fwd_params.h"
+#include <attnzoo/kernels/common/static_switch.h>
+#include <attnzoo/kernels/flash_attn/flash_fwd_params.h>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

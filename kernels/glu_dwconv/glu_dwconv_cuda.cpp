@@ -2,9 +2,9 @@
 // GluDwConvParams and calls the launcher of tier 2. Compiled only when the CUDA kernels are built
 // (ATTNZOO_WITH_CUDA); without it, CUDA tensors take the LibTorch reference registered in
 // glu_dwconv_op.cpp.
-#include "kernels/common/cuda_dispatch.h"
-#include "kernels/glu_dwconv/glu_dwconv_op.h"
-#include "kernels/glu_dwconv/glu_dwconv_params.h"
+#include <attnzoo/kernels/common/cuda_dispatch.h>
+#include <attnzoo/kernels/glu_dwconv/glu_dwconv_op.h>
+#include <attnzoo/kernels/glu_dwconv/glu_dwconv_params.h>
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>

@@ -1,5 +1,5 @@
 // run_glu_dwconv<__half>: one dtype per file so that the dtypes compile in parallel.
-#include "kernels/glu_dwconv/glu_dwconv_kernel.cuh"
+#include <attnzoo/kernels/glu_dwconv/glu_dwconv_kernel.cuh>
 
 namespace attnzoo::kernels {
 

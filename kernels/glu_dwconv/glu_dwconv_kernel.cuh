@@ -2,9 +2,9 @@
 // Tier 2 of the Conformer convolution module's middle, GLU -> depthwise conv1d -> folded BatchNorm
 // -> Swish: the kernel template and its launcher. Included only by the per-dtype
 // glu_dwconv_{fp32,fp16,bf16}.cu files, which instantiate run_glu_dwconv<T>.
-#include "kernels/common/elementwise.cuh"
-#include "kernels/common/static_switch.h"
-#include "kernels/glu_dwconv/glu_dwconv_params.h"
+#include <attnzoo/kernels/common/static_switch.h>
+#include <attnzoo/kernels/glu_dwconv/glu_dwconv_params.h>
+#include <attnzoo/kernels/common/elementwise.cuh>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -2,9 +2,9 @@
 // BatchNorm -> Swish), device-independent part: input checks, the LibTorch reference (registered
 // for every backend without a fused kernel), the autograd formula, and the C++ entry point. The
 // CUDA implementation is in glu_dwconv_cuda.cpp.
-#include "kernels/glu_dwconv/glu_dwconv_op.h"
+#include <attnzoo/kernels/glu_dwconv/glu_dwconv_op.h>
 
-#include "kernels/ops.h"
+#include <attnzoo/kernels/ops.h>
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -1,10 +1,10 @@
 // attnzoo::AudioClassifier: the config's frontend, the Conformer and its classification head end
 // to end, equal to running them by hand; batches equal single files; labels from the config;
 // errors for what is not an audio classifier.
-#include "api/audio_classifier.h"
+#include <attnzoo/api/audio_classifier.h>
 
-#include "configs/registry.h"
-#include "preprocess/audio_from_config.h"
+#include <attnzoo/configs/registry.h>
+#include <attnzoo/preprocess/audio_from_config.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

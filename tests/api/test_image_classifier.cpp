@@ -1,8 +1,8 @@
 // attnzoo::ImageClassifier against timm (make_classifier_reference.py: timm's eval transform and
 // softmax on the same images and weights), its labels, batching, thread safety and errors.
-#include "api/image_classifier.h"
+#include <attnzoo/api/image_classifier.h>
 
-#include "io/safetensors.h"
+#include <attnzoo/io/safetensors.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

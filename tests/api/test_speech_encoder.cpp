@@ -1,9 +1,9 @@
 // attnzoo::SpeechEncoder: the frontend of the config's features section and the Conformer, end to
 // end; equal to running the two by hand; errors for what cannot be encoded.
-#include "api/speech_encoder.h"
+#include <attnzoo/api/speech_encoder.h>
 
-#include "configs/registry.h"
-#include "preprocess/audio_from_config.h"
+#include <attnzoo/configs/registry.h>
+#include <attnzoo/preprocess/audio_from_config.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

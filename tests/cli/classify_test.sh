@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# classify_test.sh CASE ATTNZOO_BINARY PYTHON REFERENCE_DIR CONFIG_YAML: `attnzoo classify` on the
-# images and timm weights of tests/api/make_classifier_reference.py (a CTest fixture): the table,
-# JSON lines checked against timm's probabilities, error entries for bad images, bad flags.
+# classify_test.sh CASE ATTNZOO_BINARY PYTHON REFERENCE_DIR CONFIG_YAML EXAMPLES_DIR: `attnzoo
+# classify` on the images and timm weights of tests/api/make_classifier_reference.py (a CTest
+# fixture): the table, JSON lines checked against timm's probabilities, error entries for bad
+# images, bad flags; the README's example program, classify_image, built against an install in
+# EXAMPLES_DIR (tests/install/).
 set -u
 case_name=$1
 bin=$2
 py=$3
 ref=$4
 yaml=$5
+examples=$6
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -66,7 +69,7 @@ PY
     ;;
   classify_example)
     # tools/examples/classify_image, the README's example: the same classes as the CLI.
-    example=$(dirname "$bin")/tools/examples/classify_image
+    example=$examples/classify_image
     "$example" "$yaml" "$w" "$ref/a.png" >"$out/example" 2>&1 || { cat "$out/example"; exit 1; }
     run 0 classify --model "$yaml" --weights "$w" --topk 5 "$ref/a.png"
     diff <(sed -n '2,6s/^ *[0-9.]*% *//p' "$out/example") \

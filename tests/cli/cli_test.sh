@@ -20,6 +20,27 @@ case "$case_name" in
     expect stdout '^libsndfile-1\.'
     expect stdout '^libsoxr-0\.'
     expect stdout '^yaml-cpp 0\.'
+    # The zoo of the build tree, found beside the library: share/attnzoo, a link to configs/.
+    expect stdout '^library: /.*/lib/libattnzoo_configs\.so'
+    expect stdout '^  build tree: /.*/share/attnzoo: [0-9]+ models$'
+    ;;
+  version_zoo_path)
+    # --zoo, then ATTNZOO_ZOO_PATH (a missing entry is listed as such), then the build tree.
+    zoo=$(mktemp -d)
+    # A model of the zoo under another name (the zoo beside the binary: build/share/attnzoo).
+    sed 's/^name: .*/name: my_vit/' "$(dirname "$bin")/../share/attnzoo/vit/vit_tiny_patch16_224.yaml" \
+      >"$zoo/my_vit.yaml"
+    ATTNZOO_ZOO_PATH="$zoo/missing:$zoo" run 0 --zoo "$zoo" version
+    expect stdout "^  added \\(--zoo\\): $zoo: 1 models$"
+    expect stdout "^  ATTNZOO_ZOO_PATH: $zoo/missing: missing$"
+    expect stdout "^  ATTNZOO_ZOO_PATH: $zoo: 1 models$"
+    expect stdout '^  build tree: /.*/share/attnzoo: [0-9]+ models$'
+    ATTNZOO_ZOO_PATH="$zoo" run 0 models
+    expect stdout "^my_vit +vit "
+    expect stdout "^vit_digits +vit "
+    run 2 --zoo "$zoo/missing" models
+    expect stderr "zoo"
+    rm -rf "$zoo"
     ;;
   unknown_command)
     run 2 frobnicate

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# encode_test.sh CASE ATTNZOO_BINARY PYTHON CONFIGS_DATA_DIR: `attnzoo encode` on WAV files made
-# here: per-file lines and JSON, the safetensors output, streaming against the offline chunk mask,
-# error entries for bad files.
+# encode_test.sh CASE ATTNZOO_BINARY PYTHON CONFIGS_DATA_DIR EXAMPLES_DIR: `attnzoo encode` on WAV
+# files made here: per-file lines and JSON, the safetensors output, streaming against the offline
+# chunk mask, error entries for bad files; the README's example program, encode_audio, built
+# against an install in EXAMPLES_DIR (tests/install/).
 set -u
 case_name=$1
 bin=$2
 py=$3
 data=$4
+examples=$5
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -57,8 +59,12 @@ for k in a:
 PY
     run 2 encode --model "$yaml" --batch-size 0 "$out/a.wav"
     expect stderr '--batch-size'
+    ;;
+  encode_example)
     # tools/examples/encode_audio, the README's example: the shapes the CLI reports.
-    example=$(dirname "$bin")/tools/examples/encode_audio
+    run 0 encode --model "$yaml" --json "$out/a.wav"
+    expect stdout '"encoder_frames":28'
+    example=$examples/encode_audio
     "$example" "$yaml" - "$out/a.wav" >"$out/example" 2>&1 || { cat "$out/example"; exit 1; }
     grep -Eq "^$out/a.wav: 1.20 s -> 28 x 16 encoded frames every 40 ms" "$out/example" ||
       { echo "FAIL: example output"; cat "$out/example"; exit 1; }

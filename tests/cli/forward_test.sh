@@ -65,7 +65,7 @@ case "$case_name" in
     # A registered name, random weights (seed 0): the same numbers twice.
     run 0 forward --model vit_tiny_patch16_224 --input "$ref/input_224.safetensors" \
       --output "$out/z1.safetensors"
-    expect stdout '^vit_tiny_patch16_224 \(.*configs/vit/vit_tiny_patch16_224.yaml\), random weights \(seed 0\)$'
+    expect stdout '^vit_tiny_patch16_224 \(.*/vit/vit_tiny_patch16_224.yaml\), random weights \(seed 0\)$'
     expect stdout '-> logits \[1, 1000\] -> '
     run 0 forward --model vit_tiny_patch16_224 --input "$ref/input_224.safetensors" \
       --output "$out/z2.safetensors"
@@ -91,7 +91,7 @@ case "$case_name" in
     ;;
   forward_bad_model)
     o=$out/o.safetensors
-    refused 1 "^attnzoo forward: unknown model 'vit_nope'; registered in .*: conformer_kws, conformer_l, conformer_m, " \
+    refused 1 "^attnzoo forward: unknown model 'vit_nope'; the zoo \\(.*share/attnzoo\\) has: conformer_kws, conformer_l, conformer_m, " \
       forward --model vit_nope --input "$input" --output "$o"
     refused 1 "^attnzoo forward: .*/nope.yaml: no such config file$" \
       forward --model "$out/nope.yaml" --input "$input" --output "$o"

@@ -1,9 +1,9 @@
 // YAML configs of family conformer: every key read into ConformerEncoderOptions, features and
 // streaming; every relation between values reported at its key; the attention backends selected
 // from YAML and --set reach the blocks; the analytic size and cost.
-#include "configs/model_config.h"
-#include "configs/model_stats.h"
-#include "configs/registry.h"
+#include <attnzoo/configs/model_config.h>
+#include <attnzoo/configs/model_stats.h>
+#include <attnzoo/configs/registry.h>
 
 #include "config_test_util.h"
 

@@ -1,8 +1,8 @@
 // Every Conformer of the zoo builds, counts its parameters as model_stats says, and encodes a
 // batch of two utterances; the configs that stand for torchaudio's and ESPnet's models have those
 // libraries' parameter counts, shapes and FLOPs (make_conformer_zoo_reference.py, a fixture).
-#include "configs/model_stats.h"
-#include "configs/registry.h"
+#include <attnzoo/configs/model_stats.h>
+#include <attnzoo/configs/registry.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

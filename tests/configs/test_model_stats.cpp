@@ -1,7 +1,7 @@
 // The analytic parameter count must equal the built module's for every option that changes the
 // layout; the MAC count follows the documented convention. (Per zoo entry, both are compared with
 // timm in test_zoo.cpp.)
-#include "configs/model_stats.h"
+#include <attnzoo/configs/model_stats.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

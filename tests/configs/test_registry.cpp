@@ -1,9 +1,11 @@
 // The registry: names found in a configs folder, duplicate names, the environment override, and
 // the doors in (create_model, create_model_from_yaml, load_weights).
-#include "configs/registry.h"
+#include <attnzoo/configs/registry.h>
 
+#include <attnzoo/configs/zoo_path.h>
+
+#include <attnzoo/models/checkpoint.h>
 #include "config_test_util.h"
-#include "models/checkpoint.h"
 
 #include <torch/torch.h>
 
@@ -15,31 +17,11 @@ namespace attnzoo {
 namespace {
 
 using test_util::kTinyConfig;
+using test_util::ScopedEnv;
 using test_util::TempDir;
 using test_util::with;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-// Sets an environment variable for the scope of a test.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    const char* old = std::getenv(name);
-    if (old) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 std::string tiny(const std::string& name) {
   return with(kTinyConfig, "name: tiny_test", "name: " + name);
@@ -101,19 +83,39 @@ TEST(ModelRegistry, BadFilesAndNames) {
     ModelRegistry(good.path().string()).file("model_z");
     ADD_FAILURE() << "no error for an unknown name";
   } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("unknown model 'model_z'; registered in "));
-    EXPECT_THAT(e.what(), HasSubstr(": model_a"));
+    EXPECT_THAT(e.what(), HasSubstr("unknown model 'model_z'; the zoo (" + good.path().string() +
+                                    ") has: model_a"));
   }
 }
 
-TEST(ModelRegistry, TheEnvironmentVariableChoosesTheFolder) {
+TEST(ModelRegistry, AnEarlierFolderShadowsALaterOne) {
+  TempDir user, zoo;
+  const auto mine = user.write("mine.yaml", tiny("shared_name"));
+  user.write("extra.yaml", tiny("only_mine"));
+  const auto theirs = zoo.write("a/theirs.yaml", tiny("shared_name"));
+  zoo.write("b.yaml", tiny("only_theirs"));
+  const ModelRegistry registry({user.path().string(), zoo.path().string()});
+  EXPECT_THAT(registry.names(), ElementsAre("only_mine", "only_theirs", "shared_name"));
+  EXPECT_EQ(registry.file("shared_name"), mine);
+  EXPECT_THAT(registry.shadowed(), ElementsAre(std::make_pair(std::string("shared_name"), theirs)));
+  EXPECT_THAT(registry.folders(), ElementsAre(user.path().string(), zoo.path().string()));
+  // The other order: the other file wins.
+  EXPECT_EQ(ModelRegistry({zoo.path().string(), user.path().string()}).file("shared_name"), theirs);
+}
+
+TEST(ModelRegistry, TheZooPathVariableComesBeforeTheZooAndExtendsIt) {
   TempDir dir;
   dir.write("x.yaml", tiny("from_env"));
-  ScopedEnv env("ATTNZOO_CONFIGS_DIR", dir.path().string());
-  EXPECT_EQ(default_configs_dir(), dir.path().string());
-  EXPECT_THAT(model_names(), ElementsAre("from_env"));
+  // Shadows a model of the zoo: its depth 1 says which file was read.
+  dir.write("y.yaml", with(tiny("vit_tiny_patch16_224"), "  depth: 2", "  depth: 1"));
+  ScopedEnv env(kZooPathVariable, dir.path().string());
+  const auto names = model_names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "from_env"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "conformer_s"), names.end());
   EXPECT_EQ(model_config("from_env").name, "from_env");
   EXPECT_EQ(resolve_model_config("from_env").name, "from_env");
+  EXPECT_EQ(model_config("vit_tiny_patch16_224").vit.depth(), 1);
+  EXPECT_EQ(default_registry().folders().front(), dir.path().string());
 }
 
 TEST(ModelRegistry, ResolveTakesFilesOrNames) {

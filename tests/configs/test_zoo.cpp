@@ -2,8 +2,8 @@
 // make_timm_reference.py, run as a CTest fixture): parameter count, parameter names and shapes,
 // FLOPs, the options that leave no trace in the shapes, and the preprocessing of its default
 // pretrained weights; and every model builds and runs at batch 2.
-#include "configs/model_stats.h"
-#include "configs/registry.h"
+#include <attnzoo/configs/model_stats.h>
+#include <attnzoo/configs/registry.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -25,7 +25,7 @@ const nlohmann::json& timm_zoo() {
   return zoo;
 }
 
-// The zoo of the source tree (not $ATTNZOO_CONFIGS_DIR: these tests are about the shipped files).
+// The zoo of the source tree (not the search path: these tests are about the shipped files).
 ModelRegistry source_zoo() { return ModelRegistry(ATTNZOO_CONFIGS_SOURCE_DIR); }
 
 // The ViTs of the zoo (the Conformers are compared with their libraries in

@@ -1,7 +1,7 @@
 // libFuzzer target: the safetensors header parser on arbitrary bytes. Whatever it accepts must be
 // in bounds (every tensor byte is read here, so ASan catches a bad offset) and must survive a
 // write/re-read round trip; whatever it rejects must be rejected with SafetensorsError.
-#include "io/safetensors_format.h"
+#include <attnzoo/io/safetensors_format.h>
 
 #include <cstddef>
 #include <cstdint>

@@ -1,6 +1,6 @@
 // safetensors: round trips, interchange with the reference implementation (the `safetensors`
 // Python package) in both directions, and every kind of malformed file rejected with a message.
-#include "io/safetensors.h"
+#include <attnzoo/io/safetensors.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

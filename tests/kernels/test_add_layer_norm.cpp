@@ -3,7 +3,7 @@
 // both outputs against the reference expression's autograd and against finite differences; every
 // input check; and, with a GPU, the CUDA kernel against float64 by FlashAttention's rule (error at
 // most twice LibTorch's own at the same precision).
-#include "kernels/ops.h"
+#include <attnzoo/kernels/ops.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/torch.h>

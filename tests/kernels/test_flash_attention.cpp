@@ -5,7 +5,7 @@
 // precision), with poisoned outputs and awkward sizes. The same for
 // attnzoo::flash_attention_backward (the fused backward kernel on CUDA), directly and through
 // autograd.
-#include "kernels/ops.h"
+#include <attnzoo/kernels/ops.h>
 
 #include <torch/torch.h>
 

@@ -8,7 +8,7 @@
 // ConformerConvModuleImpl::forward and ConvNormImpl::forward in evaluation, layers/
 // conformer_parts.cpp) is reproduced here with the same LibTorch ops, in the same order, on the
 // same channels-first [B, 2C, T] tensor that its pointwise_conv1 produces.
-#include "kernels/ops.h"
+#include <attnzoo/kernels/ops.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/torch.h>

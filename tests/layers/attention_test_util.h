@@ -1,7 +1,7 @@
 // Helpers shared by the attention tests.
 #pragma once
 
-#include "layers/attention.h"
+#include <attnzoo/layers/attention.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -2,7 +2,7 @@
 // fully masked rows, awkward sizes and dtypes.
 #include "attention_test_util.h"
 
-#include "layers/attention_block_local.h"
+#include <attnzoo/layers/attention_block_local.h>
 
 #include <gmock/gmock.h>
 

@@ -2,7 +2,7 @@
 // against math given that pattern as an explicit attn_mask — every mask kind, awkward sizes
 // (L < b, L not a multiple of b, w > b, g >= L), dtypes, gradients, fully masked rows, errors, and
 // the layer.
-#include "layers/attention_block_local.h"
+#include <attnzoo/layers/attention_block_local.h>
 
 #include "attention_test_util.h"
 

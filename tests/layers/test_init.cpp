@@ -1,7 +1,7 @@
 // Initialisation schemes: the statistics each one promises.
 #include "attention_test_util.h"
 
-#include "layers/init.h"
+#include <attnzoo/layers/init.h>
 
 #include <cmath>
 

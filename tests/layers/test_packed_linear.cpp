@@ -1,7 +1,7 @@
 // PackedLinear: the oneDNN inference path equals torch::linear + the activation (to the matrix
 // product's rounding), is taken only where no autograd can see it, repacks when the weight
 // changes, and serves several threads at once.
-#include "layers/packed_linear.h"
+#include <attnzoo/layers/packed_linear.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

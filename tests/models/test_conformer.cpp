@@ -1,8 +1,8 @@
 // Conformer against torchaudio (weights from its state_dict, mapped), against its own per-utterance
 // output (padding must not leak), and relative-position attention against the paper's equations.
-#include "models/checkpoint.h"
-#include "models/conformer.h"
-#include "models/conformer_checkpoint.h"
+#include <attnzoo/models/checkpoint.h>
+#include <attnzoo/models/conformer.h>
+#include <attnzoo/models/conformer_checkpoint.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,9 +1,9 @@
 // ESPnet's own Conformer encoder (the pinned `espnet` package, make_espnet_reference.py) as the
 // reference for the relative-position Conformer ("latest" rel_pos: 2T − 1 positions and
 // rel_shift), and its checkpoint layouts: an ESPnet2 ASR model's state_dict and a bare encoder's.
-#include "models/checkpoint.h"
-#include "models/conformer.h"
-#include "models/conformer_checkpoint.h"
+#include <attnzoo/models/checkpoint.h>
+#include <attnzoo/models/conformer.h>
+#include <attnzoo/models/conformer_checkpoint.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

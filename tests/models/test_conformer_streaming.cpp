@@ -1,6 +1,6 @@
 // Streaming Conformer: chunk masks, the attention and convolution caches, and the promise that
 // encoding chunk by chunk equals the offline forward under the same chunk mask.
-#include "models/conformer.h"
+#include <attnzoo/models/conformer.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,9 +1,9 @@
 // CudaGraphForward: where it refuses (no CUDA build, a CPU example, another shape), and on a GPU,
 // that replays of a recorded ViT and Conformer forward give what the eager forward gives, for new
 // inputs each time, without overwriting earlier results.
-#include "models/conformer.h"
-#include "models/cuda_graph.h"
-#include "models/vit.h"
+#include <attnzoo/models/conformer.h>
+#include <attnzoo/models/cuda_graph.h>
+#include <attnzoo/models/vit.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

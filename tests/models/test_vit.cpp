@@ -1,7 +1,7 @@
 // ViT against timm: weights from timm's state_dict, loaded by name, and the same outputs.
-#include "models/checkpoint.h"
-#include "models/vit.h"
-#include "models/vit_checkpoint.h"
+#include <attnzoo/models/checkpoint.h>
+#include <attnzoo/models/vit.h>
+#include <attnzoo/models/vit_checkpoint.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

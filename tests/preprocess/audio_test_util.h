@@ -3,8 +3,8 @@
 // the comparison rule against float32 references.
 #pragma once
 
-#include "io/safetensors.h"
-#include "preprocess/fbank.h"
+#include <attnzoo/io/safetensors.h>
+#include <attnzoo/preprocess/fbank.h>
 
 #include <gtest/gtest.h>
 #include <sndfile.h>

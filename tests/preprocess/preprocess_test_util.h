@@ -2,8 +2,8 @@
 // make_preprocess_reference.py (a CTest fixture), its manifest, and comparison helpers.
 #pragma once
 
-#include "io/safetensors.h"
-#include "preprocess/image_transform.h"
+#include <attnzoo/io/safetensors.h>
+#include <attnzoo/preprocess/image_transform.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -1,11 +1,11 @@
 // Files to features: the block pipeline (reader -> soxr -> FeatureStream) equals reading,
 // resampling and featurising all at once; a long stream goes through in bounded memory; batches
 // are padded; a config's features section becomes the options.
+#include <attnzoo/configs/registry.h>
+#include <attnzoo/preprocess/audio_features.h>
+#include <attnzoo/preprocess/audio_from_config.h>
+#include <attnzoo/preprocess/resample.h>
 #include "audio_test_util.h"
-#include "configs/registry.h"
-#include "preprocess/audio_features.h"
-#include "preprocess/audio_from_config.h"
-#include "preprocess/resample.h"
 #include "tools/memory/memory_tracking.h"
 
 #include <gmock/gmock.h>

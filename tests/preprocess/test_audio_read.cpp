@@ -2,8 +2,8 @@
 // from the espeak-ng speech of the fixture (skipped visibly where this libsndfile lacks a codec),
 // channels, blocks, memory against file, and each bad input of the issue refused with one
 // message naming the file.
+#include <attnzoo/preprocess/audio_read.h>
 #include "audio_test_util.h"
-#include "preprocess/audio_read.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

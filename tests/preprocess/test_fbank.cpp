@@ -3,11 +3,11 @@
 // sets (make_audio_reference.py), the stereo 22.05 and 44.1 kHz files through our downmix and
 // resampler, openai-whisper's log_mel_spectrogram; then streaming equals one-shot, dither,
 // and the errors of a waveform too short, empty or not finite.
+#include <attnzoo/preprocess/audio_features.h>
+#include <attnzoo/preprocess/audio_read.h>
+#include <attnzoo/preprocess/fbank.h>
+#include <attnzoo/preprocess/resample.h>
 #include "audio_test_util.h"
-#include "preprocess/audio_features.h"
-#include "preprocess/audio_read.h"
-#include "preprocess/fbank.h"
-#include "preprocess/resample.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

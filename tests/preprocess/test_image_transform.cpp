@@ -1,9 +1,9 @@
 // The eval transform against timm's (resolve_data_config + create_transform) and torchvision's
 // ImageClassification preset: the same resize geometry exactly, and after normalisation a mean
 // absolute difference of at most 1/255 on every image (the max is printed).
-#include "configs/registry.h"
-#include "preprocess/from_config.h"
-#include "preprocess/image_transform.h"
+#include <attnzoo/configs/registry.h>
+#include <attnzoo/preprocess/from_config.h>
+#include <attnzoo/preprocess/image_transform.h>
 #include "preprocess_test_util.h"
 
 #include <gmock/gmock.h>

@@ -3,7 +3,7 @@
 // worker's error reaching the consumer with the file's name.
 #include "trainer_test_util.h"
 
-#include "train/data.h"
+#include <attnzoo/train/data.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -3,9 +3,9 @@
 // attention, key padding), the statistics on cases whose values are known (uniform: log n, one-hot:
 // 0), padding that changes nothing, recording that changes no output, attention rollout and
 // gradient norms against hand computations, and the JSON/text forms.
-#include "train/diagnostics.h"
+#include <attnzoo/train/diagnostics.h>
 
-#include "layers/conformer_parts.h"
+#include <attnzoo/layers/conformer_parts.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -2,9 +2,9 @@
 // torch::optim::AdamW: on ordinary groups the same trajectory; on a fused q/k/v weight with
 // per-slice settings, the trajectory that separate q, k and v weights with their own AdamW groups
 // follow. The schedule, the default no-decay set, the state round trip and the errors.
-#include "train/optimizer.h"
+#include <attnzoo/train/optimizer.h>
 
-#include "layers/attention.h"
+#include <attnzoo/layers/attention.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 // column (or the override).
 #include "trainer_test_util.h"
 
-#include "configs/train_config.h"
+#include <attnzoo/configs/train_config.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -3,10 +3,10 @@
 // run folder holds what it should, and evaluation's numbers agree with a hand computation.
 #include "trainer_test_util.h"
 
-#include "configs/train_config.h"
-#include "io/safetensors.h"
-#include "models/checkpoint.h"
-#include "train/trainer.h"
+#include <attnzoo/configs/train_config.h>
+#include <attnzoo/io/safetensors.h>
+#include <attnzoo/models/checkpoint.h>
+#include <attnzoo/train/trainer.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 #include "tools/cli/bench_attention.h"
 
-#include "layers/attention_backend.h"
+#include <attnzoo/layers/attention_backend.h>
 #include "tools/cli/plot.h"
 #include "tools/memory/memory_tracking.h"
 

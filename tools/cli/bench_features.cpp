@@ -1,9 +1,9 @@
 #include "tools/cli/bench_features.h"
 
-#include "configs/registry.h"
-#include "io/safetensors.h"
-#include "preprocess/audio_features.h"
-#include "preprocess/audio_from_config.h"
+#include <attnzoo/configs/registry.h>
+#include <attnzoo/io/safetensors.h>
+#include <attnzoo/preprocess/audio_features.h>
+#include <attnzoo/preprocess/audio_from_config.h>
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>

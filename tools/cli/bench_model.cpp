@@ -1,8 +1,8 @@
 #include "tools/cli/bench_model.h"
 
-#include "configs/registry.h"
-#include "io/safetensors.h"
-#include "models/cuda_graph.h"
+#include <attnzoo/configs/registry.h>
+#include <attnzoo/io/safetensors.h>
+#include <attnzoo/models/cuda_graph.h>
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>

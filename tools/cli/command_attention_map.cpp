@@ -11,14 +11,14 @@
 // approximation of it.
 #include "tools/cli/commands.h"
 
-#include "api/inference.h"
-#include "configs/registry.h"
-#include "models/conformer_frontend.h"
-#include "preprocess/audio_features.h"
-#include "preprocess/audio_from_config.h"
-#include "preprocess/from_config.h"
-#include "preprocess/image_decode.h"
-#include "train/diagnostics.h"
+#include <attnzoo/api/inference.h>
+#include <attnzoo/configs/registry.h>
+#include <attnzoo/models/conformer_frontend.h>
+#include <attnzoo/preprocess/audio_features.h>
+#include <attnzoo/preprocess/audio_from_config.h>
+#include <attnzoo/preprocess/from_config.h>
+#include <attnzoo/preprocess/image_decode.h>
+#include <attnzoo/train/diagnostics.h>
 
 #include <torch/torch.h>
 #include <opencv2/imgcodecs.hpp>

@@ -6,9 +6,9 @@
 // status is 1 if any input failed.
 #include "tools/cli/commands.h"
 
-#include "api/audio_classifier.h"
-#include "api/image_classifier.h"
-#include "configs/registry.h"
+#include <attnzoo/api/audio_classifier.h>
+#include <attnzoo/api/image_classifier.h>
+#include <attnzoo/configs/registry.h>
 
 #include <nlohmann/json.hpp>
 

@@ -10,7 +10,7 @@
 // key.
 #include "tools/cli/commands.h"
 
-#include "layers/attention.h"
+#include <attnzoo/layers/attention.h>
 
 #include <torch/torch.h>
 #include <opencv2/core.hpp>

@@ -5,10 +5,10 @@
 // bad file gets its error and the others are still encoded; the exit status is 1 if any failed.
 #include "tools/cli/commands.h"
 
-#include "api/speech_encoder.h"
-#include "configs/registry.h"
-#include "io/safetensors.h"
-#include "models/conformer_frontend.h"
+#include <attnzoo/api/speech_encoder.h>
+#include <attnzoo/configs/registry.h>
+#include <attnzoo/io/safetensors.h>
+#include <attnzoo/models/conformer_frontend.h>
 
 #include <nlohmann/json.hpp>
 

@@ -6,10 +6,10 @@
 // recording costs the memory of its features, not of its samples.
 #include "tools/cli/commands.h"
 
-#include "configs/registry.h"
-#include "io/safetensors.h"
-#include "preprocess/audio_features.h"
-#include "preprocess/audio_from_config.h"
+#include <attnzoo/configs/registry.h>
+#include <attnzoo/io/safetensors.h>
+#include <attnzoo/preprocess/audio_features.h>
+#include <attnzoo/preprocess/audio_from_config.h>
 
 #include <torch/torch.h>
 

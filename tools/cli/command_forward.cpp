@@ -6,9 +6,9 @@
 //              "lengths" [B] and, with a CTC head, "logits" [B, T', vocab] (log-probabilities)
 #include "tools/cli/commands.h"
 
-#include "configs/registry.h"
-#include "io/safetensors.h"
-#include "models/conformer_frontend.h"
+#include <attnzoo/configs/registry.h>
+#include <attnzoo/io/safetensors.h>
+#include <attnzoo/models/conformer_frontend.h>
 
 #include <torch/torch.h>
 

@@ -2,11 +2,12 @@
 // (configs/model_stats.h: analytic, so listing does not build ViT-H).
 #include "tools/cli/commands.h"
 
-#include "configs/model_stats.h"
-#include "configs/registry.h"
+#include <attnzoo/configs/model_stats.h>
+#include <attnzoo/configs/registry.h>
 
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 namespace attnzoo::cli {
 
@@ -16,12 +17,22 @@ Command add_models_command(CLI::App& app) {
   return {sub, [] {
             const auto registry = default_registry();
             const auto names = registry.names();
+            std::string folders;
+            for (const auto& folder : registry.folders()) {
+              folders += (folders.empty() ? "" : ", ") + folder;
+            }
             if (names.empty()) {
-              std::cout << "no models registered in " << registry.configs_dir() << "\n";
+              std::cout << "no models registered in "
+                        << (folders.empty() ? "any zoo folder (see attnzoo version)" : folders)
+                        << "\n";
               return 0;
             }
-            std::cout << "# " << names.size() << " models from " << registry.configs_dir() << "\n"
-                      << "# params: exact count of the built model's parameters\n"
+            std::cout << "# " << names.size() << " models from " << folders << "\n";
+            for (const auto& [name, file] : registry.shadowed()) {
+              std::cout << "# " << name << " of " << file << " is shadowed by "
+                        << registry.file(name) << "\n";
+            }
+            std::cout << "# params: exact count of the built model's parameters\n"
                       << "# GFLOPs: 2 x multiply-accumulates of matrix products and convolutions "
                          "(norms, softmax, activations and additions not counted), per "
                          "\"GFLOPs per\": one image at the input size (ViT), one second of audio "

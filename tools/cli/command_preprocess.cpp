@@ -4,11 +4,11 @@
 // with timm's or torchvision's from a script.
 #include "tools/cli/commands.h"
 
-#include "configs/registry.h"
-#include "io/safetensors.h"
-#include "preprocess/from_config.h"
-#include "preprocess/image_decode.h"
-#include "preprocess/image_transform.h"
+#include <attnzoo/configs/registry.h>
+#include <attnzoo/io/safetensors.h>
+#include <attnzoo/preprocess/from_config.h>
+#include <attnzoo/preprocess/image_decode.h>
+#include <attnzoo/preprocess/image_transform.h>
 
 #include <torch/torch.h>
 

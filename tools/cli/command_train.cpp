@@ -5,10 +5,10 @@
 #include "tools/cli/commands.h"
 #include "tools/cli/plot.h"
 
-#include "configs/registry.h"
-#include "configs/train_config.h"
-#include "io/safetensors.h"
-#include "train/trainer.h"
+#include <attnzoo/configs/registry.h>
+#include <attnzoo/configs/train_config.h>
+#include <attnzoo/io/safetensors.h>
+#include <attnzoo/train/trainer.h>
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>

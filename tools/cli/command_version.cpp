@@ -1,8 +1,10 @@
 // `attnzoo version`: what this binary was built with and what it finds at run time.
 #include "tools/cli/commands.h"
-#include "train/distributed.h"
 
-#include "kernels/ops.h"
+#include <attnzoo/configs/registry.h>
+#include <attnzoo/configs/zoo_path.h>
+#include <attnzoo/kernels/ops.h>
+#include <attnzoo/train/distributed.h>
 
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <sndfile.h>
@@ -32,6 +34,29 @@ std::string cuda_summary() {
   return out.str();
 }
 
+// Where the zoo was looked for, in order, and what each place holds.
+std::string zoo_summary() {
+  std::ostringstream out;
+  const auto library = attnzoo_library_file();
+  out << "library: " << (library.empty() ? "unknown" : library) << "\n"
+      << "zoo (searched in this order; the first folder that defines a model wins):\n";
+  const auto search_path = zoo_search_path();
+  if (search_path.empty()) out << "  nowhere to look: set " << kZooPathVariable << "\n";
+  for (const auto& folder : search_path) {
+    out << "  " << zoo_folder_origin_name(folder.origin) << ": " << folder.path << ": ";
+    if (!folder.exists) {
+      out << "missing\n";
+      continue;
+    }
+    try {
+      out << ModelRegistry(folder.path).names().size() << " models\n";
+    } catch (const std::exception& e) {
+      out << "unreadable (" << e.what() << ")\n";
+    }
+  }
+  return out.str();
+}
+
 int run_version() {
   std::cout << "attnzoo " << ATTNZOO_VERSION << "\n"
             << "LibTorch " << TORCH_VERSION << "\n"
@@ -46,7 +71,8 @@ int run_version() {
             << (distributed_available(false)
                     ? (distributed_available(true) ? "gloo, nccl" : "gloo")
                     : (distributed_available(true) ? "nccl" : "none (no c10d headers)"))
-            << "\n";
+            << "\n"
+            << zoo_summary();
   return 0;
 }
 

@@ -1,10 +1,13 @@
 // attnzoo: one binary, git-style subcommands.
 #include "tools/cli/commands.h"
 
+#include <attnzoo/configs/zoo_path.h>
+
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <iostream>
+#include <string>
 #include <vector>
 
 namespace {
@@ -17,6 +20,12 @@ int main(int argc, char** argv) {
   CLI::App app{"attnzoo: Vision Transformers and Conformers on LibTorch", "attnzoo"};
   app.require_subcommand(1, 1);
   app.fallthrough(false);
+  // Before the subcommand, as git's -C: attnzoo --zoo ~/models classify --model mine ...
+  std::vector<std::string> zoo_folders;
+  app.add_option("--zoo", zoo_folders,
+                 "A folder of model YAMLs searched before the zoo (configs/zoo_path.h); "
+                 "repeatable, first given first")
+      ->check(CLI::ExistingDirectory);
   const std::vector<attnzoo::cli::Command> commands = {
       attnzoo::cli::add_version_command(app),  attnzoo::cli::add_models_command(app),
       attnzoo::cli::add_demo_command(app),     attnzoo::cli::add_bench_command(app),
@@ -51,6 +60,7 @@ int main(int argc, char** argv) {
     std::cerr << "attnzoo: " << message << " (see attnzoo --help)\n";
     return kUsageError;
   }
+  for (const auto& folder : zoo_folders) attnzoo::add_zoo_folder(folder);
   for (const auto& command : commands) {
     if (!command.app->parsed()) continue;
     try {

@@ -1,11 +1,13 @@
-// Classifies images with a timm ViT checkpoint: the README's C++ example.
+// Classifies images with a model of the zoo: the README's C++ example, built against an installed
+// attnzoo (CMakeLists.txt beside it; README "Use attnzoo from your project").
 //
+//   classify_image vit_digits $PREFIX/share/attnzoo/vit/vit_digits.safetensors digit.png
 //   python tools/to_safetensors.py vit_base_patch16_224.pth vit_base.safetensors   # once
-//   build/tools/examples/classify_image vit_base_patch16_224 vit_base.safetensors cat.jpg
+//   classify_image vit_base_patch16_224 vit_base.safetensors cat.jpg
 //
-// The model is a name of the zoo (configs/vit/) or a YAML file; its config brings the
-// preprocessing (resize, crop, mean, std) and the labels.
-#include "api/image_classifier.h"
+// The model is a name of the zoo (found at run time: configs/zoo_path.h) or a YAML file; its
+// config brings the preprocessing (resize, crop, mean, std) and the labels.
+#include <attnzoo/api/image_classifier.h>
 
 #include <cstdio>
 #include <exception>
@@ -22,7 +24,7 @@ int main(int argc, char** argv) {
     for (int i = 3; i < argc; ++i) {
       std::printf("%s\n", argv[i]);
       for (const auto& p : classifier.classify(argv[i], /*topk=*/5)) {
-        std::printf("  %5.1f%%  %s\n", 100.0 * p.probability, p.label.c_str());
+        std::printf("  %8.4f%%  %s\n", 100.0 * p.probability, p.label.c_str());
       }
     }
   } catch (const std::exception& e) {

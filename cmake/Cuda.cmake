@@ -1,0 +1,26 @@
+# Whether kernels/ is compiled for CUDA, and for which architectures (attnzoo's build only).
+#
+# ATTNZOO_CUDA=AUTO|ON|OFF: AUTO compiles kernels/ when nvcc and a CUDA-enabled LibTorch are both
+# present; the resulting binaries still run on machines without a GPU. Needs cmake/Torch.cmake.
+include_guard(GLOBAL)
+
+set(ATTNZOO_CUDA "AUTO" CACHE STRING "Build the CUDA kernels: AUTO, ON or OFF")
+set_property(CACHE ATTNZOO_CUDA PROPERTY STRINGS AUTO ON OFF)
+set(ATTNZOO_CUDA_ARCHITECTURES "80;90a" CACHE STRING "CUDA architectures of kernels/")
+
+include(CheckLanguage)
+set(ATTNZOO_WITH_CUDA OFF)
+if(NOT ATTNZOO_CUDA STREQUAL "OFF")
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER AND ATTNZOO_TORCH_HAS_CUDA)
+    set(ATTNZOO_WITH_CUDA ON)
+  elseif(ATTNZOO_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "ATTNZOO_CUDA=ON but nvcc (${CMAKE_CUDA_COMPILER}) or a CUDA-enabled LibTorch "
+                        "(${ATTNZOO_TORCH_HAS_CUDA}) is missing")
+  endif()
+endif()
+if(ATTNZOO_WITH_CUDA)
+  set(CMAKE_CUDA_ARCHITECTURES ${ATTNZOO_CUDA_ARCHITECTURES})
+  enable_language(CUDA)
+endif()
+message(STATUS "attnzoo: LibTorch ${Torch_VERSION}, CUDA kernels: ${ATTNZOO_WITH_CUDA}")
