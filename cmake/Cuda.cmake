@@ -6,7 +6,9 @@ include_guard(GLOBAL)
 
 set(ATTNZOO_CUDA "AUTO" CACHE STRING "Build the CUDA kernels: AUTO, ON or OFF")
 set_property(CACHE ATTNZOO_CUDA PROPERTY STRINGS AUTO ON OFF)
-set(ATTNZOO_CUDA_ARCHITECTURES "80;90a" CACHE STRING "CUDA architectures of kernels/")
+# Each architecture compiled once: sm_80 code with its PTX (which newer GPUs can compile at load
+# time) and sm_90a code alone (PTX of an arch-specific target runs nowhere else).
+set(ATTNZOO_CUDA_ARCHITECTURES "80;90a-real" CACHE STRING "CUDA architectures of kernels/")
 
 include(CheckLanguage)
 set(ATTNZOO_WITH_CUDA OFF)

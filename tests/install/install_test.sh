@@ -20,6 +20,12 @@ prefix=$work/prefix
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 unset ATTNZOO_ZOO_PATH
+# Linked statically (BUILD_SHARED_LIBS=OFF), a program finds the zoo relative to itself, which
+# these consumers, built outside the prefix, cannot: they are told where it is, as the README says.
+consumer_env=()
+if [ -d "$prefix" ] && ! ls "$prefix"/lib/libattnzoo_api.so* >/dev/null 2>&1; then
+  consumer_env=(env "ATTNZOO_ZOO_PATH=$prefix/share/attnzoo")
+fi
 
 fail() {
   echo "FAIL: $*"
@@ -102,7 +108,7 @@ case "$case_name" in
     cd "$work"
     # classify_image on the shipped digit model, by its zoo name: the top-5 labels and
     # probabilities of the installed CLI's.
-    "$work/examples/classify_image" vit_digits "$zoo/vit/vit_digits.safetensors" \
+    "${consumer_env[@]}" "$work/examples/classify_image" vit_digits "$zoo/vit/vit_digits.safetensors" \
       "$zoo/samples/digit_7.png" >"$out/example" || fail "classify_image failed"
     "$prefix/bin/attnzoo" classify --model vit_digits --weights "$zoo/vit/vit_digits.safetensors" \
       --topk 5 --json "$zoo/samples/digit_7.png" >"$out/cli" || fail "attnzoo classify failed"
@@ -120,7 +126,7 @@ assert all(abs(a - b) <= 1e-6 for (_, a), (_, b) in zip(ours, cli)), (ours, cli)
 assert ours[0][0] == "7", ours
 PY
     # encode_audio on the shipped keyword model: the frames of the installed CLI's.
-    "$work/examples/encode_audio" conformer_kws "$zoo/conformer/conformer_kws.safetensors" \
+    "${consumer_env[@]}" "$work/examples/encode_audio" conformer_kws "$zoo/conformer/conformer_kws.safetensors" \
       "$zoo/samples/keyword_stop.wav" >"$out/example" || fail "encode_audio failed"
     "$prefix/bin/attnzoo" encode --model conformer_kws \
       --weights "$zoo/conformer/conformer_kws.safetensors" --json "$zoo/samples/keyword_stop.wav" \
@@ -143,7 +149,7 @@ PY
     bash -c "$line" >"$out/build.log" 2>&1 || { cat "$out/build.log"; fail "$line failed"; }
     zoo=$prefix/share/attnzoo
     cd "$work"
-    "$out/top1" "$zoo/samples/digit_7.png" >"$out/ours" || fail "top1 failed"
+    "${consumer_env[@]}" "$out/top1" "$zoo/samples/digit_7.png" >"$out/ours" || fail "top1 failed"
     "$prefix/bin/attnzoo" classify --model vit_digits --weights "$zoo/vit/vit_digits.safetensors" \
       --topk 1 --json "$zoo/samples/digit_7.png" >"$out/cli" || fail "attnzoo classify failed"
     cat "$out/ours"
