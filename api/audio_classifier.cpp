@@ -18,10 +18,6 @@ bool is_audio_classifier(const ModelConfig& config) {
 
 namespace {
 
-void check_topk(int64_t topk) {
-  TORCH_CHECK_VALUE(topk >= 1, "AudioClassifier: topk must be >= 1, got ", topk);
-}
-
 SpeechEncoder checked_encoder(const std::string& model, AudioClassifierOptions options) {
   // Checked before the weights load, so that a wrong config fails fast and says why.
   const auto config = resolve_model_config(model, options.overrides);
@@ -53,20 +49,20 @@ const std::string& AudioClassifier::weights_description() const {
 const SpeechEncoder& AudioClassifier::encoder() const { return state_->encoder; }
 
 std::vector<Prediction> AudioClassifier::classify(const std::string& path, int64_t topk) const {
-  check_topk(topk);
+  check_topk("AudioClassifier", topk);
   return top_predictions(state_->encoder.encode(path).logits, topk, state_->labels);
 }
 
 std::vector<Prediction> AudioClassifier::classify(const torch::Tensor& samples, int64_t sample_rate,
                                                   int64_t topk) const {
-  check_topk(topk);
+  check_topk("AudioClassifier", topk);
   return top_predictions(state_->encoder.encode_waveform(samples, sample_rate).logits, topk,
                          state_->labels);
 }
 
 std::vector<AudioResult> AudioClassifier::classify(const std::vector<std::string>& paths,
                                                    int64_t topk) const {
-  check_topk(topk);
+  check_topk("AudioClassifier", topk);
   const auto encoded = state_->encoder.encode(paths);
   std::vector<AudioResult> results(encoded.size());
   for (size_t i = 0; i < encoded.size(); ++i) {

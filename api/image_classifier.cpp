@@ -121,30 +121,22 @@ torch::Tensor ImageClassifier::logits(const torch::Tensor& pixels) const {
   return (*graph)(input).to(torch::kCPU, torch::kFloat);
 }
 
-namespace {
-
-void check_topk(int64_t topk) {
-  TORCH_CHECK_VALUE(topk >= 1, "ImageClassifier: topk must be >= 1, got ", topk);
-}
-
-}  // namespace
-
 std::vector<Prediction> ImageClassifier::classify(const std::string& path, int64_t topk) const {
-  check_topk(topk);
+  check_topk("ImageClassifier", topk);
   const auto rgb = decode_image(path, state_->options.decode);
   return top_predictions(logits(preprocess(rgb).unsqueeze(0))[0], topk, state_->labels);
 }
 
 std::vector<Prediction> ImageClassifier::classify(const cv::Mat& image, int64_t topk,
                                                   ChannelOrder order) const {
-  check_topk(topk);
+  check_topk("ImageClassifier", topk);
   return top_predictions(logits(preprocess(to_rgb(image, order)).unsqueeze(0))[0], topk,
                          state_->labels);
 }
 
 std::vector<ImageResult> ImageClassifier::classify(const std::vector<std::string>& paths,
                                                    int64_t topk) const {
-  check_topk(topk);
+  check_topk("ImageClassifier", topk);
   const auto& s = *state_;
   std::vector<ImageResult> results(paths.size());
   const auto batch_size = static_cast<size_t>(s.options.batch_size);

@@ -45,6 +45,10 @@ std::vector<std::string> load_labels(const LabelsConfig& labels, int64_t classes
   return names;
 }
 
+void check_topk(const char* who, int64_t topk) {
+  TORCH_CHECK_VALUE(topk >= 1, who, ": topk must be >= 1, got ", topk);
+}
+
 std::vector<Prediction> top_predictions(const torch::Tensor& logits, int64_t topk,
                                         const std::vector<std::string>& labels) {
   TORCH_CHECK_VALUE(logits.dim() == 1 && logits.size(0) >= 1,

@@ -27,6 +27,9 @@ std::vector<std::string> load_labels(const LabelsConfig& labels, int64_t classes
 // that has it: configs/zoo_path.h). Throws naming the folders searched when none has it.
 std::string imagenet_labels_file();
 
+// Checks a caller's top-k (at least 1): throws c10::ValueError "<who>: topk must be >= 1, got k".
+void check_topk(const char* who, int64_t topk);
+
 // logits [classes] -> the `topk` most probable classes (softmax in float64), most probable
 // first; topk is clamped to the classes. `labels`: one per class, or empty.
 std::vector<Prediction> top_predictions(const torch::Tensor& logits, int64_t topk,

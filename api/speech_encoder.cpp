@@ -83,10 +83,7 @@ SpeechEncoder::SpeechEncoder(const std::string& model, SpeechEncoderOptions opti
                     "ConformerEncoder directly)");
   s.extractor = std::make_unique<FeatureExtractor>(audio_feature_options(s.config.features));
   const auto& o = s.config.conformer;
-  if (o.subsampling() != "none") {
-    const auto steps = conformer_subsampling_steps(o.subsampling());
-    while (subsampled_length(steps, s.min_frames) < 1) ++s.min_frames;
-  }
+  s.min_frames = conformer_subsampling_min_frames(o.subsampling());
   int64_t rate = 1;
   if (o.subsampling() != "none") {
     for (const auto& step : conformer_subsampling_steps(o.subsampling())) rate *= step.stride;

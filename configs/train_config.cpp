@@ -154,7 +154,8 @@ TrainLoopConfig read_loop(MapReader t) {
   return l;
 }
 
-TrainConfig read_document(const Document& document, const std::vector<std::string>& overrides) {
+TrainConfig read_train_document(const Document& document,
+                                const std::vector<std::string>& overrides) {
   MapReader root(document, document.root(), "");
   TrainConfig c;
   c.source = document.source();
@@ -207,7 +208,7 @@ TrainConfig parse_train_config(const std::string& yaml, const std::string& sourc
                                const std::vector<std::string>& overrides) {
   Document document(yaml, source);
   for (const auto& item : overrides) document.apply_override(item);
-  return read_document(document, overrides);
+  return read_train_document(document, overrides);
 }
 
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {

@@ -9,7 +9,7 @@
 namespace attnzoo {
 namespace {
 
-constexpr const char* kWho = "MultiheadAttention";
+constexpr const char* kAttentionWho = "MultiheadAttention";
 
 // Xavier-uniform on rows [begin, begin + rows) of `weight`, as if that slice were its own layer
 // (fan_out = rows): the fused projection must initialise like separate q, k, v layers.
@@ -75,29 +75,31 @@ MultiheadAttentionImpl::MultiheadAttentionImpl(MultiheadAttentionOptions options
 
 void MultiheadAttentionImpl::reset() {
   const auto& o = options;
-  TORCH_CHECK_VALUE(o.embed_dim() > 0, kWho, ": embed_dim must be > 0, got ", o.embed_dim());
-  TORCH_CHECK_VALUE(o.num_heads() > 0, kWho, ": num_heads must be > 0, got ", o.num_heads());
-  TORCH_CHECK_VALUE(o.head_dim() >= 0, kWho,
+  TORCH_CHECK_VALUE(o.embed_dim() > 0, kAttentionWho, ": embed_dim must be > 0, got ",
+                    o.embed_dim());
+  TORCH_CHECK_VALUE(o.num_heads() > 0, kAttentionWho, ": num_heads must be > 0, got ",
+                    o.num_heads());
+  TORCH_CHECK_VALUE(o.head_dim() >= 0, kAttentionWho,
                     ": head_dim must be >= 0 (0 = embed_dim / num_heads), got ", o.head_dim());
   if (o.head_dim() == 0) {
-    TORCH_CHECK_VALUE(o.embed_dim() % o.num_heads() == 0, kWho, ": embed_dim ", o.embed_dim(),
-                      " is not divisible by num_heads ", o.num_heads(),
+    TORCH_CHECK_VALUE(o.embed_dim() % o.num_heads() == 0, kAttentionWho, ": embed_dim ",
+                      o.embed_dim(), " is not divisible by num_heads ", o.num_heads(),
                       "; choose another num_heads or set head_dim explicitly");
     head_dim_ = o.embed_dim() / o.num_heads();
   } else {
     head_dim_ = o.head_dim();
   }
-  TORCH_CHECK_VALUE(o.kv_dim() >= 0, kWho, ": kv_dim must be >= 0, got ", o.kv_dim());
-  TORCH_CHECK_VALUE(o.cross_attention() || o.kv_dim() == 0, kWho, ": kv_dim ", o.kv_dim(),
+  TORCH_CHECK_VALUE(o.kv_dim() >= 0, kAttentionWho, ": kv_dim must be >= 0, got ", o.kv_dim());
+  TORCH_CHECK_VALUE(o.cross_attention() || o.kv_dim() == 0, kAttentionWho, ": kv_dim ", o.kv_dim(),
                     " is set but cross_attention is off");
-  TORCH_CHECK_VALUE(o.attn_drop() >= 0.0 && o.attn_drop() < 1.0, kWho,
+  TORCH_CHECK_VALUE(o.attn_drop() >= 0.0 && o.attn_drop() < 1.0, kAttentionWho,
                     ": attn_drop must lie in [0, 1), got ", o.attn_drop());
-  TORCH_CHECK_VALUE(o.proj_drop() >= 0.0 && o.proj_drop() < 1.0, kWho,
+  TORCH_CHECK_VALUE(o.proj_drop() >= 0.0 && o.proj_drop() < 1.0, kAttentionWho,
                     ": proj_drop must lie in [0, 1), got ", o.proj_drop());
-  TORCH_CHECK_VALUE(!o.scale() || (std::isfinite(*o.scale()) && *o.scale() > 0.0), kWho,
+  TORCH_CHECK_VALUE(!o.scale() || (std::isfinite(*o.scale()) && *o.scale() > 0.0), kAttentionWho,
                     ": scale must be finite and > 0, got ", o.scale() ? *o.scale() : 0.0);
   TORCH_CHECK_VALUE(o.init() == "trunc_normal" || o.init() == "xavier_qk" || o.init() == "jax",
-                    kWho, ": unknown init '", o.init(),
+                    kAttentionWho, ": unknown init '", o.init(),
                     "'; expected trunc_normal, xavier_qk or jax");
   set_backend(o.backend());
 
@@ -172,7 +174,7 @@ void MultiheadAttentionImpl::set_backend(const std::string& backend) {
   if (!is_attention_backend(backend)) {
     std::string known = "auto";
     for (const auto& name : attention_backend_names()) known += ", " + name;
-    TORCH_CHECK_VALUE(false, kWho, ": unknown attention backend '", backend,
+    TORCH_CHECK_VALUE(false, kAttentionWho, ": unknown attention backend '", backend,
                       "'; known backends: ", known);
   }
   options.backend(backend);
@@ -193,7 +195,7 @@ torch::Tensor MultiheadAttentionImpl::forward(const torch::Tensor& x, const Atte
 torch::Tensor MultiheadAttentionImpl::forward_cross(const torch::Tensor& query,
                                                     const torch::Tensor& memory,
                                                     const AttentionMask& mask) {
-  TORCH_CHECK_VALUE(memory.defined(), kWho, ": forward_cross needs a memory tensor");
+  TORCH_CHECK_VALUE(memory.defined(), kAttentionWho, ": forward_cross needs a memory tensor");
   return run(query, memory, mask, /*need_weights=*/false).output;
 }
 
@@ -233,23 +235,24 @@ AttentionOutput MultiheadAttentionImpl::run(const torch::Tensor& query, const to
   const int64_t heads = o.num_heads();
   const int64_t e = head_dim_;
   const int64_t inner = inner_dim();
-  TORCH_CHECK_VALUE(query.defined() && query.dim() == 3 && query.size(2) == o.embed_dim(), kWho,
-                    ": query must be [B, L, embed_dim = ", o.embed_dim(), "], got ",
+  TORCH_CHECK_VALUE(query.defined() && query.dim() == 3 && query.size(2) == o.embed_dim(),
+                    kAttentionWho, ": query must be [B, L, embed_dim = ", o.embed_dim(), "], got ",
                     query.defined() ? shape_string(query.sizes()) : "an undefined tensor");
-  TORCH_CHECK_VALUE(query.is_floating_point(), kWho, ": query must be floating point, got ",
-                    query.scalar_type());
+  TORCH_CHECK_VALUE(query.is_floating_point(), kAttentionWho,
+                    ": query must be floating point, got ", query.scalar_type());
   const int64_t batch = query.size(0);
   const int64_t query_len = query.size(1);
 
   AttentionProblem problem;
   if (o.cross_attention()) {
     const int64_t kv_dim = o.kv_dim() > 0 ? o.kv_dim() : o.embed_dim();
-    TORCH_CHECK_VALUE(memory.defined(), kWho,
+    TORCH_CHECK_VALUE(memory.defined(), kAttentionWho,
                       ": this layer is a cross-attention layer; call forward_cross(query, memory)");
-    TORCH_CHECK_VALUE(memory.dim() == 3 && memory.size(2) == kv_dim, kWho,
+    TORCH_CHECK_VALUE(memory.dim() == 3 && memory.size(2) == kv_dim, kAttentionWho,
                       ": memory must be [B, S, kv_dim = ", kv_dim, "], got ",
                       shape_string(memory.sizes()));
-    TORCH_CHECK_VALUE(memory.size(0) == batch, kWho, ": batch mismatch: query has B = ", batch,
+    TORCH_CHECK_VALUE(memory.size(0) == batch, kAttentionWho,
+                      ": batch mismatch: query has B = ", batch,
                       ", memory has B = ", memory.size(0));
     const int64_t key_len = memory.size(1);
     // [B, L, H·E] -> [B, H, L, E] and [B, S, 2·H·E] -> 2 × [B, H, S, E], all views.
@@ -259,7 +262,7 @@ AttentionOutput MultiheadAttentionImpl::run(const torch::Tensor& query, const to
     problem.key = kv_heads[0];
     problem.value = kv_heads[1];
   } else {
-    TORCH_CHECK_VALUE(!memory.defined(), kWho,
+    TORCH_CHECK_VALUE(!memory.defined(), kAttentionWho,
                       ": this layer is a self-attention layer; set cross_attention(true) in its "
                       "options to attend to a memory sequence");
     // [B, L, 3·H·E] -> 3 × [B, H, L, E], all views of the one projection output.
@@ -289,7 +292,7 @@ AttentionOutput MultiheadAttentionImpl::run(const torch::Tensor& query, const to
     as_configured.need_weights = false;
     const auto equivalent =
         select_attention_backend(o.backend(), as_configured).math_equivalent(as_configured);
-    TORCH_CHECK_VALUE(equivalent, kWho, ": backend '", o.backend(),
+    TORCH_CHECK_VALUE(equivalent, kAttentionWho, ": backend '", o.backend(),
                       "' approximates softmax attention and has no attention probabilities to "
                       "return (need_weights)");
     problem.mask = *equivalent;

@@ -7,6 +7,8 @@
 // built. The g global queries attend to every key: a plain g × L attention.
 #include <attnzoo/layers/attention_block_local.h>
 
+#include <attnzoo/layers/attention_internal.h>
+
 #include <ATen/TensorIndexing.h>
 
 #include <algorithm>
@@ -25,12 +27,8 @@ void check_options(const AttentionBackendOptions& o, const char* who) {
                     o.global_tokens());
 }
 
-// [d0, ..., dk] -> [1, ..., 1, d0, ..., dk] with 4 dims (masks are validated to have at most 4).
-torch::Tensor as_4d(const torch::Tensor& t) {
-  std::vector<int64_t> sizes(4 - t.dim(), 1);
-  sizes.insert(sizes.end(), t.sizes().begin(), t.sizes().end());
-  return t.reshape(sizes);
-}
+// Masks are validated to have at most 4 dims.
+using attention_detail::as_4d;
 
 // The entries of `t` (broadcastable to [B, H, L, S]) at query positions `rows` and key positions
 // `cols` (Long, broadcastable to each other: shape P). A size-1 dim of `t` is read at index 0.

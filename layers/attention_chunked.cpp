@@ -18,6 +18,7 @@
 // Dropout is not supported (this path serves inference and memory-bound training without attention
 // dropout); nor are the probabilities (need_weights), which are exactly what it avoids building.
 #include <attnzoo/layers/attention_backend.h>
+#include <attnzoo/layers/attention_internal.h>
 
 #include <torch/autograd.h>
 
@@ -28,6 +29,9 @@
 
 namespace attnzoo {
 namespace {
+
+using attention_detail::accumulation_type;
+using attention_detail::as_4d;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -42,18 +46,6 @@ struct ChunkedSpec {
   double scale = 1.0;
   int64_t chunk = 256;
 };
-
-// bf16/half are accumulated in float32 (as FlashAttention does); float32 and float64 in their own
-// precision.
-torch::ScalarType accumulation_type(torch::ScalarType t) {
-  return (t == torch::kBFloat16 || t == torch::kHalf) ? torch::kFloat : t;
-}
-
-// [d0, ..., dk] -> [1, ..., 1, d0, ..., dk] with 4 dims; a view.
-torch::Tensor as_4d(torch::Tensor t) {
-  while (t.dim() < 4) t = t.unsqueeze(0);
-  return t;
-}
 
 // The part of a tensor broadcastable to [B, H, L, S] that covers queries [i0, i0 + lc) and keys
 // [j0, j0 + sc): broadcast (size-1) dims are left alone. A view.

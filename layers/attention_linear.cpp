@@ -20,6 +20,7 @@
 // O(B·H·chunk²) plus the state; under autograd each query chunk keeps its own copy of the state,
 // O(B·H·(L/chunk)·E·Ev), and its tile, O(B·H·L·chunk) in all — never [L, E, Ev] per position.
 #include <attnzoo/layers/attention_backend.h>
+#include <attnzoo/layers/attention_internal.h>
 
 #include <algorithm>
 #include <optional>
@@ -30,10 +31,7 @@
 namespace attnzoo {
 namespace {
 
-// bf16/half are accumulated in float32; float32 and float64 in their own precision.
-torch::ScalarType accumulation_type(torch::ScalarType t) {
-  return (t == torch::kBFloat16 || t == torch::kHalf) ? torch::kFloat : t;
-}
+using attention_detail::accumulation_type;
 
 // φ(x) = elu(x) + 1 > 0 (Katharopoulos et al., §3.2): a denominator is 0 only without keys.
 torch::Tensor feature_map(const torch::Tensor& x) { return torch::elu(x) + 1.0; }

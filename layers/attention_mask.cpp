@@ -1,5 +1,7 @@
 #include <attnzoo/layers/attention_mask.h>
 
+#include <attnzoo/layers/attention_internal.h>
+
 #include <sstream>
 
 namespace attnzoo {
@@ -29,12 +31,7 @@ void check_broadcastable(const torch::Tensor& t, const char* name, int64_t batch
                     " (each dim equal or 1, at most 4 dims), got ", shape_string(t.sizes()));
 }
 
-// [d0, ..., dk] -> [1, ..., 1, d0, ..., dk] with 4 dims.
-torch::Tensor as_4d(const torch::Tensor& t) {
-  std::vector<int64_t> sizes(4 - t.dim(), 1);
-  sizes.insert(sizes.end(), t.sizes().begin(), t.sizes().end());
-  return t.reshape(sizes);
-}
+using attention_detail::as_4d;
 
 }  // namespace
 

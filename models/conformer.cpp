@@ -7,30 +7,31 @@
 namespace attnzoo {
 namespace {
 
-constexpr const char* kWho = "Conformer";
+constexpr const char* kConformerWho = "Conformer";
 
 // Checks lengths against x [B, T, D]: [B], integral, each in [0, T].
 void check_lengths(const torch::Tensor& x, const torch::Tensor& lengths) {
   if (!lengths.defined()) return;
-  TORCH_CHECK_VALUE(lengths.dim() == 1 && lengths.size(0) == x.size(0), kWho,
+  TORCH_CHECK_VALUE(lengths.dim() == 1 && lengths.size(0) == x.size(0), kConformerWho,
                     ": lengths must be [B = ", x.size(0), "], got ", shape_string(lengths.sizes()));
   TORCH_CHECK_VALUE(!lengths.is_floating_point() && !lengths.is_complex() &&
                         lengths.scalar_type() != torch::kBool,
-                    kWho, ": lengths must be integral, got ", lengths.scalar_type());
+                    kConformerWho, ": lengths must be integral, got ", lengths.scalar_type());
   if (lengths.numel() == 0) return;
   const auto bounds = torch::stack({lengths.min(), lengths.max()}).to(torch::kCPU);
   const int64_t lo = bounds[0].item<int64_t>(), hi = bounds[1].item<int64_t>();
-  TORCH_CHECK_VALUE(lo >= 0 && hi <= x.size(1), kWho, ": lengths must lie in [0, T = ", x.size(1),
-                    "], got values from ", lo, " to ", hi);
+  TORCH_CHECK_VALUE(lo >= 0 && hi <= x.size(1), kConformerWho,
+                    ": lengths must lie in [0, T = ", x.size(1), "], got values from ", lo, " to ",
+                    hi);
 }
 
 void check_input(const torch::Tensor& x, int64_t dim) {
-  TORCH_CHECK_VALUE(x.defined() && x.dim() == 3 && x.size(2) == dim, kWho,
+  TORCH_CHECK_VALUE(x.defined() && x.dim() == 3 && x.size(2) == dim, kConformerWho,
                     ": x must be [B, T, input_dim = ", dim, "], got ",
                     x.defined() ? shape_string(x.sizes()) : "an undefined tensor");
-  TORCH_CHECK_VALUE(x.is_floating_point(), kWho, ": x must be floating point, got ",
+  TORCH_CHECK_VALUE(x.is_floating_point(), kConformerWho, ": x must be floating point, got ",
                     x.scalar_type());
-  TORCH_CHECK_VALUE(x.size(1) > 0, kWho, ": x must have at least one frame, got ",
+  TORCH_CHECK_VALUE(x.size(1) > 0, kConformerWho, ": x must have at least one frame, got ",
                     shape_string(x.sizes()));
 }
 
@@ -109,16 +110,17 @@ ConformerImpl::ConformerImpl(ConformerOptions options_) : options(std::move(opti
 
 void ConformerImpl::reset() {
   const auto& o = options;
-  TORCH_CHECK_VALUE(o.input_dim() > 0 && o.num_heads() > 0 && o.ffn_dim() > 0, kWho,
+  TORCH_CHECK_VALUE(o.input_dim() > 0 && o.num_heads() > 0 && o.ffn_dim() > 0, kConformerWho,
                     ": input_dim, num_heads and ffn_dim must be > 0, got ", o.input_dim(), ", ",
                     o.num_heads(), ", ", o.ffn_dim());
-  TORCH_CHECK_VALUE(o.input_dim() % o.num_heads() == 0, kWho, ": input_dim ", o.input_dim(),
-                    " is not divisible by num_heads ", o.num_heads());
-  TORCH_CHECK_VALUE(o.num_layers() >= 0, kWho, ": num_layers must be >= 0, got ", o.num_layers());
-  TORCH_CHECK_VALUE(o.depthwise_conv_kernel_size() > 0, kWho,
+  TORCH_CHECK_VALUE(o.input_dim() % o.num_heads() == 0, kConformerWho, ": input_dim ",
+                    o.input_dim(), " is not divisible by num_heads ", o.num_heads());
+  TORCH_CHECK_VALUE(o.num_layers() >= 0, kConformerWho, ": num_layers must be >= 0, got ",
+                    o.num_layers());
+  TORCH_CHECK_VALUE(o.depthwise_conv_kernel_size() > 0, kConformerWho,
                     ": depthwise_conv_kernel_size must be > 0, got ",
                     o.depthwise_conv_kernel_size());
-  TORCH_CHECK_VALUE(is_conformer_position_mode(o.position()), kWho, ": unknown position '",
+  TORCH_CHECK_VALUE(is_conformer_position_mode(o.position()), kConformerWho, ": unknown position '",
                     o.position(), "'; expected none, rel_pos or rel_pos_wenet");
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < o.num_layers(); ++i) layers->push_back(ConformerBlock(o));

@@ -91,10 +91,16 @@ int64_t ConformerSubsamplingImpl::output_length(int64_t frames) const {
   return subsampled_length(steps, frames);
 }
 
-int64_t ConformerSubsamplingImpl::min_frames() const {
+int64_t conformer_subsampling_min_frames(const std::string& kind) {
+  if (kind == "none") return 1;
+  const auto steps = conformer_subsampling_steps(kind);
   int64_t frames = 1;
-  while (output_length(frames) < 1) ++frames;
+  while (subsampled_length(steps, frames) < 1) ++frames;
   return frames;
+}
+
+int64_t ConformerSubsamplingImpl::min_frames() const {
+  return conformer_subsampling_min_frames(options.kind());
 }
 
 int64_t ConformerSubsamplingImpl::factor() const {

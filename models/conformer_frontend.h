@@ -107,4 +107,7 @@ int64_t subsampled_length(const std::vector<ConformerSubsamplingImpl::Step>& ste
 // an unknown kind. The frequency axis goes through the same arithmetic as time.
 std::vector<ConformerSubsamplingImpl::Step> conformer_subsampling_steps(const std::string& kind);
 
+// The fewest input frames that a subsampling of `kind` (or "none": 1) turns into one output frame.
+int64_t conformer_subsampling_min_frames(const std::string& kind);
+
 }  // namespace attnzoo

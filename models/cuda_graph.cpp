@@ -14,7 +14,7 @@
 namespace attnzoo {
 
 namespace {
-constexpr const char* kWho = "CudaGraphForward";
+constexpr const char* kCudaGraphWho = "CudaGraphForward";
 }  // namespace
 
 struct CudaGraphForward::Impl {
@@ -29,15 +29,16 @@ bool CudaGraphForward::built_with_cuda() { return ATTNZOO_WITH_CUDA != 0; }
 
 CudaGraphForward::CudaGraphForward(Forward forward, const torch::Tensor& example, int64_t warmup)
     : impl_(std::make_unique<Impl>()) {
-  TORCH_CHECK_VALUE(forward, kWho, ": no forward function");
-  TORCH_CHECK_VALUE(example.defined(), kWho, ": the example input is undefined");
-  TORCH_CHECK_VALUE(warmup >= 1, kWho, ": warmup must be >= 1 (the capture needs the lazily ",
-                    "created state), got ", warmup);
-  TORCH_CHECK_VALUE(built_with_cuda(), kWho,
+  TORCH_CHECK_VALUE(forward, kCudaGraphWho, ": no forward function");
+  TORCH_CHECK_VALUE(example.defined(), kCudaGraphWho, ": the example input is undefined");
+  TORCH_CHECK_VALUE(warmup >= 1, kCudaGraphWho,
+                    ": warmup must be >= 1 (the capture needs the lazily ", "created state), got ",
+                    warmup);
+  TORCH_CHECK_VALUE(built_with_cuda(), kCudaGraphWho,
                     ": this build of attnzoo has no CUDA support (ATTNZOO_CUDA=OFF or a CPU-only "
                     "LibTorch)");
-  TORCH_CHECK_VALUE(example.is_cuda(), kWho, ": CUDA graphs record CUDA work; the example is on ",
-                    example.device().str());
+  TORCH_CHECK_VALUE(example.is_cuda(), kCudaGraphWho,
+                    ": CUDA graphs record CUDA work; the example is on ", example.device().str());
 #if ATTNZOO_WITH_CUDA
   const c10::cuda::CUDAGuard device_guard(example.device());
   torch::InferenceMode inference;
@@ -60,7 +61,7 @@ CudaGraphForward::CudaGraphForward(Forward forward, const torch::Tensor& example
       impl_->output = forward(impl_->input);
       impl_->graph->capture_end();
     } catch (const c10::Error& e) {
-      TORCH_CHECK(false, kWho,
+      TORCH_CHECK(false, kCudaGraphWho,
                   ": capturing the forward failed (a host synchronisation such as "
                   ".item(), or a host tensor copied to the device, inside it?): ",
                   e.what_without_backtrace());
@@ -80,12 +81,13 @@ bool CudaGraphForward::accepts(const torch::Tensor& x) const {
 }
 
 torch::Tensor CudaGraphForward::operator()(const torch::Tensor& x) {
-  TORCH_CHECK_VALUE(
-      accepts(x), kWho, ": the graph was recorded for ", shape_string(impl_->input.sizes()), " ",
-      impl_->input.scalar_type(), " on ", impl_->input.device().str(), ", got ",
-      x.defined() ? shape_string(x.sizes()) + " " + std::string(c10::toString(x.scalar_type())) +
-                        " on " + x.device().str()
-                  : std::string("an undefined tensor"));
+  TORCH_CHECK_VALUE(accepts(x), kCudaGraphWho, ": the graph was recorded for ",
+                    shape_string(impl_->input.sizes()), " ", impl_->input.scalar_type(), " on ",
+                    impl_->input.device().str(), ", got ",
+                    x.defined() ? shape_string(x.sizes()) + " " +
+                                      std::string(c10::toString(x.scalar_type())) + " on " +
+                                      x.device().str()
+                                : std::string("an undefined tensor"));
 #if ATTNZOO_WITH_CUDA
   const c10::cuda::CUDAGuard device_guard(x.device());
   torch::InferenceMode inference;

@@ -7,7 +7,7 @@
 namespace attnzoo {
 namespace {
 
-constexpr const char* kWho = "VisionTransformer";
+constexpr const char* kVitWho = "VisionTransformer";
 
 bool uses_fc_norm(const ViTOptions& o) {
   if (o.fc_norm()) return *o.fc_norm();
@@ -76,26 +76,26 @@ int64_t VisionTransformerImpl::num_prefix_tokens() const {
 
 void VisionTransformerImpl::reset() {
   const auto& o = options;
-  TORCH_CHECK_VALUE(o.img_size() > 0 && o.patch_size() > 0, kWho,
+  TORCH_CHECK_VALUE(o.img_size() > 0 && o.patch_size() > 0, kVitWho,
                     ": img_size and patch_size must be > 0, got ", o.img_size(), " and ",
                     o.patch_size());
-  TORCH_CHECK_VALUE(o.img_size() % o.patch_size() == 0, kWho, ": img_size ", o.img_size(),
+  TORCH_CHECK_VALUE(o.img_size() % o.patch_size() == 0, kVitWho, ": img_size ", o.img_size(),
                     " is not divisible by patch_size ", o.patch_size());
-  TORCH_CHECK_VALUE(o.embed_dim() > 0 && o.depth() > 0 && o.num_heads() > 0, kWho,
+  TORCH_CHECK_VALUE(o.embed_dim() > 0 && o.depth() > 0 && o.num_heads() > 0, kVitWho,
                     ": embed_dim, depth and num_heads must be > 0, got ", o.embed_dim(), ", ",
                     o.depth(), ", ", o.num_heads());
-  TORCH_CHECK_VALUE(o.embed_dim() % o.num_heads() == 0, kWho, ": embed_dim ", o.embed_dim(),
+  TORCH_CHECK_VALUE(o.embed_dim() % o.num_heads() == 0, kVitWho, ": embed_dim ", o.embed_dim(),
                     " is not divisible by num_heads ", o.num_heads());
-  TORCH_CHECK_VALUE(o.mlp_ratio() > 0.0, kWho, ": mlp_ratio must be > 0, got ", o.mlp_ratio());
-  TORCH_CHECK_VALUE(o.num_classes() >= 0 && o.reg_tokens() >= 0, kWho,
+  TORCH_CHECK_VALUE(o.mlp_ratio() > 0.0, kVitWho, ": mlp_ratio must be > 0, got ", o.mlp_ratio());
+  TORCH_CHECK_VALUE(o.num_classes() >= 0 && o.reg_tokens() >= 0, kVitWho,
                     ": num_classes and reg_tokens must be >= 0");
   const auto& pool = o.global_pool();
   TORCH_CHECK_VALUE(
-      pool == "token" || pool == "avg" || pool == "max" || pool == "avgmax" || pool == "none", kWho,
-      ": unknown global_pool '", pool, "'; expected token, avg, max, avgmax or none");
-  TORCH_CHECK_VALUE(pool != "token" || o.class_token(), kWho,
+      pool == "token" || pool == "avg" || pool == "max" || pool == "avgmax" || pool == "none",
+      kVitWho, ": unknown global_pool '", pool, "'; expected token, avg, max, avgmax or none");
+  TORCH_CHECK_VALUE(pool != "token" || o.class_token(), kVitWho,
                     ": global_pool 'token' needs class_token");
-  TORCH_CHECK_VALUE(o.drop_path_rate() >= 0.0 && o.drop_path_rate() < 1.0, kWho,
+  TORCH_CHECK_VALUE(o.drop_path_rate() >= 0.0 && o.drop_path_rate() < 1.0, kVitWho,
                     ": drop_path_rate must lie in [0, 1), got ", o.drop_path_rate());
 
   const int64_t d = o.embed_dim();

@@ -1,5 +1,7 @@
 #include <attnzoo/preprocess/image_augment.h>
 
+#include <attnzoo/preprocess/image_internal.h>
+
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
 #include <opencv2/imgproc.hpp>
@@ -11,13 +13,9 @@
 namespace attnzoo {
 namespace {
 
-std::string shape_of(const torch::Tensor& t) {
-  std::ostringstream out;
-  out << t.sizes();
-  return out.str();
-}
-
-int64_t round_half_even(double x) { return static_cast<int64_t>(std::nearbyint(x)); }
+using image_detail::channel_vector;
+using image_detail::round_half_even;
+using image_detail::shape_of;
 
 void check_float_image(const torch::Tensor& image, const char* what) {
   TORCH_CHECK_VALUE(
@@ -80,10 +78,6 @@ torch::Tensor hsv_to_rgb(const torch::Tensor& hsv) {
                     torch::stack({p, p, t, v, v, q})});  // [3, 6, H, W]
   const auto index = sector.unsqueeze(0).unsqueeze(0).expand({3, 1, h.size(0), h.size(1)});
   return table.gather(1, index).squeeze(1);
-}
-
-torch::Tensor channel_vector(const std::vector<double>& values) {
-  return torch::tensor(values, torch::kDouble).to(torch::kFloat).view({3, 1, 1});
 }
 
 }  // namespace

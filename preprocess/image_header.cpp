@@ -36,15 +36,11 @@ class Bytes {
   size_t size_;
 };
 
-[[noreturn]] void fail(const std::string& source, const std::string& what) {
-  throw ImageError(source + ": " + what);
-}
-
 void check_dimensions(int64_t width, int64_t height, const char* format,
                       const std::string& source) {
   if (width <= 0 || height <= 0) {
-    fail(source, std::string("invalid ") + format + " header: " + std::to_string(width) + "x" +
-                     std::to_string(height) + " pixels");
+    throw ImageError(source, std::string("invalid ") + format + " header: " +
+                                 std::to_string(width) + "x" + std::to_string(height) + " pixels");
   }
 }
 
@@ -62,44 +58,46 @@ ImageHeader read_jpeg(const Bytes& b, const std::string& source) {
   while (true) {
     // libjpeg skips (with a warning) bytes that are not a marker where one is due; so do we.
     pos = b.find_ff(pos);
-    if (!b.has(pos, 1)) fail(source, truncated);
+    if (!b.has(pos, 1)) throw ImageError(source, truncated);
     while (b.has(pos, 1) && b.u8(pos) == 0xFF) ++pos;  // fill bytes
-    if (!b.has(pos, 1)) fail(source, truncated);
+    if (!b.has(pos, 1)) throw ImageError(source, truncated);
     const uint8_t marker = b.u8(pos++);
     if (marker == 0xD9) {  // EOI
-      if (!have_scan) fail(source, "corrupt JPEG: end of image before any image data");
+      if (!have_scan) throw ImageError(source, "corrupt JPEG: end of image before any image data");
       return header;
     }
     if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) continue;  // TEM, RSTn
     if (marker == 0xD8 || marker == 0x00) {
-      fail(source, "corrupt JPEG: unexpected marker at byte " + std::to_string(pos - 2));
+      throw ImageError(source,
+                       "corrupt JPEG: unexpected marker at byte " + std::to_string(pos - 2));
     }
-    if (!b.has(pos, 2)) fail(source, truncated);
+    if (!b.has(pos, 2)) throw ImageError(source, truncated);
     const size_t length = b.be16(pos);
-    if (length < 2) fail(source, "corrupt JPEG: segment length " + std::to_string(length));
-    if (!b.has(pos, length)) fail(source, truncated);
+    if (length < 2)
+      throw ImageError(source, "corrupt JPEG: segment length " + std::to_string(length));
+    if (!b.has(pos, length)) throw ImageError(source, truncated);
     const size_t body = pos + 2;
     const bool is_sof =
         marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
     if (is_sof && !have_frame) {
-      if (length < 8) fail(source, "corrupt JPEG: short frame header");
+      if (length < 8) throw ImageError(source, "corrupt JPEG: short frame header");
       header.height = b.be16(body + 1);
       header.width = b.be16(body + 3);
       if (header.height == 0) {
-        fail(source,
-             "unsupported JPEG: the height is given by a DNL marker (height 0 in the "
-             "frame header)");
+        throw ImageError(source,
+                         "unsupported JPEG: the height is given by a DNL marker (height 0 in the "
+                         "frame header)");
       }
       check_dimensions(header.width, header.height, "JPEG", source);
       have_frame = true;
     }
     pos += length;
     if (marker != 0xDA) continue;  // SOS: entropy-coded data follows
-    if (!have_frame) fail(source, "corrupt JPEG: image data before the frame header");
+    if (!have_frame) throw ImageError(source, "corrupt JPEG: image data before the frame header");
     have_scan = true;
     while (true) {
       const size_t ff = b.find_ff(pos);
-      if (!b.has(ff, 2)) fail(source, truncated);
+      if (!b.has(ff, 2)) throw ImageError(source, truncated);
       const uint8_t next = b.u8(ff + 1);
       if (next == 0x00 || (next >= 0xD0 && next <= 0xD7)) {
         pos = ff + 2;  // a stuffed 0xFF or a restart marker: still in the scan
@@ -115,28 +113,29 @@ ImageHeader read_jpeg(const Bytes& b, const std::string& source) {
 
 // PNG: the IHDR chunk first, then chunks (length, type, data, CRC) up to IEND.
 ImageHeader read_png(const Bytes& b, const std::string& source) {
-  if (!b.has(8, 8 + 13)) fail(source, "truncated PNG (no complete IHDR chunk)");
+  if (!b.has(8, 8 + 13)) throw ImageError(source, "truncated PNG (no complete IHDR chunk)");
   if (b.be32(8) != 13 || !b.starts_with("IHDR", 4, 12)) {
-    fail(source, "corrupt PNG: the first chunk is not a 13-byte IHDR");
+    throw ImageError(source, "corrupt PNG: the first chunk is not a 13-byte IHDR");
   }
   ImageHeader header;
   header.format = ImageFormat::kPng;
   const uint32_t width = b.be32(16), height = b.be32(20);
   // The PNG specification limits both to 2^31 - 1.
   if (width > 0x7FFFFFFFu || height > 0x7FFFFFFFu) {
-    fail(source, "corrupt PNG: IHDR claims " + std::to_string(width) + "x" +
-                     std::to_string(height) + " pixels");
+    throw ImageError(source, "corrupt PNG: IHDR claims " + std::to_string(width) + "x" +
+                                 std::to_string(height) + " pixels");
   }
   header.width = width;
   header.height = height;
   check_dimensions(header.width, header.height, "PNG", source);
   size_t pos = 8;
   while (true) {
-    if (!b.has(pos, 8)) fail(source, "truncated PNG (the data ends before the IEND chunk)");
+    if (!b.has(pos, 8))
+      throw ImageError(source, "truncated PNG (the data ends before the IEND chunk)");
     const uint32_t length = b.be32(pos);
     if (length > 0x7FFFFFFFu) {
-      fail(source, "corrupt PNG: chunk length " + std::to_string(length) + " at byte " +
-                       std::to_string(pos));
+      throw ImageError(source, "corrupt PNG: chunk length " + std::to_string(length) + " at byte " +
+                                   std::to_string(pos));
     }
     char type[5] = {};
     for (int i = 0; i < 4; ++i) {
@@ -144,8 +143,8 @@ ImageHeader read_png(const Bytes& b, const std::string& source) {
       type[i] = (c >= 0x20 && c < 0x7F) ? static_cast<char>(c) : '?';
     }
     if (!b.has(pos + 8, size_t{length} + 4)) {
-      fail(source, std::string("truncated PNG (the data ends inside chunk '") + type +
-                       "', before the IEND chunk)");
+      throw ImageError(source, std::string("truncated PNG (the data ends inside chunk '") + type +
+                                   "', before the IEND chunk)");
     }
     if (std::strcmp(type, "IEND") == 0) return header;
     pos += 12 + size_t{length};
@@ -157,11 +156,12 @@ ImageHeader read_webp(const Bytes& b, const std::string& source) {
   // RIFF header (12 bytes), chunk header (8), and the sizes: 10 bytes into VP8X and VP8
   // chunks, 5 into VP8L.
   const size_t needed = b.starts_with("VP8L", 4, 12) ? 25 : 30;
-  if (!b.has(0, needed)) fail(source, "truncated WebP (shorter than its headers)");
+  if (!b.has(0, needed)) throw ImageError(source, "truncated WebP (shorter than its headers)");
   const uint64_t riff_size = b.le32(4);
   if (riff_size + 8 > b.size()) {
-    fail(source, "truncated WebP (the RIFF header announces " + std::to_string(riff_size + 8) +
-                     " bytes, the data has " + std::to_string(b.size()) + ")");
+    throw ImageError(source, "truncated WebP (the RIFF header announces " +
+                                 std::to_string(riff_size + 8) + " bytes, the data has " +
+                                 std::to_string(b.size()) + ")");
   }
   ImageHeader header;
   header.format = ImageFormat::kWebP;
@@ -171,17 +171,17 @@ ImageHeader read_webp(const Bytes& b, const std::string& source) {
   } else if (b.starts_with("VP8 ", 4, 12)) {
     // Frame tag (3 bytes), start code 9D 01 2A, then 14-bit width and height.
     if ((b.u8(20) & 1) != 0 || b.u8(23) != 0x9D || b.u8(24) != 0x01 || b.u8(25) != 0x2A) {
-      fail(source, "corrupt WebP: the VP8 data does not start with a key frame");
+      throw ImageError(source, "corrupt WebP: the VP8 data does not start with a key frame");
     }
     header.width = b.le16(26) & 0x3FFF;
     header.height = b.le16(28) & 0x3FFF;
   } else if (b.starts_with("VP8L", 4, 12)) {
-    if (b.u8(20) != 0x2F) fail(source, "corrupt WebP: bad VP8L signature");
+    if (b.u8(20) != 0x2F) throw ImageError(source, "corrupt WebP: bad VP8L signature");
     const uint32_t bits = b.le32(21);
     header.width = 1 + int64_t{bits & 0x3FFF};
     header.height = 1 + int64_t{(bits >> 14) & 0x3FFF};
   } else {
-    fail(source, "corrupt WebP: expected a VP8, VP8L or VP8X chunk");
+    throw ImageError(source, "corrupt WebP: expected a VP8, VP8L or VP8X chunk");
   }
   check_dimensions(header.width, header.height, "WebP", source);
   return header;
@@ -191,7 +191,7 @@ ImageHeader read_webp(const Bytes& b, const std::string& source) {
 // BITMAPCOREHEADER, 16-bit unsigned sizes) or 40 and more (32-bit signed sizes; a negative height
 // means top-down rows).
 ImageHeader read_bmp(const Bytes& b, const std::string& source) {
-  if (!b.has(0, 26)) fail(source, "truncated BMP (shorter than its headers)");
+  if (!b.has(0, 26)) throw ImageError(source, "truncated BMP (shorter than its headers)");
   ImageHeader header;
   header.format = ImageFormat::kBmp;
   const uint32_t dib_size = b.le32(14);
@@ -203,7 +203,8 @@ ImageHeader read_bmp(const Bytes& b, const std::string& source) {
     header.height = static_cast<int32_t>(b.le32(22));
     if (header.height < 0) header.height = -header.height;  // int64: no overflow for INT32_MIN
   } else {
-    fail(source, "unsupported BMP: DIB header of " + std::to_string(dib_size) + " bytes");
+    throw ImageError(source,
+                     "unsupported BMP: DIB header of " + std::to_string(dib_size) + " bytes");
   }
   check_dimensions(header.width, header.height, "BMP", source);
   return header;
@@ -211,7 +212,7 @@ ImageHeader read_bmp(const Bytes& b, const std::string& source) {
 
 // TIFF (and BigTIFF): the first image file directory, which is the page OpenCV decodes.
 ImageHeader read_tiff(const Bytes& b, const std::string& source) {
-  if (!b.has(0, 8)) fail(source, "truncated TIFF (shorter than its header)");
+  if (!b.has(0, 8)) throw ImageError(source, "truncated TIFF (shorter than its header)");
   const bool little = b.u8(0) == 'I';
   const auto u16 = [&](size_t at) { return little ? b.le16(at) : b.be16(at); };
   const auto u32 = [&](size_t at) { return little ? b.le32(at) : b.be32(at); };
@@ -219,21 +220,21 @@ ImageHeader read_tiff(const Bytes& b, const std::string& source) {
   const bool big = u16(2) == 43;
   uint64_t ifd = 0;
   if (big) {
-    if (!b.has(0, 16)) fail(source, "truncated TIFF (shorter than its header)");
-    if (u16(4) != 8 || u16(6) != 0) fail(source, "corrupt BigTIFF header");
+    if (!b.has(0, 16)) throw ImageError(source, "truncated TIFF (shorter than its header)");
+    if (u16(4) != 8 || u16(6) != 0) throw ImageError(source, "corrupt BigTIFF header");
     ifd = u64(8);
   } else {
     ifd = u32(4);
   }
   const size_t count_size = big ? 8 : 2, entry_size = big ? 20 : 12;
   if (ifd < 8 || ifd > b.size() || !b.has(ifd, count_size)) {
-    fail(source, "truncated TIFF (the first directory at byte " + std::to_string(ifd) +
-                     " is outside the " + std::to_string(b.size()) + "-byte data)");
+    throw ImageError(source, "truncated TIFF (the first directory at byte " + std::to_string(ifd) +
+                                 " is outside the " + std::to_string(b.size()) + "-byte data)");
   }
   const uint64_t count = big ? u64(ifd) : u16(ifd);
   if (count > (b.size() - ifd - count_size) / entry_size) {
-    fail(source, "truncated TIFF (the first directory has " + std::to_string(count) +
-                     " entries, more than the data holds)");
+    throw ImageError(source, "truncated TIFF (the first directory has " + std::to_string(count) +
+                                 " entries, more than the data holds)");
   }
   std::optional<uint64_t> width, height, tile_width, tile_height, rows_per_strip;
   for (uint64_t i = 0; i < count; ++i) {
@@ -255,18 +256,19 @@ ImageHeader read_tiff(const Bytes& b, const std::string& source) {
     if (values == 1 && type == 4) value = u32(value_at);
     if (values == 1 && type == 16 && big) value = u64(value_at);
     if (!value) {
-      fail(source, "unsupported TIFF: tag " + std::to_string(tag) + " is not a single integer");
+      throw ImageError(source,
+                       "unsupported TIFF: tag " + std::to_string(tag) + " is not a single integer");
     }
     if (*field && **field != *value) {
-      fail(source, "corrupt TIFF: tag " + std::to_string(tag) + " given twice");
+      throw ImageError(source, "corrupt TIFF: tag " + std::to_string(tag) + " given twice");
     }
     *field = value;
   }
-  if (!width || !height) fail(source, "corrupt TIFF: no ImageWidth or ImageLength tag");
+  if (!width || !height) throw ImageError(source, "corrupt TIFF: no ImageWidth or ImageLength tag");
   // Beyond 2^31 no decoder goes; keep the products below in range.
   if (*width > 0x7FFFFFFFu || *height > 0x7FFFFFFFu) {
-    fail(source,
-         "unsupported TIFF: " + std::to_string(*width) + "x" + std::to_string(*height) + " pixels");
+    throw ImageError(source, "unsupported TIFF: " + std::to_string(*width) + "x" +
+                                 std::to_string(*height) + " pixels");
   }
   ImageHeader header;
   header.format = ImageFormat::kTiff;
@@ -314,7 +316,7 @@ const char* image_format_name(ImageFormat format) {
 }
 
 ImageHeader read_image_header(const uint8_t* data, size_t size, const std::string& source) {
-  if (size == 0) fail(source, "empty file (0 bytes)");
+  if (size == 0) throw ImageError(source, "empty file (0 bytes)");
   const Bytes b(data, size);
   if (b.starts_with("\xFF\xD8\xFF", 3)) return read_jpeg(b, source);
   if (b.starts_with("\x89PNG\r\n\x1A\n", 8)) return read_png(b, source);
@@ -325,7 +327,8 @@ ImageHeader read_image_header(const uint8_t* data, size_t size, const std::strin
     return read_tiff(b, source);
   }
   if (const char* other = known_unsupported(b)) {
-    fail(source, std::string(other) + " images are not supported (JPEG, PNG, WebP, BMP, TIFF)");
+    throw ImageError(source,
+                     std::string(other) + " images are not supported (JPEG, PNG, WebP, BMP, TIFF)");
   }
   std::string first;
   for (size_t i = 0; i < size && i < 8; ++i) {
@@ -333,8 +336,9 @@ ImageHeader read_image_header(const uint8_t* data, size_t size, const std::strin
     std::snprintf(hex, sizeof(hex), " %02x", b.u8(i));
     first += hex;
   }
-  fail(source,
-       "not an image in a supported format (JPEG, PNG, WebP, BMP, TIFF); it starts with" + first);
+  throw ImageError(
+      source,
+      "not an image in a supported format (JPEG, PNG, WebP, BMP, TIFF); it starts with" + first);
 }
 
 }  // namespace attnzoo

@@ -28,6 +28,9 @@ namespace attnzoo {
 class ImageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+  // "<source>: <what>"
+  ImageError(const std::string& source, const std::string& what)
+      : std::runtime_error(source + ": " + what) {}
 };
 
 enum class ImageFormat { kJpeg, kPng, kWebP, kBmp, kTiff };

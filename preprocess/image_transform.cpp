@@ -1,5 +1,7 @@
 #include <attnzoo/preprocess/image_transform.h>
 
+#include <attnzoo/preprocess/image_internal.h>
+
 #include <c10/util/Exception.h>
 #include <torch/nn/functional/upsampling.h>
 #include <torch/torch.h>
@@ -13,19 +15,9 @@ namespace {
 // Sides beyond 2^31 are no image; the bound keeps every product below in int64.
 constexpr double kMaxSide = 2147483647.0;
 
-std::string shape_of(const torch::Tensor& t) {
-  std::ostringstream out;
-  out << t.sizes();
-  return out.str();
-}
-
-torch::Tensor channel_vector(const std::vector<double>& values) {
-  return torch::tensor(values, torch::kDouble).to(torch::kFloat).view({3, 1, 1});
-}
-
-// Python's round(): half to even, as timm and torchvision round sizes and offsets
-// (std::nearbyint in the default rounding mode).
-int64_t round_half_even(double x) { return static_cast<int64_t>(std::nearbyint(x)); }
+using image_detail::channel_vector;
+using image_detail::round_half_even;
+using image_detail::shape_of;
 
 }  // namespace
 

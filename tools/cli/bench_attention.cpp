@@ -1,6 +1,7 @@
 #include "tools/cli/bench_attention.h"
 
 #include <attnzoo/layers/attention_backend.h>
+#include "tools/cli/dtype_flag.h"
 #include "tools/cli/plot.h"
 #include "tools/memory/memory_tracking.h"
 
@@ -105,15 +106,6 @@ std::optional<double> loglog_slope(const std::vector<double>& x, const std::vect
   for (const auto& [a, b] : points) sxx += (a - mx) * (a - mx), sxy += (a - mx) * (b - my);
   if (sxx <= 0) return std::nullopt;
   return sxy / sxx;
-}
-
-torch::ScalarType parse_dtype(const std::string& name) {
-  if (name == "fp32") return torch::kFloat;
-  if (name == "bf16") return torch::kBFloat16;
-  if (name == "fp16") return torch::kHalf;
-  if (name == "fp64") return torch::kDouble;
-  TORCH_CHECK_VALUE(false, "--dtype must be fp32, bf16, fp16 or fp64, got '", name, "'");
-  return torch::kFloat;  // unreachable; keeps -Wreturn-type quiet
 }
 
 std::string first_line(std::string text) {
@@ -689,7 +681,7 @@ void write_plot(const Results& r, const AttentionBenchOptions& o) {
 int run_attention_bench(const AttentionBenchOptions& o) {
   const auto registered = attention_backend_names();
   validate(o, registered);
-  const auto dtype = parse_dtype(o.dtype);
+  const auto dtype = dtype_flag(o.dtype);
   const auto device = resolve_device(o.device);
   if (o.threads > 0) torch::set_num_threads(static_cast<int>(o.threads));
 

@@ -1,4 +1,5 @@
 #include "tools/cli/bench_features.h"
+#include "tools/cli/bench_stats.h"
 
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/io/safetensors.h>
@@ -16,12 +17,6 @@
 
 namespace attnzoo::cli {
 namespace {
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 template <typename F>
 std::vector<double> time_calls(const F& call, int64_t warmup, int64_t iterations) {

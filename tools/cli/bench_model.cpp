@@ -1,4 +1,6 @@
 #include "tools/cli/bench_model.h"
+#include "tools/cli/bench_stats.h"
+#include "tools/cli/dtype_flag.h"
 
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/io/safetensors.h>
@@ -15,21 +17,6 @@
 #include <stdexcept>
 
 namespace attnzoo::cli {
-namespace {
-
-torch::Dtype parse_dtype(const std::string& name) {
-  if (name == "bf16") return torch::kBFloat16;
-  if (name == "fp16") return torch::kHalf;
-  return torch::kFloat;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-}  // namespace
 
 int run_model_bench(const ModelBenchOptions& o) {
   if (o.device == "cuda" && !torch::cuda::is_available()) {
@@ -43,7 +30,7 @@ int run_model_bench(const ModelBenchOptions& o) {
   torch::manual_seed(0);
   auto model = build_model(config);
   const torch::Device device(o.device == "cuda" ? torch::kCUDA : torch::kCPU);
-  const auto dtype = parse_dtype(o.dtype);
+  const auto dtype = dtype_flag(o.dtype);
   model.module->eval();
   model.module->to(device, dtype);
 

@@ -209,19 +209,10 @@ int run_vit(const AttentionMapOptions& options, const ModelConfig& config, int64
   return 0;
 }
 
-// The fewest feature frames the subsampling turns into one encoder frame.
-int64_t min_frames(const ConformerEncoderOptions& o) {
-  if (o.subsampling() == "none") return 1;
-  const auto steps = conformer_subsampling_steps(o.subsampling());
-  int64_t frames = 1;
-  while (subsampled_length(steps, frames) < 1) ++frames;
-  return frames;
-}
-
 int run_conformer(const AttentionMapOptions& options, const ModelConfig& config, int64_t layer) {
   const FeatureExtractor extractor(audio_feature_options(config.features));
   const auto features = audio_file_features(options.input, extractor).features;  // [T, F]
-  const int64_t needed = min_frames(config.conformer);
+  const int64_t needed = conformer_subsampling_min_frames(config.conformer.subsampling());
   if (features.size(0) < needed) {
     throw std::runtime_error(options.input + ": too short, " + std::to_string(features.size(0)) +
                              " feature frames; subsampling " + config.conformer.subsampling() +

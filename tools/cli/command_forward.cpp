@@ -5,6 +5,7 @@
 //   conformer  "features" [B, T, F] and "lengths" [B] (optional: all T) -> "encoded" [B, T', D],
 //              "lengths" [B] and, with a CTC head, "logits" [B, T', vocab] (log-probabilities)
 #include "tools/cli/commands.h"
+#include "tools/cli/dtype_flag.h"
 
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/io/safetensors.h>
@@ -32,12 +33,6 @@ struct ForwardOptions {
   std::string dtype = "fp32";
   bool stream = false;
 };
-
-torch::Dtype parse_dtype(const std::string& name) {
-  if (name == "bf16") return torch::kBFloat16;
-  if (name == "fp16") return torch::kHalf;
-  return torch::kFloat;
-}
 
 std::string shape_of(const torch::Tensor& tensor) {
   std::ostringstream out;
@@ -81,15 +76,6 @@ torch::Tensor read_pixels(const std::string& path, const ModelConfig& config) {
   return pixels;
 }
 
-// The fewest feature frames the Conformer's subsampling turns into one encoder frame.
-int64_t min_frames(const ConformerEncoderOptions& o) {
-  if (o.subsampling() == "none") return 1;
-  const auto steps = conformer_subsampling_steps(o.subsampling());
-  int64_t frames = 1;
-  while (subsampled_length(steps, frames) < 1) ++frames;
-  return frames;
-}
-
 // "features" [B, T, F] and "lengths" [B] (optional), checked against the Conformer's input.
 std::pair<torch::Tensor, torch::Tensor> read_features(const std::string& path,
                                                       const ModelConfig& config) {
@@ -105,7 +91,7 @@ std::pair<torch::Tensor, torch::Tensor> read_features(const std::string& path,
     throw std::runtime_error(what + "must be [B, T, " + std::to_string(dim) +
                              "] with B >= 1, got " + shape_of(features));
   }
-  const int64_t needed = min_frames(config.conformer);
+  const int64_t needed = conformer_subsampling_min_frames(config.conformer.subsampling());
   if (features.size(1) < needed) {
     throw std::runtime_error(what + shape_of(features) + ": too short, " +
                              std::to_string(features.size(1)) + " frames; subsampling " +
@@ -174,7 +160,7 @@ int run_forward(const ForwardOptions& options) {
   }
 
   const torch::Device device(options.device == "cuda" ? torch::kCUDA : torch::kCPU);
-  const auto dtype = parse_dtype(options.dtype);
+  const auto dtype = dtype_flag(options.dtype);
   model.module->eval();
   model.module->to(device, dtype);
   // Written as float32 whatever the compute dtype (bf16 and fp16 convert exactly), so that a
