@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything attnzoo needs on Debian 12 and builds it into build/.
 #
-#   tools/setup.sh [--no-build] [--target T]... [--build-dir DIR]
+#   tools/setup.sh [--no-build] [--no-data] [--target T]... [--build-dir DIR]
 #                  [--build-type Release|Debug|RelWithDebInfo]
 #
 # 1. Debian packages (only the missing ones are installed; needs root or sudo).
@@ -10,7 +10,8 @@
 #    ${XDG_CACHE_HOME:-~/.cache}/attnzoo/venv-<hash of the lock>, so every clone on this machine
 #    (CI included) reuses it. pip's own cache makes a rebuilt venv cheap.
 # 3. The data of the shipped models in build/data: opencv-doc's handwritten digits and the test
-#    split of the synthesized keywords (tools/data/; about a minute the first time).
+#    split of the synthesized keywords (tools/data/; about a minute the first time), for
+#    `attnzoo eval` and the tests; --no-data skips it (tools/demo.sh does not need it).
 # 4. CMake + Ninja configure (ccache on) and an incremental build: of the targets named with
 #    --target (tools/demo.sh builds only the CLI), else of everything, tests included.
 # Idempotent: a re-run on a ready machine only checks and re-builds what changed. Each phase
@@ -21,14 +22,16 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR="$ROOT/build"
 BUILD_TYPE=Release
 DO_BUILD=1
+DO_DATA=1
 TARGETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-build) DO_BUILD=0 ;;
+    --no-data) DO_DATA=0 ;;
     --target) TARGETS+=("$2"); shift ;;
     --build-dir) BUILD_DIR=$(realpath -m "$2"); shift ;;
     --build-type) BUILD_TYPE=$2; shift ;;
-    -h | --help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -110,9 +113,13 @@ phase_done "venv"
 # split of the spoken keywords (espeak-ng). Both scripts leave a complete data set alone, so a
 # re-run costs a checksum. The training split of the keywords is made on demand (configs/train/).
 DATA_DIR="$ROOT/build/data"
-"$VPY" "$ROOT/tools/data/make_digits.py" "$DATA_DIR/digits"
-"$VPY" "$ROOT/tools/data/make_keywords.py" --split test "$DATA_DIR/keywords"
-say "data: $DATA_DIR/digits (train, test), $DATA_DIR/keywords (test)"
+if [ "$DO_DATA" -eq 1 ]; then
+  "$VPY" "$ROOT/tools/data/make_digits.py" "$DATA_DIR/digits"
+  "$VPY" "$ROOT/tools/data/make_keywords.py" --split test "$DATA_DIR/keywords"
+  say "data: $DATA_DIR/digits (train, test), $DATA_DIR/keywords (test)"
+else
+  say "data: skipped (--no-data); tools/setup.sh makes it"
+fi
 phase_done "data"
 
 # --- 4. Configure and build ---------------------------------------------------------------------
