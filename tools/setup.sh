@@ -130,12 +130,15 @@ if [ -f "$BUILD_DIR/CMakeCache.txt" ]; then
 fi
 if [ ! -f "$BUILD_DIR/build.ninja" ] || [ "$cached_python" != "$VPY" ]; then
   say "configuring $BUILD_DIR ($BUILD_TYPE)"
+  # LibTorch's CMake files look for a Python interpreter: the venv's, named here, is found at once
+  # (searching PATH can go through slow shims such as pyenv's).
   # Another venv: LibTorch's cached locations (Torch_DIR, Caffe2_DIR, ...) point into the old one.
   [ -z "$cached_python" ] || rm -f "$BUILD_DIR/CMakeCache.txt"
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja \
     -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
     -DATTNZOO_PYTHON="$VPY" \
+    -DPython_EXECUTABLE="$VPY" \
     ${ATTNZOO_CMAKE_ARGS:-}
 fi
 phase_done "configure"
