@@ -12,8 +12,9 @@ struct AudioClassifier::State {
 };
 
 bool is_audio_classifier(const ModelConfig& config) {
-  return config.family == ModelFamily::kConformer && config.features.kind != "none" &&
-         config.conformer.num_classes() > 0;
+  const auto& family = model_family(config.family);
+  return family.input_kind() == InputKind::kAudioFeatures && config.features.kind != "none" &&
+         family.num_classes(config) > 0;
 }
 
 namespace {
@@ -21,10 +22,12 @@ namespace {
 SpeechEncoder checked_encoder(const std::string& model, AudioClassifierOptions options) {
   // Checked before the weights load, so that a wrong config fails fast and says why.
   const auto config = resolve_model_config(model, options.overrides);
-  TORCH_CHECK_VALUE(config.family == ModelFamily::kConformer, "AudioClassifier: ", config.source,
-                    " is a ", model_family_name(config.family),
-                    " model; an audio classifier needs family conformer");
-  TORCH_CHECK_VALUE(config.conformer.num_classes() > 0, "AudioClassifier: ", config.source,
+  const auto& family = model_family(config.family);
+  TORCH_CHECK_VALUE(family.input_kind() == InputKind::kAudioFeatures,
+                    "AudioClassifier: ", config.source, " is a ", config.family,
+                    " model, which takes ", input_kind_name(family.input_kind()),
+                    "; an audio classifier needs audio");
+  TORCH_CHECK_VALUE(family.num_classes(config) > 0, "AudioClassifier: ", config.source,
                     " has no classification head (architecture.num_classes is 0)");
   return SpeechEncoder(model, std::move(options));
 }
@@ -34,7 +37,7 @@ SpeechEncoder checked_encoder(const std::string& model, AudioClassifierOptions o
 AudioClassifier::AudioClassifier(const std::string& model, AudioClassifierOptions options)
     : state_(std::make_unique<State>(State{checked_encoder(model, std::move(options)), {}})) {
   const auto& config = state_->encoder.config();
-  state_->labels = load_labels(config.labels, config.conformer.num_classes());
+  state_->labels = load_labels(config.labels, model_family(config.family).num_classes(config));
 }
 
 AudioClassifier::~AudioClassifier() = default;

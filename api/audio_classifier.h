@@ -1,6 +1,7 @@
-// Audio classification in one object: a Conformer of the zoo (or any YAML config) whose
-// architecture declares a classification head (num_classes > 0), its weights, the audio frontend
-// of its `features:` section and its labels. ImageClassifier's counterpart for sound.
+// Audio classification in one object: a model of audio of the zoo (a Conformer, an AST; or any
+// YAML config) whose architecture declares a classification head (num_classes > 0), its weights,
+// the audio frontend of its `features:` section and its labels. ImageClassifier's counterpart for
+// sound.
 //
 //   attnzoo::AudioClassifierOptions options;
 //   options.weights = "configs/conformer/conformer_kws.safetensors";
@@ -9,7 +10,7 @@
 //     std::cout << p.label << " " << p.probability << "\n";
 //
 // Built on SpeechEncoder: the same audio reading (any libsndfile format, resampled to the
-// model's rate), features and encoder; the head pools the valid encoder frames. Inference runs
+// model's rate), features and model; the head reads the model's outputs. Inference runs
 // under torch::InferenceMode: one classifier may be used from several threads at once. Errors
 // name the file, option or key: AudioError for audio, ConfigError for configs, CheckpointError
 // for weights, c10::Error for options.
@@ -42,8 +43,8 @@ struct AudioResult {
 
 class AudioClassifier {
  public:
-  // `model`: a registered name or a YAML file of family conformer with a features section and
-  // architecture.num_classes > 0.
+  // `model`: a registered name or a YAML file of a family of audio (conformer, ast) with a
+  // features section and architecture.num_classes > 0.
   explicit AudioClassifier(const std::string& model, AudioClassifierOptions options = {});
   ~AudioClassifier();
   AudioClassifier(AudioClassifier&&) noexcept;
@@ -68,7 +69,7 @@ class AudioClassifier {
   std::unique_ptr<State> state_;
 };
 
-// Whether `config` is an audio classifier: family conformer, a features section, num_classes > 0.
+// Whether `config` is an audio classifier: a model of audio, a features section, num_classes > 0.
 bool is_audio_classifier(const ModelConfig& config);
 
 }  // namespace attnzoo

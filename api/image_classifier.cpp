@@ -19,7 +19,7 @@ namespace attnzoo {
 struct ImageClassifier::State {
   ModelConfig config;
   ImageClassifierOptions options;
-  VisionTransformer model{nullptr};
+  ZooModel model;
   std::unique_ptr<EvalImageTransform> transform;
   std::vector<std::string> labels;
   torch::Device device{torch::kCPU};
@@ -73,10 +73,11 @@ ImageClassifier::ImageClassifier(const std::string& model, ImageClassifierOption
   s.device = api_detail::parse_device("ImageClassifier", options.device);
   s.dtype = api_detail::parse_dtype("ImageClassifier", options.dtype);
   s.config = resolve_model_config(model, options.overrides);
-  TORCH_CHECK_VALUE(s.config.family == ModelFamily::kViT, "ImageClassifier: ", s.config.source,
-                    " is a ", model_family_name(s.config.family),
-                    " model; an image classifier needs family vit");
-  const int64_t classes = s.config.vit.num_classes();
+  const auto& family = model_family(s.config.family);
+  TORCH_CHECK_VALUE(family.input_kind() == InputKind::kImages, "ImageClassifier: ", s.config.source,
+                    " is a ", s.config.family, " model, which takes ",
+                    input_kind_name(family.input_kind()), "; an image classifier needs images");
+  const int64_t classes = family.num_classes(s.config);
   TORCH_CHECK_VALUE(classes > 0, "ImageClassifier: ", s.config.source,
                     " has no classifier (architecture.num_classes 0)");
   TORCH_CHECK_VALUE(!options.cuda_graph || s.device.is_cuda(),
@@ -86,8 +87,7 @@ ImageClassifier::ImageClassifier(const std::string& model, ImageClassifierOption
   if (options.threads > 0) torch::set_num_threads(options.threads);
 
   s.model = api_detail::inference_model(s.config, options.weights, options.format, s.device,
-                                        s.dtype, s.weights)
-                .vit;
+                                        s.dtype, s.weights);
   s.options = std::move(options);
 }
 
@@ -110,13 +110,13 @@ torch::Tensor ImageClassifier::logits(const torch::Tensor& pixels) const {
                     "ImageClassifier: pixels must be [N, 3, H, W], got ", pixels.sizes());
   torch::InferenceMode inference;
   const auto input = pixels.to(s.device, s.dtype);
-  if (!s.options.cuda_graph) return s.model->forward(input).to(torch::kCPU, torch::kFloat);
+  if (!s.options.cuda_graph) return s.model.classify({input}).to(torch::kCPU, torch::kFloat);
   std::lock_guard<std::mutex> lock(s.graphs_mutex);
   auto& graph = s.graphs[input.sizes().vec()];
   if (!graph) {
     auto model = s.model;
     graph = std::make_unique<CudaGraphForward>(
-        [model](const torch::Tensor& x) mutable { return model->forward(x); }, input);
+        [model](const torch::Tensor& x) mutable { return model.classify({x}); }, input);
   }
   return (*graph)(input).to(torch::kCPU, torch::kFloat);
 }

@@ -32,8 +32,10 @@ ZooModel inference_model(const ModelConfig& config, const std::string& weights,
   auto model = build_model(config);
   description = "random weights (seed 0)";
   if (!weights.empty()) {
-    const auto layout = load_weights(model, weights, format);
-    description = weights + " (" + layout + " layout)";
+    const auto loaded = load_weights(model, weights, format);
+    description = weights + " (" + loaded.layout + " layout";
+    for (const auto& note : loaded.notes) description += "; " + note;
+    description += ")";
   }
   model.module->eval();
   model.module->to(device, dtype);

@@ -20,7 +20,8 @@ namespace attnzoo {
 struct SpeechEncoder::State {
   ModelConfig config;
   SpeechEncoderOptions options;
-  ConformerEncoder model{nullptr};
+  ZooModel model;
+  ConformerEncoder conformer{nullptr};  // the module when it streams (a Conformer), else empty
   std::unique_ptr<FeatureExtractor> extractor;
   torch::Device device{torch::kCPU};
   torch::Dtype dtype = torch::kFloat;
@@ -51,14 +52,13 @@ void fill_error(EncodedSpeech& out, const std::string& source, const std::except
 
 }  // namespace
 
-// "a.wav: too short: 0.040 s gives 2 feature frames; subsampling conv2d4 needs at least 7 ..."
+// "a.wav: too short: 0.040 s gives 2 feature frames; conformer_s needs at least 7 ..."
 static void check_long_enough(const ModelConfig& config, int64_t min_frames,
                               const std::string& source, double seconds, int64_t frames) {
   if (frames >= min_frames) return;
   const double shift = config.features.frame_shift_ms / 1000.0;
   throw AudioError(source + ": too short: " + seconds_text(seconds) + " gives " +
-                   std::to_string(frames) + " feature frames; subsampling " +
-                   config.conformer.subsampling() + " needs at least " +
+                   std::to_string(frames) + " feature frames; " + config.name + " needs at least " +
                    std::to_string(min_frames) + " (about " +
                    seconds_text(static_cast<double>(min_frames) * shift) + ")");
 }
@@ -75,24 +75,24 @@ SpeechEncoder::SpeechEncoder(const std::string& model, SpeechEncoderOptions opti
   s.device = api_detail::parse_device("SpeechEncoder", options.device);
   s.dtype = api_detail::parse_dtype("SpeechEncoder", options.dtype);
   s.config = resolve_model_config(model, options.overrides);
-  TORCH_CHECK_VALUE(s.config.family == ModelFamily::kConformer, "SpeechEncoder: ", s.config.source,
-                    " is a ", model_family_name(s.config.family),
-                    " model; a speech encoder needs family conformer");
+  const auto& family = model_family(s.config.family);
+  TORCH_CHECK_VALUE(family.input_kind() == InputKind::kAudioFeatures,
+                    "SpeechEncoder: ", s.config.source, " is a ", s.config.family,
+                    " model, which takes ", input_kind_name(family.input_kind()),
+                    "; a speech encoder needs audio");
   TORCH_CHECK_VALUE(s.config.features.kind != "none", "SpeechEncoder: ", s.config.source,
                     " has no features section: the model takes features made elsewhere (use "
                     "ConformerEncoder directly)");
   s.extractor = std::make_unique<FeatureExtractor>(audio_feature_options(s.config.features));
-  const auto& o = s.config.conformer;
-  s.min_frames = conformer_subsampling_min_frames(o.subsampling());
-  int64_t rate = 1;
-  if (o.subsampling() != "none") {
-    for (const auto& step : conformer_subsampling_steps(o.subsampling())) rate *= step.stride;
-  }
-  s.frame_ms = s.config.features.frame_shift_ms * static_cast<double>(rate);
+  s.min_frames = family.min_frames(s.config);
+  s.frame_ms = family.frame_ms(s.config);
   if (options.threads > 0) torch::set_num_threads(options.threads);
   s.model = api_detail::inference_model(s.config, options.weights, options.format, s.device,
-                                        s.dtype, s.weights)
-                .conformer;
+                                        s.dtype, s.weights);
+  s.conformer = s.model.as<ConformerEncoder>();
+  TORCH_CHECK_VALUE(options.stream_chunk == 0 || !s.conformer.is_empty(),
+                    "SpeechEncoder: ", s.config.source, " is a ", s.config.family,
+                    " model, which does not stream; stream_chunk must be 0");
   s.options = std::move(options);
 }
 
@@ -115,24 +115,28 @@ EncodedSpeech SpeechEncoder::encode_features(torch::Tensor features, const std::
   out.seconds = seconds;
   out.frame_ms = s.frame_ms;
   out.feature_frames = frames;
-  const auto& streaming = s.config.streaming;
   torch::InferenceMode inference;
   const auto input = features.unsqueeze(0).to(s.device, s.dtype);
-  const auto encoded =
-      s.options.stream_chunk > 0
-          ? std::get<0>(s.model->forward_chunk_by_chunk(input, s.options.stream_chunk,
-                                                        streaming.num_left_chunks))
-          : std::get<0>(s.model->forward(input, torch::Tensor(), streaming.chunk_size,
-                                         streaming.num_left_chunks));
-  out.encoded = encoded[0].to(torch::kCPU, torch::kFloat);
-  out.embedding = out.encoded.mean(0);
-  if (s.config.conformer.vocab_size() > 0) {
-    out.log_probs = s.model->ctc_log_probs(encoded)[0].to(torch::kCPU, torch::kFloat);
-  }
-  if (s.config.conformer.num_classes() > 0) {
+  NamedTensors outputs;
+  if (s.options.stream_chunk > 0) {
+    const auto encoded = std::get<0>(s.conformer->forward_chunk_by_chunk(
+        input, s.options.stream_chunk, s.config.streaming.num_left_chunks));
     const auto lengths = torch::full({1}, encoded.size(1), torch::kLong).to(encoded.device());
-    out.logits = s.model->classify(encoded, lengths)[0].to(torch::kCPU, torch::kFloat);
+    outputs = {{"encoded", encoded}};
+    if (s.conformer->ctc) outputs.emplace_back("logits", s.conformer->ctc_log_probs(encoded));
+    if (s.conformer->classifier) {
+      outputs.emplace_back("class_logits", s.conformer->classify(encoded, lengths));
+    }
+  } else {
+    outputs = s.model.forward({input});
   }
+  for (const auto& [name, value] : outputs) {
+    const auto first = value[0].to(torch::kCPU, torch::kFloat);
+    if (name == "encoded") out.encoded = first;
+    if (name == "logits") out.log_probs = first;
+    if (name == "class_logits") out.logits = first;
+  }
+  out.embedding = out.encoded.mean(0);
   return out;
 }
 
@@ -143,17 +147,18 @@ void SpeechEncoder::encode_batch(std::vector<EncodedSpeech*>& batch,
   const auto start = std::chrono::steady_clock::now();
   torch::InferenceMode inference;
   const auto padded = pad_features(features);
-  const auto& streaming = s.config.streaming;
-  const auto [encoded, lengths] =
-      s.model->forward(padded.features.to(s.device, s.dtype), padded.lengths.to(s.device),
-                       streaming.chunk_size, streaming.num_left_chunks);
-  torch::Tensor log_probs;
-  if (s.config.conformer.vocab_size() > 0) log_probs = s.model->ctc_log_probs(encoded);
-  torch::Tensor logits;
-  if (s.config.conformer.num_classes() > 0) {
-    logits = s.model->classify(encoded, lengths).to(torch::kCPU, torch::kFloat);
+  torch::Tensor encoded, lengths, log_probs, logits;
+  for (const auto& [name, value] :
+       s.model.forward({padded.features.to(s.device, s.dtype), padded.lengths.to(s.device)})) {
+    if (name == "encoded") encoded = value;
+    if (name == "lengths") lengths = value;
+    if (name == "logits") log_probs = value;
+    if (name == "class_logits") logits = value.to(torch::kCPU, torch::kFloat);
   }
-  const auto valid = lengths.to(torch::kCPU);
+  // Without lengths every output row is whole (AST's tokens of a fixed-length clip).
+  const auto valid = lengths.defined()
+                         ? lengths.to(torch::kCPU)
+                         : torch::full({encoded.size(0)}, encoded.size(1), torch::kLong);
   const double batch_ms = ms_since(start);
   const double total_frames = static_cast<double>(padded.lengths.sum().item<int64_t>());
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -323,6 +328,8 @@ SpeechEncoder::Stream SpeechEncoder::stream(int64_t sample_rate, int64_t chunk,
                     "they cannot stream");
   if (chunk == 0) chunk = s.options.stream_chunk;
   if (chunk == 0) chunk = s.config.streaming.chunk_size;
+  TORCH_CHECK_VALUE(!s.conformer.is_empty(), "SpeechEncoder::stream: ", s.config.source, " is a ",
+                    s.config.family, " model, which does not stream");
   TORCH_CHECK_VALUE(chunk > 0, "SpeechEncoder::stream: ", s.config.source,
                     " has no streaming.chunk_size; pass a chunk (encoder frames)");
   auto impl = std::make_unique<Stream::Impl>();
@@ -339,7 +346,7 @@ SpeechEncoder::Stream SpeechEncoder::stream(int64_t sample_rate, int64_t chunk,
   }
   impl->features = std::make_unique<FeatureStream>(*s.extractor, source);
   impl->conformer =
-      std::make_unique<ConformerStream>(s.model, chunk, s.config.streaming.num_left_chunks);
+      std::make_unique<ConformerStream>(s.conformer, chunk, s.config.streaming.num_left_chunks);
   return Stream(std::move(impl));
 }
 

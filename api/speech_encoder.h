@@ -1,6 +1,7 @@
-// Speech encoding in one object: a Conformer of the zoo (or any YAML config) with its weights and
-// the audio frontend its `features:` section describes (preprocess/: libsndfile, libsoxr, Kaldi
-// fbank or Whisper log-mel).
+// Speech encoding in one object: a model of audio of the zoo (a Conformer, an AST; or any YAML
+// config) with its weights and the audio frontend its `features:` section describes (preprocess/:
+// libsndfile, libsoxr, Kaldi fbank or Whisper log-mel). The model runs through its family
+// (configs/model_family.h); streaming needs a Conformer.
 //
 //   attnzoo::SpeechEncoderOptions options;
 //   options.weights = "wenet_final.safetensors";
@@ -62,7 +63,8 @@ struct EncodedSpeech {
 
 class SpeechEncoder {
  public:
-  // `model`: a registered name or a YAML file of family conformer with a features section.
+  // `model`: a registered name or a YAML file of a family of audio (conformer, ast) with a
+  // features section.
   explicit SpeechEncoder(const std::string& model, SpeechEncoderOptions options = {});
   ~SpeechEncoder();
   SpeechEncoder(SpeechEncoder&&) noexcept;

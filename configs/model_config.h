@@ -13,8 +13,10 @@
 #include <attnzoo/models/conformer.h>
 #include <attnzoo/models/vit.h>
 
+#include <any>
 #include <array>
 #include <cstdint>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -45,11 +47,6 @@ class ConfigError : public std::runtime_error {
   int column_;
 };
 
-// The model families a document can describe (`family:`). A new family adds an entry here, its
-// Options member to ModelConfig, and one branch in the parser (model_config.cpp).
-enum class ModelFamily { kViT, kConformer };
-const char* model_family_name(ModelFamily family);
-
 // How images are prepared for a vision model: timm's pretrained cfg (input_size, crop_pct,
 // interpolation, mean, std). Frontends take these values; they hold no constants of their own.
 struct ImagePreprocessConfig {
@@ -60,8 +57,8 @@ struct ImagePreprocessConfig {
   std::vector<double> std;
 };
 
-// How audio becomes the features of a speech model (`features:`): the frontend (preprocess/,
-// issue "Speech encoding end to end") takes these values and holds no constants of its own.
+// How audio becomes the features of a speech model (`features:`): the frontend (preprocess/)
+// takes these values and holds no constants of its own.
 //   fbank            Kaldi's compute-fbank-feats (kaldi-native-fbank, torchaudio.compliance.kaldi)
 //   whisper_log_mel  Whisper's log-mel spectrogram (n_fft = frame length, hop = frame shift)
 struct AudioFeaturesConfig {
@@ -80,6 +77,12 @@ struct AudioFeaturesConfig {
   double low_freq = 20.0;
   double high_freq = 0.0;   // <= 0: that far below the Nyquist frequency (Kaldi's convention)
   bool int16_scale = true;  // samples in [-1, 1] scaled by 32768 first, as Kaldi reads WAV
+  bool allow_empty_mel_bins = false;  // torchaudio's fbank: a bin covering no FFT bin is empty
+  // Whole utterances: padded with zero frames or cut to `frames` (0: as the audio gives), then
+  // every feature (x - mean) / std (the Audio Spectrogram Transformer's input).
+  int64_t frames = 0;
+  double mean = 0.0;
+  double std = 1.0;
   double frames_per_second() const { return 1000.0 / frame_shift_ms; }
 };
 
@@ -98,20 +101,49 @@ struct LabelsConfig {
 
 struct ModelConfig {
   std::string name;
-  ModelFamily family = ModelFamily::kViT;
-  // The family's architecture; only the member of `family` is meaningful.
-  ViTOptions vit;
-  ConformerEncoderOptions conformer{80, ConformerOptions(256, 4, 2048, 12, 15)};
-  // The family's preprocessing: images for ViT, audio features for the Conformer.
+  // The model family (`family:`), a name of configs/model_family.h's registry.
+  std::string family;
+  // The family's architecture: the Options its module is built from (ViTOptions for vit,
+  // ConformerEncoderOptions for conformer, ...); read through options<T>().
+  std::any architecture;
+  // The input frontend: images, or audio features (the family's input kind says which is used).
   ImagePreprocessConfig image;
   AudioFeaturesConfig features;
-  StreamingConfig streaming;  // conformer
+  StreamingConfig streaming;  // models that stream (the Conformer)
   LabelsConfig labels;
-  // Checkpoint layout (`checkpoint.format`; ViT: timm | torchvision | hf; Conformer: attnzoo |
-  // torchaudio | wenet | espnet). Empty: detected from the tensor names when weights are loaded.
+  // Checkpoint layout (`checkpoint.format`: one of the family's layouts). Empty: detected from the
+  // tensor names when weights are loaded.
   std::string checkpoint_format;
   std::string source;                  // the YAML file (or the name given to parse_model_config)
   std::vector<std::string> overrides;  // applied to the document, in order
+  // The key paths the document (or an override) gives a value, e.g. "architecture.norm_eps";
+  // the others took their defaults.
+  std::set<std::string> stated;
+
+  // The architecture as the family's Options; throws ConfigError naming the model and its family
+  // when they are of another type.
+  template <class Options>
+  const Options& options() const {
+    const auto* o = std::any_cast<Options>(&architecture);
+    if (!o) throw wrong_architecture();
+    return *o;
+  }
+  template <class Options>
+  Options& options() {
+    auto* o = std::any_cast<Options>(&architecture);
+    if (!o) throw wrong_architecture();
+    return *o;
+  }
+  // True when an override (`--set`) gives `key_path` or a mapping above it a value.
+  bool overridden(const std::string& key_path) const;
+
+  template <class Options>
+  bool has_options() const {
+    return std::any_cast<Options>(&architecture) != nullptr;
+  }
+
+ private:
+  ConfigError wrong_architecture() const;
 };
 
 // Reads and validates a YAML model file. `overrides` are `key.path=value` strings (value in YAML

@@ -1,5 +1,7 @@
 #include <attnzoo/configs/model_stats.h>
 
+#include <attnzoo/configs/model_family.h>
+
 #include <attnzoo/models/conformer_frontend.h>
 
 namespace attnzoo {
@@ -9,19 +11,18 @@ int64_t mlp_hidden(const ViTOptions& o) {
   return static_cast<int64_t>(static_cast<double>(o.embed_dim()) * o.mlp_ratio());
 }
 
-int64_t prefix_tokens(const ViTOptions& o) { return (o.class_token() ? 1 : 0) + o.reg_tokens(); }
-
 }  // namespace
 
 int64_t vit_parameter_count(const ViTOptions& o) {
   const int64_t d = o.embed_dim(), hidden = mlp_hidden(o), head_dim = d / o.num_heads();
   const int64_t layer_norm = 2 * d;
-  const int64_t grid = o.img_size() / o.patch_size();
+  const auto [rows, cols] = vit_grid(o, o.img_size(), vit_img_width(o));
+  const int64_t prefix = vit_prefix_tokens(o);
   int64_t n = 0;
-  // Patch embedding: a Conv2d with kernel = stride = patch; no bias under pre_norm (CLIP).
+  // Patch embedding: a Conv2d with kernel = patch; no bias under pre_norm (CLIP).
   n += d * o.in_chans() * o.patch_size() * o.patch_size() + (o.pre_norm() ? 0 : d);
-  n += prefix_tokens(o) * d;  // class and register tokens
-  n += (grid * grid + (o.no_embed_class() ? 0 : prefix_tokens(o))) * d;  // pos_embed
+  n += prefix * d;  // class, distillation and register tokens
+  n += (rows * cols + (o.no_embed_class() ? 0 : prefix)) * d;  // pos_embed
   if (o.pre_norm()) n += layer_norm;
   int64_t block = 2 * layer_norm;
   block += 3 * d * d + (o.qkv_bias() ? 3 * d : 0);
@@ -32,14 +33,17 @@ int64_t vit_parameter_count(const ViTOptions& o) {
   n += o.depth() * block;
   // The final norm sits before pooling (norm) or after it (fc_norm): the same size either way.
   if (o.final_norm()) n += layer_norm;
-  if (o.num_classes() > 0) n += d * o.num_classes() + o.num_classes();
+  if (o.head_norm()) n += layer_norm;
+  const int64_t heads = o.dist_token() && o.global_pool() == "token" ? 2 : 1;  // + head_dist
+  if (o.num_classes() > 0) n += heads * (d * o.num_classes() + o.num_classes());
   return n;
 }
 
 int64_t vit_macs(const ViTOptions& o, int64_t height, int64_t width) {
   const int64_t d = o.embed_dim(), hidden = mlp_hidden(o);
-  const int64_t patches = (height / o.patch_size()) * (width / o.patch_size());
-  const int64_t tokens = patches + prefix_tokens(o);
+  const auto [rows, cols] = vit_grid(o, height, width);
+  const int64_t patches = rows * cols;
+  const int64_t tokens = patches + vit_prefix_tokens(o);
   int64_t macs = patches * d * o.in_chans() * o.patch_size() * o.patch_size();
   int64_t block = tokens * d * 3 * d;  // qkv
   block += 2 * tokens * tokens * d;    // q·kᵀ and attention·v, over all heads
@@ -48,8 +52,9 @@ int64_t vit_macs(const ViTOptions& o, int64_t height, int64_t width) {
   macs += o.depth() * block;
   if (o.num_classes() > 0) {
     // One pooled vector, or every token without pooling.
-    const int64_t rows = o.global_pool() == "none" ? tokens : 1;
-    macs += rows * d * o.num_classes();
+    const int64_t pooled = o.global_pool() == "none" ? tokens : 1;
+    const int64_t heads = o.dist_token() && o.global_pool() == "token" ? 2 : 1;  // + head_dist
+    macs += heads * pooled * d * o.num_classes();
   }
   return macs;
 }
@@ -128,30 +133,7 @@ int64_t conformer_macs(const ConformerEncoderOptions& o, int64_t input_frames) {
 }
 
 ModelStats model_stats(const ModelConfig& config) {
-  ModelStats stats;
-  switch (config.family) {
-    case ModelFamily::kViT: {
-      const auto& size = config.image.input_size;
-      stats.parameters = vit_parameter_count(config.vit);
-      stats.macs = vit_macs(config.vit, size[1], size[2]);
-      stats.basis = std::to_string(size[0]) + "x" + std::to_string(size[1]) + "x" +
-                    std::to_string(size[2]) + " image";
-      break;
-    }
-    case ModelFamily::kConformer: {
-      // Frames per second from the features (100 at Kaldi's 10 ms shift).
-      const double fps = config.features.frames_per_second();
-      constexpr int64_t kSeconds = 10;
-      const auto frames = static_cast<int64_t>(fps * kSeconds);
-      stats.parameters = conformer_parameter_count(config.conformer);
-      stats.macs = conformer_macs(config.conformer, frames) / kSeconds;
-      // Without a features section the input frames are the user's; 100 per second assumed.
-      stats.basis = config.features.kind == "none" ? "100 input frames (of 1000)"
-                                                   : "1 s audio (10 s utterance)";
-      break;
-    }
-  }
-  return stats;
+  return model_family(config.family).stats(config);
 }
 
 }  // namespace attnzoo

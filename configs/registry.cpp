@@ -2,9 +2,6 @@
 
 #include <attnzoo/configs/yaml_reader.h>
 #include <attnzoo/configs/zoo_path.h>
-#include <attnzoo/models/checkpoint.h>
-#include <attnzoo/models/conformer_checkpoint.h>
-#include <attnzoo/models/vit_checkpoint.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -132,16 +129,7 @@ ModelConfig resolve_model_config(const std::string& name_or_path,
 ZooModel build_model(const ModelConfig& config) {
   ZooModel model;
   model.config = config;
-  switch (config.family) {
-    case ModelFamily::kViT:
-      model.vit = VisionTransformer(config.vit);
-      model.module = model.vit.ptr();
-      break;
-    case ModelFamily::kConformer:
-      model.conformer = ConformerEncoder(config.conformer);
-      model.module = model.conformer.ptr();
-      break;
-  }
+  model.module = model_family(config.family).build(config);
   return model;
 }
 
@@ -154,40 +142,10 @@ ZooModel create_model_from_yaml(const std::string& path,
   return build_model(load_model_config(path, overrides));
 }
 
-std::string load_weights(ZooModel& model, const std::string& path, const std::string& format) {
+LoadedWeights load_weights(ZooModel& model, const std::string& path, const std::string& format) {
   const auto file = io::load_safetensors(path);
   const std::string requested = format.empty() ? model.config.checkpoint_format : format;
-  switch (model.config.family) {
-    case ModelFamily::kViT: {
-      const auto layout =
-          requested.empty() ? detect_vit_format(file.tensors) : parse_vit_format(requested);
-      const auto mapped = to_timm_layout(file.tensors, layout);
-      LoadOptions options;
-      options.ignore = mapped.ignored;
-      options.source = path;
-      load_state_dict(*model.module, mapped.tensors, options);
-      return vit_format_name(layout);
-    }
-    case ModelFamily::kConformer: {
-      const auto layout = requested.empty() ? detect_conformer_format(file.tensors)
-                                            : parse_conformer_format(requested);
-      auto mapped = to_conformer_layout(file.tensors, layout);
-      if (layout == ConformerCheckpointFormat::kTorchaudio) {
-        // torchaudio's Conformer is the block stack: the encoder's `conformer` submodule.
-        io::TensorDict prefixed;
-        for (const auto& item : mapped.tensors) {
-          prefixed.insert("conformer." + item.key(), item.value());
-        }
-        mapped.tensors = std::move(prefixed);
-      }
-      LoadOptions options;
-      options.ignore = mapped.ignored;
-      options.source = path;
-      load_state_dict(*model.module, mapped.tensors, options);
-      return conformer_format_name(layout);
-    }
-  }
-  return requested;
+  return model.family().load_weights(*model.module, model.config, file.tensors, requested, path);
 }
 
 }  // namespace attnzoo

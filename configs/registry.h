@@ -11,11 +11,13 @@
 //
 //   auto model = attnzoo::create_model("vit_base_patch16_224", {"attention.backend=sdpa"});
 //   model.module->eval();
-//   auto logits = model.vit(images);  // images: [B, 3, 224, 224] -> [B, 1000]
+//   auto logits = model.classify({images});  // images: [B, 3, 224, 224] -> [B, 1000]
+//   auto vit = model.as<attnzoo::VisionTransformer>();  // the module as its own type
 //   // model.config.image holds the preprocessing (input size, crop_pct, mean, std, ...)
 #pragma once
 
 #include <attnzoo/configs/model_config.h>
+#include <attnzoo/configs/model_family.h>
 #include <attnzoo/models/conformer.h>
 #include <attnzoo/models/vit.h>
 
@@ -27,14 +29,28 @@
 
 namespace attnzoo {
 
-// A model built from its config. `module` is the model as a generic torch::nn::Module (eval(),
-// to(), parameters(), weight loading); the typed handle of the config's family is set, the others
-// are null (each family's forward takes its own inputs).
+// A model built from its config: `module` is the family's module (VisionTransformerImpl,
+// ConformerEncoderImpl, ...; module->as<T>() gives it typed) for eval(), to(), parameters() and
+// weight loading; the family (configs/model_family.h) runs it on a batch.
 struct ZooModel {
   ModelConfig config;
   std::shared_ptr<torch::nn::Module> module;
-  VisionTransformer vit{nullptr};       // family vit: images -> logits
-  ConformerEncoder conformer{nullptr};  // family conformer: (features, lengths) -> encoded
+
+  const ModelFamily& family() const { return model_family(config.family); }
+  // Classification logits [B, classes] of a batch on the module's device and dtype.
+  torch::Tensor classify(const ModelInput& input) {
+    return family().classify(*module, config, input);
+  }
+  // Every output of the model by name (ModelFamily::forward).
+  NamedTensors forward(const ModelInput& input, bool stream = false) {
+    return family().forward(*module, config, input, stream);
+  }
+  // The module as its own type, e.g. as<VisionTransformer>() or as<ConformerEncoder>(); an empty
+  // holder (is_empty()) when it is of another type.
+  template <class Holder>
+  Holder as() const {
+    return Holder(std::dynamic_pointer_cast<typename Holder::ContainedType>(module));
+  }
 };
 
 // The folder of a zoo folder that holds training runs (attnzoo train), not models.
@@ -92,8 +108,9 @@ ZooModel create_model_from_yaml(const std::string& path,
 // Loads a safetensors checkpoint into `model`, strictly (models/checkpoint.h: every missing,
 // unexpected or mis-shaped tensor reported at once). The layout is `format` when non-empty, else
 // the config's checkpoint.format, else detected from the tensor names; the layout used is
-// returned (ViT: timm, torchvision or hf; Conformer: attnzoo, torchaudio, wenet or espnet, where
-// torchaudio's Conformer is the encoder's block stack).
-std::string load_weights(ZooModel& model, const std::string& path, const std::string& format = "");
+// returned with what else the layout brought (LoadedWeights::notes: e.g. Hugging Face's LayerNorm
+// eps 1e-12 for a config that states timm's 1e-6 for timm's layout; model.config follows).
+LoadedWeights load_weights(ZooModel& model, const std::string& path,
+                           const std::string& format = "");
 
 }  // namespace attnzoo

@@ -182,11 +182,12 @@ TrainConfig read_train_document(const Document& document,
   }
   c.init_format = root.string("init_format", "");
   c.data = read_data(root.map("data", true), c.source);
-  const bool images = c.data.kind != "audio_list";
-  if (images != (c.model.family == ModelFamily::kViT)) {
-    root.fail("data", "data kind " + c.data.kind + " does not fit a " +
-                          model_family_name(c.model.family) + " model (images train a vit, " +
-                          "audio_list a conformer)");
+  const auto input = model_family(c.model.family).input_kind();
+  const auto wanted = input == InputKind::kImages ? "image_folder or image_list" : "audio_list";
+  if ((c.data.kind == "audio_list") != (input == InputKind::kAudioFeatures)) {
+    root.fail("data", "data kind " + c.data.kind + " does not fit a " + c.model.family +
+                          " model, which takes " + input_kind_name(input) + " (data kind " +
+                          wanted + ")");
   }
   c.augment = read_augment(root.map("augment", false));
   c.optimizer = read_optimizer(root.map("optimizer", false));

@@ -235,10 +235,16 @@ const MapReader::Entry* MapReader::lookup(const std::string& key, bool required)
   if (!entry && required) {
     document_->fail(path(key), mark_, "required key is missing");
   }
+  if (entry) document_->note_read(path(key));
   return entry;
 }
 
 bool MapReader::has(const std::string& key) { return lookup(key, false) != nullptr; }
+
+std::string MapReader::relation_key(const std::string& first, const std::string& second) {
+  if (overridden(second) && !overridden(first)) return second;
+  return has(first) ? first : second;
+}
 
 bool MapReader::overridden(const std::string& key) const {
   return document_->override_of(path(key)) != nullptr;

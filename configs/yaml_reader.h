@@ -35,6 +35,10 @@ class Document {
   // The override that set `key_path` or a mapping above it (the latest one); nullptr if none.
   const std::string* override_of(const std::string& key_path) const;
   const std::string& source() const { return source_; }
+  // The key paths whose values the readers have read so far (present in the document or set by
+  // an override), e.g. "architecture.norm_eps".
+  const std::set<std::string>& read_keys() const { return read_keys_; }
+  void note_read(const std::string& key_path) const { read_keys_.insert(key_path); }
 
   // Throws ConfigError "SOURCE:LINE:COL: KEY_PATH: WHAT", or "SOURCE: override 'k=v': KEY_PATH:
   // WHAT" when `key_path` (or a mapping above it) was set by an override.
@@ -45,6 +49,7 @@ class Document {
   std::string source_;
   YAML::Node root_;
   std::vector<std::pair<std::string, std::string>> overrides_;  // key path, override as given
+  mutable std::set<std::string> read_keys_;
 };
 
 // One mapping of a document. Every read declares its key as known; finish() rejects the keys no
@@ -59,6 +64,10 @@ class MapReader {
   std::string path(const std::string& key) const;  // "path.key"
   bool has(const std::string& key);                // declares `key`
   bool overridden(const std::string& key) const;   // set by an override
+  // Where to report a relation between two keys that fails: at an overridden one if only the
+  // second is overridden (the override is what changed), else at the first the file sets, else
+  // at the second.
+  std::string relation_key(const std::string& first, const std::string& second);
 
   int64_t integer(const std::string& key, std::optional<int64_t> fallback, int64_t min,
                   int64_t max);

@@ -42,9 +42,10 @@ void PatchEmbedImpl::reset() {
   TORCH_CHECK_VALUE(o.in_chans() > 0 && o.embed_dim() > 0 && o.patch_size() > 0,
                     "PatchEmbed: sizes must be positive, got in_chans ", o.in_chans(),
                     ", embed_dim ", o.embed_dim(), ", patch_size ", o.patch_size());
+  TORCH_CHECK_VALUE(o.stride() >= 0, "PatchEmbed: stride must be >= 0, got ", o.stride());
   proj = register_module("proj", torch::nn::Conv2d(torch::nn::Conv2dOptions(
                                                        o.in_chans(), o.embed_dim(), o.patch_size())
-                                                       .stride(o.patch_size())
+                                                       .stride(stride())
                                                        .bias(o.bias())));
 }
 
@@ -53,9 +54,13 @@ torch::Tensor PatchEmbedImpl::forward(const torch::Tensor& images) {
   TORCH_CHECK_VALUE(images.dim() == 4 && images.size(1) == options.in_chans(),
                     "PatchEmbed: images must be [B, C = ", options.in_chans(), ", H, W], got ",
                     images.sizes());
-  TORCH_CHECK_VALUE(images.size(2) % p == 0 && images.size(3) % p == 0, "PatchEmbed: image size ",
-                    images.size(2), "x", images.size(3), " is not a multiple of the patch size ",
-                    p);
+  if (stride() == p) {
+    TORCH_CHECK_VALUE(images.size(2) % p == 0 && images.size(3) % p == 0, "PatchEmbed: image size ",
+                      images.size(2), "x", images.size(3), " is not a multiple of the patch size ",
+                      p);
+  }
+  TORCH_CHECK_VALUE(images.size(2) >= p && images.size(3) >= p, "PatchEmbed: image size ",
+                    images.size(2), "x", images.size(3), " is smaller than the patch size ", p);
   return proj(images).permute({0, 2, 3, 1});
 }
 

@@ -61,14 +61,16 @@ class LayerScaleImpl : public torch::nn::Cloneable<LayerScaleImpl> {
 };
 TORCH_MODULE(LayerScale);
 
-// Patch embedding: a convolution with kernel = stride = patch size, i.e. a linear map of each
-// non-overlapping patch.
+// Patch embedding: a convolution with kernel = patch size, i.e. a linear map of each patch. The
+// stride is the patch size (non-overlapping patches, ViT) unless given: a smaller one overlaps
+// them (the Audio Spectrogram Transformer's 16 x 16 patches every 10).
 struct PatchEmbedOptions {
   PatchEmbedOptions(int64_t in_chans, int64_t embed_dim, int64_t patch_size)
       : in_chans_(in_chans), embed_dim_(embed_dim), patch_size_(patch_size) {}
   TORCH_ARG(int64_t, in_chans);
   TORCH_ARG(int64_t, embed_dim);
   TORCH_ARG(int64_t, patch_size);
+  TORCH_ARG(int64_t, stride) = 0;  // 0: patch_size
   TORCH_ARG(bool, bias) = true;
 };
 
@@ -76,8 +78,10 @@ class PatchEmbedImpl : public torch::nn::Cloneable<PatchEmbedImpl> {
  public:
   explicit PatchEmbedImpl(PatchEmbedOptions options);
   void reset() override;
-  // images: [B, C, H, W] -> patch grid [B, H/P, W/P, D]; H and W must be multiples of P.
+  // images: [B, C, H, W] -> patch grid [B, (H - P)/S + 1, (W - P)/S + 1, D]; without a stride of
+  // its own (S = P) H and W must be multiples of P, with one at least P.
   torch::Tensor forward(const torch::Tensor& images);
+  int64_t stride() const { return options.stride() > 0 ? options.stride() : options.patch_size(); }
 
   PatchEmbedOptions options;
   torch::nn::Conv2d proj{nullptr};

@@ -70,8 +70,27 @@ VisionTransformerImpl::VisionTransformerImpl(ViTOptions options_) : options(std:
   reset();
 }
 
-int64_t VisionTransformerImpl::num_prefix_tokens() const {
-  return (options.class_token() ? 1 : 0) + options.reg_tokens();
+int64_t vit_prefix_tokens(const ViTOptions& o) {
+  return (o.class_token() ? 1 : 0) + (o.dist_token() ? 1 : 0) + o.reg_tokens();
+}
+
+int64_t vit_img_width(const ViTOptions& o) {
+  return o.img_width() > 0 ? o.img_width() : o.img_size();
+}
+
+int64_t vit_patch_stride(const ViTOptions& o) {
+  return o.patch_stride() > 0 ? o.patch_stride() : o.patch_size();
+}
+
+std::pair<int64_t, int64_t> vit_grid(const ViTOptions& o, int64_t height, int64_t width) {
+  const int64_t p = o.patch_size(), s = vit_patch_stride(o);
+  return {(height - p) / s + 1, (width - p) / s + 1};
+}
+
+int64_t VisionTransformerImpl::num_prefix_tokens() const { return vit_prefix_tokens(options); }
+
+std::pair<int64_t, int64_t> VisionTransformerImpl::grid() const {
+  return vit_grid(options, options.img_size(), vit_img_width(options));
 }
 
 void VisionTransformerImpl::reset() {
@@ -79,8 +98,17 @@ void VisionTransformerImpl::reset() {
   TORCH_CHECK_VALUE(o.img_size() > 0 && o.patch_size() > 0, kVitWho,
                     ": img_size and patch_size must be > 0, got ", o.img_size(), " and ",
                     o.patch_size());
-  TORCH_CHECK_VALUE(o.img_size() % o.patch_size() == 0, kVitWho, ": img_size ", o.img_size(),
-                    " is not divisible by patch_size ", o.patch_size());
+  TORCH_CHECK_VALUE(o.img_width() >= 0 && o.patch_stride() >= 0, kVitWho,
+                    ": img_width and patch_stride must be >= 0");
+  const int64_t width = vit_img_width(o);
+  if (vit_patch_stride(o) == o.patch_size()) {
+    TORCH_CHECK_VALUE(o.img_size() % o.patch_size() == 0 && width % o.patch_size() == 0, kVitWho,
+                      ": img_size ", o.img_size(), "x", width, " is not divisible by patch_size ",
+                      o.patch_size());
+  }
+  TORCH_CHECK_VALUE(o.img_size() >= o.patch_size() && width >= o.patch_size(), kVitWho,
+                    ": img_size ", o.img_size(), "x", width, " is smaller than patch_size ",
+                    o.patch_size());
   TORCH_CHECK_VALUE(o.embed_dim() > 0 && o.depth() > 0 && o.num_heads() > 0, kVitWho,
                     ": embed_dim, depth and num_heads must be > 0, got ", o.embed_dim(), ", ",
                     o.depth(), ", ", o.num_heads());
@@ -90,23 +118,31 @@ void VisionTransformerImpl::reset() {
   TORCH_CHECK_VALUE(o.num_classes() >= 0 && o.reg_tokens() >= 0, kVitWho,
                     ": num_classes and reg_tokens must be >= 0");
   const auto& pool = o.global_pool();
-  TORCH_CHECK_VALUE(
-      pool == "token" || pool == "avg" || pool == "max" || pool == "avgmax" || pool == "none",
-      kVitWho, ": unknown global_pool '", pool, "'; expected token, avg, max, avgmax or none");
+  TORCH_CHECK_VALUE(pool == "token" || pool == "avg" || pool == "max" || pool == "avgmax" ||
+                        pool == "cls_dist" || pool == "none",
+                    kVitWho, ": unknown global_pool '", pool,
+                    "'; expected token, avg, max, avgmax, cls_dist or none");
   TORCH_CHECK_VALUE(pool != "token" || o.class_token(), kVitWho,
                     ": global_pool 'token' needs class_token");
+  TORCH_CHECK_VALUE(!o.dist_token() || o.class_token(), kVitWho,
+                    ": dist_token needs class_token (it follows the class token)");
+  TORCH_CHECK_VALUE(pool != "cls_dist" || o.dist_token(), kVitWho,
+                    ": global_pool 'cls_dist' needs class_token and dist_token");
   TORCH_CHECK_VALUE(o.drop_path_rate() >= 0.0 && o.drop_path_rate() < 1.0, kVitWho,
                     ": drop_path_rate must lie in [0, 1), got ", o.drop_path_rate());
 
   const int64_t d = o.embed_dim();
-  patch_embed = register_module(
-      "patch_embed",
-      PatchEmbed(PatchEmbedOptions(o.in_chans(), d, o.patch_size()).bias(!o.pre_norm())));
+  patch_embed =
+      register_module("patch_embed", PatchEmbed(PatchEmbedOptions(o.in_chans(), d, o.patch_size())
+                                                    .stride(o.patch_stride())
+                                                    .bias(!o.pre_norm())));
   if (o.class_token()) cls_token = register_parameter("cls_token", torch::zeros({1, 1, d}));
+  if (o.dist_token()) dist_token = register_parameter("dist_token", torch::zeros({1, 1, d}));
   if (o.reg_tokens() > 0) {
     reg_token = register_parameter("reg_token", torch::zeros({1, o.reg_tokens(), d}));
   }
-  const int64_t patches = grid_size() * grid_size();
+  const auto [rows, cols] = grid();
+  const int64_t patches = rows * cols;
   const int64_t embed_len = o.no_embed_class() ? patches : patches + num_prefix_tokens();
   pos_embed = register_parameter("pos_embed", torch::zeros({1, embed_len, d}));
   if (o.pre_norm()) norm_pre = register_module("norm_pre", layer_norm(d, o.norm_eps()));
@@ -120,8 +156,12 @@ void VisionTransformerImpl::reset() {
   const bool fc = uses_fc_norm(o);
   if (o.final_norm() && !fc) norm = register_module("norm", layer_norm(d, o.norm_eps()));
   if (o.final_norm() && fc) fc_norm = register_module("fc_norm", layer_norm(d, o.norm_eps()));
+  if (o.head_norm()) head_norm = register_module("head_norm", layer_norm(d, o.norm_eps()));
   if (o.num_classes() > 0) {
     head = register_module("head", torch::nn::Linear(d, o.num_classes()));
+    if (o.dist_token() && pool == "token") {
+      head_dist = register_module("head_dist", torch::nn::Linear(d, o.num_classes()));
+    }
   }
   reset_parameters();
 }
@@ -130,6 +170,7 @@ void VisionTransformerImpl::reset_parameters() {
   torch::NoGradGuard no_grad;
   init::trunc_normal_(pos_embed, 0.0, 0.02);
   if (cls_token.defined()) cls_token.normal_(0.0, 1e-6);
+  if (dist_token.defined()) init::trunc_normal_(dist_token, 0.0, 0.02);
   if (reg_token.defined()) reg_token.normal_(0.0, 1e-6);
   for (auto& module : modules(/*include_self=*/false)) {
     if (auto* linear = module->as<torch::nn::Linear>()) {
@@ -174,8 +215,9 @@ torch::Tensor resample_pos_embed(const torch::Tensor& pos_embed, int64_t num_pre
 }
 
 torch::Tensor VisionTransformerImpl::resampled_pos_embed(int64_t rows, int64_t cols) const {
-  return resample_pos_embed(pos_embed, options.no_embed_class() ? 0 : num_prefix_tokens(),
-                            grid_size(), grid_size(), rows, cols);
+  const auto [old_rows, old_cols] = grid();
+  return resample_pos_embed(pos_embed, options.no_embed_class() ? 0 : num_prefix_tokens(), old_rows,
+                            old_cols, rows, cols);
 }
 
 torch::Tensor VisionTransformerImpl::forward_features(const torch::Tensor& images,
@@ -187,6 +229,7 @@ torch::Tensor VisionTransformerImpl::forward_features(const torch::Tensor& image
   const auto pos = resampled_pos_embed(rows, cols);
   std::vector<torch::Tensor> prefix;
   if (cls_token.defined()) prefix.push_back(cls_token.expand({batch, -1, -1}));
+  if (dist_token.defined()) prefix.push_back(dist_token.expand({batch, -1, -1}));
   if (reg_token.defined()) prefix.push_back(reg_token.expand({batch, -1, -1}));
   if (options.no_embed_class()) {
     x = x + pos;
@@ -214,8 +257,18 @@ torch::Tensor VisionTransformerImpl::forward_head(const torch::Tensor& tokens, b
   const auto& pool = options.global_pool();
   torch::Tensor x;
   const int64_t prefix = num_prefix_tokens();
+  if (pool == "token" && head_dist) {
+    // DeiT distilled (timm's VisionTransformerDistilled): the class head and the distillation
+    // head each on its token, their logits averaged.
+    auto cls = torch::dropout(tokens.select(1, 0), options.drop_rate(), is_training());
+    auto dist = torch::dropout(tokens.select(1, 1), options.drop_rate(), is_training());
+    if (pre_logits) return (cls + dist) / 2;
+    return (head(cls) + head_dist(dist)) / 2;
+  }
   if (pool == "token") {
     x = tokens.select(1, 0);
+  } else if (pool == "cls_dist") {
+    x = (tokens.select(1, 0) + tokens.select(1, 1)) / 2;
   } else if (pool == "avg") {
     x = tokens.narrow(1, prefix, tokens.size(1) - prefix).mean(1);
   } else if (pool == "max") {
@@ -227,6 +280,7 @@ torch::Tensor VisionTransformerImpl::forward_head(const torch::Tensor& tokens, b
     x = tokens;  // "none"
   }
   if (fc_norm) x = fc_norm(x);
+  if (head_norm) x = head_norm(x);
   x = torch::dropout(x, options.drop_rate(), is_training());
   if (pre_logits || !head) return x;
   return head(x);

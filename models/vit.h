@@ -3,7 +3,7 @@
 // state_dict loads by name; torchvision and Hugging Face layouts are mapped in
 // models/vit_checkpoint.h.
 //
-//   x = patch_embed(img) (+ class / register tokens) + pos_embed   [B, N, D]
+//   x = patch_embed(img) (+ class / distillation / register tokens) + pos_embed   [B, N, D]
 //   x = x + drop_path(ls1(attn(norm1(x))))                          per block (pre-norm)
 //   x = x + drop_path(ls2(mlp(norm2(x))))
 //   logits = head(fc_norm(pool(norm(x))))
@@ -19,16 +19,22 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attnzoo {
 
 struct ViTOptions {
-  TORCH_ARG(int64_t, img_size) = 224;
+  TORCH_ARG(int64_t, img_size) = 224;  // the height, and the width unless img_width is set
+  TORCH_ARG(int64_t, img_width) = 0;   // 0: img_size (square)
   TORCH_ARG(int64_t, patch_size) = 16;
+  // The patch grid's step; 0: patch_size (non-overlapping). Smaller overlaps the patches (AST).
+  TORCH_ARG(int64_t, patch_stride) = 0;
   TORCH_ARG(int64_t, in_chans) = 3;
   TORCH_ARG(int64_t, num_classes) = 1000;  // 0: no classifier, forward returns pooled features
-  // "token" (class token), "avg", "max", "avgmax" (mean of both), or "none" (all tokens).
+  // "token" (class token; with a distillation token, the mean of the class head's and the
+  // distillation head's logits, as DeiT), "avg", "max", "avgmax" (mean of both), "cls_dist" (the
+  // mean of the class and distillation tokens, as AST), or "none" (all tokens).
   TORCH_ARG(std::string, global_pool) = "token";
   TORCH_ARG(int64_t, embed_dim) = 768;
   TORCH_ARG(int64_t, depth) = 12;
@@ -40,6 +46,8 @@ struct ViTOptions {
   // LayerScale init value; nullopt = no LayerScale.
   TORCH_ARG(std::optional<double>, init_values) = std::nullopt;
   TORCH_ARG(bool, class_token) = true;
+  // A distillation token after the class token (DeiT's distilled models, AST).
+  TORCH_ARG(bool, dist_token) = false;
   // Position embeddings only for the patches, added before the prefix tokens are prepended.
   TORCH_ARG(bool, no_embed_class) = false;
   TORCH_ARG(int64_t, reg_tokens) = 0;
@@ -48,6 +56,8 @@ struct ViTOptions {
   TORCH_ARG(bool, final_norm) = true;
   // Normalise after pooling rather than before; nullopt = timm's default (on for avg/max pooling).
   TORCH_ARG(std::optional<bool>, fc_norm) = std::nullopt;
+  // A LayerNorm of the pooled features before the head, besides the final norm (AST's head).
+  TORCH_ARG(bool, head_norm) = false;
   // LayerNorm epsilon: timm 1e-6, Hugging Face 1e-12, CLIP 1e-5.
   TORCH_ARG(double, norm_eps) = 1e-6;
   // "gelu" (exact) or "gelu_tanh".
@@ -111,23 +121,33 @@ class VisionTransformerImpl : public torch::nn::Cloneable<VisionTransformerImpl>
   torch::Tensor forward_head(const torch::Tensor& tokens, bool pre_logits = false);
 
   int64_t num_prefix_tokens() const;
-  // The configured patch grid (img_size / patch_size, square).
-  int64_t grid_size() const { return options.img_size() / options.patch_size(); }
+  // The configured patch grid: (rows, cols) of an img_size x img_width input.
+  std::pair<int64_t, int64_t> grid() const;
   // pos_embed resampled to a grid of (rows, cols) patches: [1, T, D].
   torch::Tensor resampled_pos_embed(int64_t rows, int64_t cols) const;
 
   ViTOptions options;
   PatchEmbed patch_embed{nullptr};
-  torch::Tensor cls_token;  // [1, 1, D]
-  torch::Tensor reg_token;  // [1, R, D]
-  torch::Tensor pos_embed;  // [1, T, D]
+  torch::Tensor cls_token;   // [1, 1, D]
+  torch::Tensor dist_token;  // [1, 1, D]
+  torch::Tensor reg_token;   // [1, R, D]
+  torch::Tensor pos_embed;   // [1, T, D]
   torch::nn::LayerNorm norm_pre{nullptr};
   torch::nn::ModuleList blocks{nullptr};
   torch::nn::LayerNorm norm{nullptr};
   torch::nn::LayerNorm fc_norm{nullptr};
+  torch::nn::LayerNorm head_norm{nullptr};
   torch::nn::Linear head{nullptr};
+  torch::nn::Linear head_dist{nullptr};  // DeiT distilled: the distillation token's head
 };
 TORCH_MODULE(VisionTransformer);
+
+// Sizes that follow from the options, shared by the model and its analytic cost.
+int64_t vit_prefix_tokens(const ViTOptions& options);  // class, distillation, register tokens
+int64_t vit_img_width(const ViTOptions& options);      // img_width, else img_size
+int64_t vit_patch_stride(const ViTOptions& options);   // patch_stride, else patch_size
+// The patch grid (rows, cols) of a height x width input: ((H - P) / S + 1, (W - P) / S + 1).
+std::pair<int64_t, int64_t> vit_grid(const ViTOptions& options, int64_t height, int64_t width);
 
 // How a position embedding grid is resized: timm's rule (bicubic, antialiased, align_corners
 // false: resample_abs_pos_embed) or torchvision's (bicubic, align_corners true, no antialiasing:

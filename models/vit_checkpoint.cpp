@@ -44,6 +44,7 @@ MappedCheckpoint from_torchvision(const io::TensorDict& tensors) {
 MappedCheckpoint from_hugging_face(const io::TensorDict& tensors) {
   static const std::vector<RenameRule> rules = {
       {std::regex(R"(embeddings\.cls_token)"), "cls_token"},
+      {std::regex(R"(embeddings\.distillation_token)"), "dist_token"},
       {std::regex(R"(embeddings\.position_embeddings)"), "pos_embed"},
       {std::regex(R"(embeddings\.patch_embeddings\.projection\.(weight|bias))"),
        "patch_embed.proj.$1"},
@@ -65,16 +66,22 @@ MappedCheckpoint from_hugging_face(const io::TensorDict& tensors) {
       {std::regex(R"(layers\.(\d+)\.mlp\.(fc1|fc2)\.(weight|bias))"), "blocks.$1.mlp.$2.$3"},
       {std::regex(R"(layernorm\.(weight|bias))"), "norm.$1"},
       {std::regex(R"(classifier\.(weight|bias))"), "head.$1"},
+      // ASTForAudioClassification's head: a LayerNorm, then the classifier.
+      {std::regex(R"(classifier\.layernorm\.(weight|bias))"), "head_norm.$1"},
+      {std::regex(R"(classifier\.dense\.(weight|bias))"), "head.$1"},
   };
   static const std::regex qkv_part(
       R"(encoder\.layer\.(\d+)\.attention\.attention\.(query|key|value)\.(weight|bias))");
   static const std::regex qkv_part_v5(R"(layers\.(\d+)\.attention\.(q|k|v)_proj\.(weight|bias))");
   MappedCheckpoint out;
-  // ViTForImageClassification nests the backbone under "vit."; ViTModel does not.
+  // ViTForImageClassification nests the backbone under "vit.", ASTForAudioClassification under
+  // "audio_spectrogram_transformer."; ViTModel and ASTModel do not.
+  static const std::string kAst = "audio_spectrogram_transformer.";
   QkvParts qkv;
   for (const auto& item : tensors) {
     std::string name = item.key();
     if (has_prefix(name, "vit.")) name = name.substr(4);
+    if (has_prefix(name, kAst)) name = name.substr(kAst.size());
     std::smatch m;
     if (std::regex_match(name, m, qkv_part) || std::regex_match(name, m, qkv_part_v5)) {
       // query|key|value or q|k|v: the first letter names the part.
@@ -119,7 +126,8 @@ ViTCheckpointFormat detect_vit_format(const io::TensorDict& tensors) {
     if (name == "conv_proj.weight" || has_prefix(name, "encoder.layers.encoder_layer_")) {
       return ViTCheckpointFormat::kTorchvision;
     }
-    if (has_prefix(name, "vit.embeddings.") || has_prefix(name, "embeddings.patch_embeddings.")) {
+    if (has_prefix(name, "vit.embeddings.") || has_prefix(name, "embeddings.patch_embeddings.") ||
+        has_prefix(name, "audio_spectrogram_transformer.embeddings.")) {
       return ViTCheckpointFormat::kHuggingFace;
     }
   }
@@ -157,8 +165,8 @@ ViTLoadReport load_vit_checkpoint(VisionTransformerImpl& model, const io::Tensor
         const auto rule = report.format == ViTCheckpointFormat::kTorchvision
                               ? PosEmbedResampling::kTorchvision
                               : PosEmbedResampling::kTimm;
-        *pos = resample_pos_embed(*pos, prefix, side, side, model.grid_size(), model.grid_size(),
-                                  rule);
+        const auto [rows, cols] = model.grid();
+        *pos = resample_pos_embed(*pos, prefix, side, side, rows, cols, rule);
         report.pos_embed_resampled = true;
       }
       // Otherwise the strict loader reports the shape mismatch.

@@ -29,6 +29,10 @@ inline AudioFeatureOptions audio_feature_options(const AudioFeaturesConfig& conf
   options.low_freq = config.low_freq;
   options.high_freq = config.high_freq;
   options.int16_scale = config.int16_scale;
+  options.allow_empty_mel_bins = config.allow_empty_mel_bins;
+  options.fixed_frames = config.frames;
+  options.normalize_mean = config.mean;
+  options.normalize_std = config.std;
   return options;
 }
 

@@ -174,7 +174,7 @@ const char* frame_window_name(FrameWindow window) {
 // left = low + b·Δ to centre = left + Δ and falls to right = left + 2Δ, Δ = (high − low) / (bins
 // + 1) in mel; FFT bin k at frequency k · rate / fft_size, k < fft_size / 2.
 torch::Tensor kaldi_mel_banks(int64_t num_bins, int64_t fft_size, double sample_rate,
-                              double low_freq, double high_freq) {
+                              double low_freq, double high_freq, bool allow_empty) {
   TORCH_CHECK_VALUE(num_bins >= 1, "num_mel_bins must be >= 1, got ", num_bins);
   TORCH_CHECK_VALUE(fft_size >= 2 && sample_rate > 0, "kaldi_mel_banks: fft_size ", fft_size,
                     ", sample_rate ", sample_rate);
@@ -193,10 +193,12 @@ torch::Tensor kaldi_mel_banks(int64_t num_bins, int64_t fft_size, double sample_
   const auto up = (mel - left) / (centre - left), down = (right - mel) / (right - centre);
   const auto banks = torch::clamp_min(torch::minimum(up, down), 0.0);
   const auto empty = (banks.sum(1) == 0).nonzero();
-  TORCH_CHECK_VALUE(empty.size(0) == 0, "num_mel_bins ", num_bins, " is too large for an FFT of ",
-                    fft_size, " points at ", sample_rate, " Hz between ", low_freq, " and ", high,
-                    " Hz: mel bin ", empty.size(0) ? empty[0][0].item<int64_t>() : 0,
-                    " covers no FFT bin (Kaldi refuses this too)");
+  TORCH_CHECK_VALUE(allow_empty || empty.size(0) == 0, "num_mel_bins ", num_bins,
+                    " is too large for an FFT of ", fft_size, " points at ", sample_rate,
+                    " Hz between ", low_freq, " and ", high, " Hz: mel bin ",
+                    empty.size(0) ? empty[0][0].item<int64_t>() : 0,
+                    " covers no FFT bin (Kaldi refuses this too; torchaudio's fbank and "
+                    "allow_empty_mel_bins take it as empty)");
   return banks;
 }
 
@@ -238,6 +240,13 @@ FeatureExtractor::FeatureExtractor(AudioFeatureOptions options) : options_(std::
                     "AudioFeatureOptions.frame_shift_ms: ", o.frame_shift_ms, " ms at ",
                     o.sample_rate, " Hz is ", shift_, " samples; need 1 to frame_length (", length_,
                     " samples)");
+  TORCH_CHECK_VALUE(o.fixed_frames >= 0 && o.fixed_frames <= (int64_t{1} << 24),
+                    "AudioFeatureOptions.fixed_frames: 0 to 2^24, got ", o.fixed_frames);
+  TORCH_CHECK_VALUE(
+      std::isfinite(o.normalize_mean) && std::isfinite(o.normalize_std) && o.normalize_std > 0.0,
+      "AudioFeatureOptions: normalize_mean must be finite and normalize_std > 0, "
+      "got ",
+      o.normalize_mean, " and ", o.normalize_std);
   if (fbank) {
     TORCH_CHECK_VALUE(std::isfinite(o.dither) && o.dither >= 0.0,
                       "AudioFeatureOptions.dither: must be >= 0, got ", o.dither);
@@ -248,8 +257,8 @@ FeatureExtractor::FeatureExtractor(AudioFeatureOptions options) : options_(std::
     fft_size_ = round_up_to_power_of_two(length_);
     offset_ = o.snip_edges ? 0 : length_ / 2 - shift_ / 2;
     window_ = kaldi_window(o.window, length_);
-    mel_ =
-        kaldi_mel_banks(o.num_mel_bins, fft_size_, double(o.sample_rate), o.low_freq, o.high_freq);
+    mel_ = kaldi_mel_banks(o.num_mel_bins, fft_size_, double(o.sample_rate), o.low_freq,
+                           o.high_freq, o.allow_empty_mel_bins);
   } else {
     fft_size_ = length_;
     offset_ = length_ / 2;  // torch.stft(center=True) pads n_fft // 2 on both sides
@@ -327,6 +336,27 @@ torch::Tensor FeatureExtractor::log_mel(torch::Tensor frames, int64_t first) con
 torch::Tensor FeatureExtractor::whisper_normalize(const torch::Tensor& log_mel) {
   const auto clamped = torch::maximum(log_mel, log_mel.max() - 8.0);
   return (clamped + 4.0) / 4.0;
+}
+
+bool FeatureExtractor::holds_utterance() const {
+  return options_.kind == AudioFeatureKind::kWhisperLogMel || options_.fixed_frames > 0;
+}
+
+torch::Tensor FeatureExtractor::normalized(torch::Tensor frames) const {
+  if (options_.normalize_mean != 0.0) frames = frames - options_.normalize_mean;
+  if (options_.normalize_std != 1.0) frames = frames / options_.normalize_std;
+  return frames;
+}
+
+torch::Tensor FeatureExtractor::utterance(torch::Tensor frames) const {
+  if (options_.kind == AudioFeatureKind::kWhisperLogMel) frames = whisper_normalize(frames);
+  const int64_t fixed = options_.fixed_frames;
+  if (fixed > 0 && frames.size(0) > fixed) frames = frames.narrow(0, 0, fixed);
+  if (fixed > 0 && frames.size(0) < fixed) {
+    frames = torch::cat(
+        {frames, torch::zeros({fixed - frames.size(0), frames.size(1)}, frames.options())});
+  }
+  return normalized(frames);
 }
 
 torch::Tensor FeatureExtractor::operator()(const torch::Tensor& waveform,
@@ -443,11 +473,11 @@ torch::Tensor FeatureStream::push(const torch::Tensor& samples) {
     buffer_ = buffer_.narrow(0, keep_from - buffer_start_, received_ - keep_from).clone();
     buffer_start_ = keep_from;
   }
-  if (o.kind == AudioFeatureKind::kWhisperLogMel) {
+  if (extractor_.holds_utterance()) {
     if (out.size(0) > 0) held_.push_back(out);
     return torch::empty({0, extractor_.num_features()}, torch::kFloat);
   }
-  return out.to(torch::kFloat);
+  return extractor_.normalized(out).to(torch::kFloat);
 }
 
 torch::Tensor FeatureStream::finish() {
@@ -474,13 +504,13 @@ torch::Tensor FeatureStream::finish() {
   TORCH_INTERNAL_ASSERT(next_frame_ <= total, "FeatureStream: emitted frames past the end");
   auto out = emit(next_frame_, total, received_);
   next_frame_ = total;
-  if (o.kind == AudioFeatureKind::kWhisperLogMel) {
+  if (extractor_.holds_utterance()) {
     held_.push_back(out);
-    const auto all = FeatureExtractor::whisper_normalize(torch::cat(held_));
+    const auto all = extractor_.utterance(torch::cat(held_));
     held_.clear();
     return all.to(torch::kFloat);
   }
-  return out.to(torch::kFloat);
+  return extractor_.normalized(out).to(torch::kFloat);
 }
 
 }  // namespace attnzoo

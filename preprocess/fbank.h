@@ -76,13 +76,24 @@ struct AudioFeatureOptions {
   double low_freq = 20.0;
   double high_freq = 0.0;  // <= 0: that far below the Nyquist frequency
   bool int16_scale = true;
+  // A mel bin narrower than the FFT's resolution is empty (energy 0, log the floor), as in
+  // torchaudio.compliance.kaldi.fbank (AST's 128 bins at 512 points), instead of an error (Kaldi).
+  bool allow_empty_mel_bins = false;
+  // Whole utterances (the Audio Spectrogram Transformer's input): padded with zero rows at the
+  // end or cut to this many frames; 0: as many as the audio gives.
+  int64_t fixed_frames = 0;
+  // Every feature becomes (feature - normalize_mean) / normalize_std, after any padding (AST:
+  // -4.2677393 and 2 x 4.5689974, AudioSet's statistics).
+  double normalize_mean = 0.0;
+  double normalize_std = 1.0;
 };
 
 // Kaldi's mel filterbank: [num_bins, fft_size / 2] float64 (the Nyquist bin has no weight).
 // Throws c10::ValueError for frequencies outside 0 <= low < high <= rate / 2, or, as Kaldi does,
-// when a filter covers no FFT bin (num_bins too large for the FFT size).
+// when a filter covers no FFT bin (num_bins too large for the FFT size) unless `allow_empty`
+// (torchaudio.compliance.kaldi's behaviour: that bin's energy is 0, its log the floor).
 torch::Tensor kaldi_mel_banks(int64_t num_bins, int64_t fft_size, double sample_rate,
-                              double low_freq, double high_freq);
+                              double low_freq, double high_freq, bool allow_empty = false);
 // librosa.filters.mel(sr, n_fft, n_mels, fmin, fmax, htk=False, norm="slaney"), the filters of
 // Whisper: [num_bins, n_fft / 2 + 1] float64.
 torch::Tensor slaney_mel_filters(int64_t num_bins, int64_t n_fft, double sample_rate, double fmin,
@@ -121,6 +132,14 @@ class FeatureExtractor {
   torch::Tensor log_mel(torch::Tensor frames, int64_t first) const;
   // Whisper's dynamic-range clamp and scaling over a whole utterance, [T, F] float64.
   static torch::Tensor whisper_normalize(const torch::Tensor& log_mel);
+  // True when features come out only once the utterance is whole (Whisper's normalisation,
+  // fixed_frames).
+  bool holds_utterance() const;
+  // normalize_mean and normalize_std applied to frames [n, F] float64.
+  torch::Tensor normalized(torch::Tensor frames) const;
+  // A whole utterance's frames [T, F] float64: Whisper's normalisation, fixed_frames, then
+  // normalized().
+  torch::Tensor utterance(torch::Tensor frames) const;
 
   AudioFeatureOptions options_;
   int64_t length_ = 0, shift_ = 0, fft_size_ = 0;
@@ -131,7 +150,8 @@ class FeatureExtractor {
 // Features of a waveform that arrives in blocks: push() returns the frames each block completes,
 // finish() the rest. The result equals FeatureExtractor's on the concatenated samples; memory is
 // bounded by one frame plus the block (Whisper keeps its log-mel frames, as its normalisation
-// needs the utterance's maximum, and returns them all from finish()).
+// needs the utterance's maximum, and returns them all from finish(); so does a fixed number of
+// frames, which needs the utterance's length).
 class FeatureStream {
  public:
   explicit FeatureStream(FeatureExtractor extractor, std::string source = "<stream>");

@@ -14,25 +14,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Runs `forward` in eval mode without gradients under a recorder; restores the module's mode.
-template <typename Forward>
-std::vector<AttentionRecord> recorded(torch::nn::Module& module, Forward&& forward) {
-  const bool training = module.is_training();
-  module.eval();
-  std::vector<AttentionRecord> records;
-  try {
-    torch::NoGradGuard no_grad;
-    AttentionRecorder recorder;
-    forward();
-    records = recorder.take();
-  } catch (...) {
-    module.train(training);
-    throw;
-  }
-  module.train(training);
-  return records;
-}
-
 // The statistics of one record: five [H] float64 tensors in the struct's order.
 std::vector<torch::Tensor> layer_statistics(const AttentionRecord& record) {
   const std::vector<int64_t> batch_and_queries = {0, 2};
@@ -128,21 +109,40 @@ AttentionStatistics attention_statistics(const std::vector<AttentionRecord>& rec
   return s;
 }
 
+std::vector<AttentionRecord> record_attention(torch::nn::Module& module,
+                                              const std::function<void()>& forward) {
+  const bool training = module.is_training();
+  module.eval();
+  std::vector<AttentionRecord> records;
+  try {
+    torch::NoGradGuard no_grad;
+    AttentionRecorder recorder;
+    forward();
+    records = recorder.take();
+  } catch (...) {
+    module.train(training);
+    throw;
+  }
+  module.train(training);
+  return records;
+}
+
 std::vector<AttentionRecord> record_attention(VisionTransformerImpl& model,
                                               const torch::Tensor& images) {
-  return recorded(model, [&] { model.forward_features(images); });
+  return record_attention(model, [&] { model.forward_features(images); });
 }
 
 std::vector<AttentionRecord> record_attention(ConformerEncoderImpl& model,
                                               const torch::Tensor& features,
                                               const torch::Tensor& lengths, int64_t chunk_size,
                                               int64_t num_left_chunks) {
-  return recorded(model, [&] { model.forward(features, lengths, chunk_size, num_left_chunks); });
+  return record_attention(model,
+                          [&] { model.forward(features, lengths, chunk_size, num_left_chunks); });
 }
 
 std::vector<AttentionRecord> record_attention(ConformerImpl& model, const torch::Tensor& x,
                                               const torch::Tensor& lengths) {
-  return recorded(model, [&] { model.forward(x, lengths); });
+  return record_attention(model, [&] { model.forward(x, lengths); });
 }
 
 AttentionStatistics attention_statistics(VisionTransformerImpl& model,

@@ -25,6 +25,7 @@
 #include <torch/types.h>
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,6 +60,9 @@ AttentionStatistics attention_statistics(const std::vector<AttentionRecord>& rec
 //   Conformer:  x [B, T, D] (the blocks alone), lengths [B]
 std::vector<AttentionRecord> record_attention(VisionTransformerImpl& model,
                                               const torch::Tensor& images);
+// Any forward of `module` (e.g. its family's, configs/model_family.h), in the same conditions.
+std::vector<AttentionRecord> record_attention(torch::nn::Module& module,
+                                              const std::function<void()>& forward);
 std::vector<AttentionRecord> record_attention(ConformerEncoderImpl& model,
                                               const torch::Tensor& features,
                                               const torch::Tensor& lengths = {},

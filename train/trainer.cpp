@@ -94,8 +94,11 @@ AdamWOptions adamw_options(const TrainOptimizerConfig& c) {
 }
 
 int64_t model_classes(const ModelConfig& config) {
-  return config.family == ModelFamily::kViT ? config.vit.num_classes()
-                                            : config.conformer.num_classes();
+  return model_family(config.family).num_classes(config);
+}
+
+bool takes_images(const ModelConfig& config) {
+  return model_family(config.family).input_kind() == InputKind::kImages;
 }
 
 // bf16 autocast on CUDA for the scope (LibTorch's at::autocast, as torch.autocast in Python).
@@ -124,7 +127,7 @@ class AutocastScope {
 }  // namespace
 
 ExampleLoader example_loader(const ModelConfig& model, const TrainAugmentConfig* augment) {
-  if (model.family == ModelFamily::kViT) {
+  if (takes_images(model)) {
     const auto eval = std::make_shared<EvalImageTransform>(image_transform_options(model.image));
     std::shared_ptr<TrainImageTransform> train;
     if (augment && augment->random_resized_crop) {
@@ -180,13 +183,9 @@ LabelledDataset load_dataset(const TrainDataConfig& data, const std::string& whi
 
 torch::Tensor classify_batch(ZooModel& model, const Batch& batch) {
   const auto device = model.module->parameters().front().device();
-  const auto x = batch.inputs.to(device);
-  if (model.config.family == ModelFamily::kViT) return model.vit(x);
-  const auto lengths = batch.lengths.to(device);
-  const auto& streaming = model.config.streaming;
-  const auto [encoded, out_lengths] =
-      model.conformer->forward(x, lengths, streaming.chunk_size, streaming.num_left_chunks);
-  return model.conformer->classify(encoded, out_lengths);
+  ModelInput input{batch.inputs.to(device), {}};
+  if (batch.lengths.defined()) input.lengths = batch.lengths.to(device);
+  return model.classify(input);
 }
 
 EvalResult evaluate(ZooModel& model, const LabelledDataset& dataset, int64_t batch_size,
@@ -201,7 +200,7 @@ EvalResult evaluate(ZooModel& model, const LabelledDataset& dataset, int64_t bat
   o.batch_size = batch_size;
   o.shuffle = false;
   o.drop_last = false;
-  o.pad = model.config.family == ModelFamily::kConformer;
+  o.pad = !takes_images(model.config);
   o.workers = workers;
   EpochLoader loader(dataset, example_loader(model.config, nullptr), o, 0);
   EvalResult r;
@@ -284,11 +283,9 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   }
   const int64_t classes = model_classes(c.model);
   if (classes != static_cast<int64_t>(s.train.classes.size())) {
-    throw std::runtime_error(
-        c.source + ": the model's head has " + std::to_string(classes) + " classes (" +
-        (c.model.family == ModelFamily::kViT ? "architecture.num_classes"
-                                             : "architecture.num_classes of the conformer") +
-        "), the data " + std::to_string(s.train.classes.size()) + " (" + c.data.train + ")");
+    throw std::runtime_error(c.source + ": the model's head has " + std::to_string(classes) +
+                             " classes (architecture.num_classes), the data " +
+                             std::to_string(s.train.classes.size()) + " (" + c.data.train + ")");
   }
   // Data-parallel (torchrun's environment): train.batch_size per rank, world_size times that per
   // step.
@@ -311,7 +308,11 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
 
   torch::manual_seed(static_cast<uint64_t>(c.train.seed));
   s.model = build_model(c.model);
-  if (!c.init_weights.empty()) load_weights(s.model, c.init_weights, c.init_format);
+  if (!c.init_weights.empty()) {
+    for (const auto& note : load_weights(s.model, c.init_weights, c.init_format).notes) {
+      if (s.env.rank == 0) std::cerr << c.init_weights << ": " << note << "\n";
+    }
+  }
   s.model.module->to(s.device);
   s.model.module->train();
   s.optimizer =
@@ -455,7 +456,7 @@ std::vector<TrainMetrics> Trainer::run() {
   lo.batch_size = t.batch_size;
   lo.shuffle = true;
   lo.drop_last = true;
-  lo.pad = c.model.family == ModelFamily::kConformer;
+  lo.pad = !takes_images(c.model);
   lo.seed = static_cast<uint64_t>(t.seed);
   lo.workers = c.data.workers;
   lo.prefetch = c.data.prefetch;
@@ -531,7 +532,7 @@ std::vector<TrainMetrics> Trainer::run() {
       const auto n = batch.labels.size(0);
       auto targets = torch::one_hot(batch.labels, classes).to(torch::kFloat);
       // Mixup / cutmix (images): the batch mixed with itself reversed, the targets alike.
-      const bool use_mix = c.model.family == ModelFamily::kViT &&
+      const bool use_mix = takes_images(c.model) &&
                            (c.augment.mixup_alpha > 0.0 || c.augment.cutmix_alpha > 0.0) &&
                            uniform(rng, 0.0, 1.0) < c.augment.mix_prob;
       if (use_mix) {

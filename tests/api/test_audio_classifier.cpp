@@ -65,8 +65,12 @@ torch::Tensor probabilities_by_hand(const torch::Tensor& samples) {
   torch::InferenceMode inference;
   const auto features = fbank(samples).unsqueeze(0);
   const auto lengths = torch::full({1}, features.size(1), torch::kLong);
-  const auto [encoded, out_lengths] = model.conformer->forward(features, lengths);
-  return torch::softmax(model.conformer->classify(encoded, out_lengths)[0].to(torch::kDouble), -1);
+  const auto [encoded, out_lengths] =
+      model.module->as<ConformerEncoderImpl>()->forward(features, lengths);
+  return torch::softmax(
+      model.module->as<ConformerEncoderImpl>()->classify(encoded, out_lengths)[0].to(
+          torch::kDouble),
+      -1);
 }
 
 TEST(AudioClassifier, EqualsTheFrontendTheEncoderAndTheHeadByHand) {
@@ -145,7 +149,7 @@ TEST(AudioClassifier, RefusesWhatIsNotAnAudioClassifier) {
       error_of([] {
         AudioClassifier(std::string(ATTNZOO_API_TEST_DATA_DIR) + "/vit_micro_classifier.yaml");
       }),
-      HasSubstr("needs family conformer"));
+      HasSubstr("which takes images; an audio classifier needs audio"));
   const auto with = [](const std::string& override_text) {
     AudioClassifierOptions o;
     o.overrides = {override_text};

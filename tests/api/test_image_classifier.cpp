@@ -186,8 +186,9 @@ TEST(ImageClassifier, LabelsOfTheZooAndItsErrors) {
 }
 
 TEST(ImageClassifier, BadModelsOptionsAndImages) {
-  EXPECT_THAT(error_of([] { ImageClassifier("conformer_s"); }),
-              HasSubstr("is a conformer model; an image classifier needs family vit"));
+  EXPECT_THAT(
+      error_of([] { ImageClassifier("conformer_s"); }),
+      HasSubstr("is a conformer model, which takes audio; an image classifier needs images"));
   ImageClassifierOptions no_head;
   no_head.overrides = {"architecture.num_classes=0"};
   EXPECT_THAT(error_of([&] { ImageClassifier(kYaml, no_head); }),

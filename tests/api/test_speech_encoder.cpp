@@ -85,9 +85,9 @@ TEST(SpeechEncoder, EqualsTheFrontendAndTheConformerByHand) {
   model.module->eval();
   torch::InferenceMode inference;
   const auto features = fbank(signal.to(torch::kFloat));
-  const auto expected = std::get<0>(model.conformer->forward(features.unsqueeze(0), torch::Tensor(),
-                                                             config.streaming.chunk_size,
-                                                             config.streaming.num_left_chunks))[0];
+  const auto expected = std::get<0>(model.module->as<ConformerEncoderImpl>()->forward(
+      features.unsqueeze(0), torch::Tensor(), config.streaming.chunk_size,
+      config.streaming.num_left_chunks))[0];
   ASSERT_EQ(got.encoded.sizes(), expected.sizes());
   EXPECT_LE((got.encoded - expected).abs().max().item<double>(), 1e-5);
   EXPECT_LE((got.embedding - expected.mean(0)).abs().max().item<double>(), 1e-5);
@@ -120,13 +120,13 @@ TEST(SpeechEncoder, FilesAtOtherRatesAndListsWithBadFiles) {
   }
   // 0.05 s: 3 frames of 25 ms every 10 ms, the x4 subsampling needs 7.
   EXPECT_THAT(results[4].error,
-              HasSubstr("too short: 0.050 s gives 3 feature frames; subsampling conv2d4 needs at "
-                        "least 7 (about 0.070 s)"));
+              HasSubstr("too short: 0.050 s gives 3 feature frames; " +
+                        model_config_from_yaml(kYaml).name + " needs at least 7 (about 0.070 s)"));
 }
 
 TEST(SpeechEncoder, BadModelsAndOptions) {
   EXPECT_THAT(error_of([] { SpeechEncoder("vit_tiny_patch16_224"); }),
-              HasSubstr("is a vit model; a speech encoder needs family conformer"));
+              HasSubstr("is a vit model, which takes images; a speech encoder needs audio"));
   EXPECT_THAT(error_of([] { SpeechEncoder("conformer_torchaudio_base"); }),
               HasSubstr("has no features section"));
   SpeechEncoderOptions bad_dtype;

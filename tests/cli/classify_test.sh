@@ -63,9 +63,53 @@ PY
     run 2 classify --model "$yaml"
     expect stderr 'inputs is required'
     run 1 classify --model conformer_s "$ref/a.png"
-    expect stderr '^attnzoo classify: ImageClassifier: .*conformer_s.yaml is a conformer model; an image classifier needs family vit$'
+    expect stderr '^attnzoo classify: ImageClassifier: .*conformer_s.yaml is a conformer model, which takes audio; an image classifier needs images$'
     run 1 classify --model "$yaml" --set architecture.num_classes=5 "$ref/a.png"
     expect stderr 'micro_labels.txt: 7 labels for a model of 5 classes$'
+    ;;
+  classify_ast)
+    # The Audio Spectrogram Transformer on a WAV (tests/api/make_ast_reference.py's random model
+    # and clip): the probabilities transformers gives from ASTFeatureExtractor's features.
+    ast=$(dirname "$yaml")/ast_micro.yaml
+    "$py" - "$ref/ast_features.io.safetensors" "$out/clip.wav" <<'PY' || exit 1
+import sys
+import wave
+from safetensors.torch import load_file
+samples = load_file(sys.argv[1])["waveform"]
+pcm = (samples * 32767).round().clamp(-32768, 32767).short()
+with wave.open(sys.argv[2], "wb") as w:
+    w.setnchannels(1)
+    w.setsampwidth(2)
+    w.setframerate(16000)
+    w.writeframes(pcm.numpy().tobytes())
+PY
+    run 0 classify --model "$ast" --weights "$ref/ast.weights.safetensors" --json --topk 5 \
+      "$out/clip.wav"
+    "$py" - "$out/stdout" "$ref" "$out/clip.wav" <<'PY' || exit 1
+import json
+import sys
+import wave
+import numpy as np
+import torch
+from safetensors.torch import load_file
+from transformers import ASTConfig, ASTFeatureExtractor, ASTForAudioClassification
+line = json.loads(open(sys.argv[1]).read())
+with wave.open(sys.argv[3]) as w:
+    samples = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768
+config = ASTConfig(hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+                   intermediate_size=96, patch_size=16, frequency_stride=10, time_stride=10,
+                   max_length=64, num_mel_bins=32, num_labels=5)
+model = ASTForAudioClassification(config).eval()
+model.load_state_dict(load_file(sys.argv[2] + "/ast.weights.safetensors"))
+extractor = ASTFeatureExtractor(num_mel_bins=32, max_length=64)
+features = extractor(samples, sampling_rate=16000, return_tensors="pt").input_values
+with torch.no_grad():
+    probs = model(input_values=features).logits.softmax(-1)[0]
+assert [e["index"] for e in line["top"]] == probs.argsort(descending=True).tolist(), line
+for entry in line["top"]:
+    assert abs(entry["prob"] - probs[entry["index"]].item()) < 1e-4, entry
+print("classify on a WAV matches transformers' AST")
+PY
     ;;
   classify_example)
     # tools/examples/classify_image, the README's example: the same classes as the CLI.

@@ -121,7 +121,7 @@ PY
     refused 1 "^attnzoo forward: unknown ViT checkpoint format 'espnet'" \
       forward --model vit_tiny_patch16_224 --format espnet --weights "$ref/espnet/weights.safetensors" \
       --input "$ref/bad/pixels/input.safetensors" --output "$o"
-    refused 1 '^attnzoo forward: --stream: only a Conformer streams$' \
+    refused 1 '^attnzoo forward: --stream: a vit model does not stream$' \
       forward --model vit_tiny_patch16_224 --input "$ref/bad/pixels/input.safetensors" --output "$o" --stream
     # torchaudio weights into the ESPnet model: the strict loader lists what does not fit.
     run 1 forward --model "$yaml" --weights "$ref/torchaudio/weights.safetensors" \

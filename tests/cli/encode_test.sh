@@ -34,7 +34,7 @@ case "$case_name" in
     expect stdout "^$out/a.wav: 1.20 s, 118 feature frames -> 28 x 16 encoded, [0-9.]+ ms, RTF [0-9.]+$"
     expect stdout "^$out/b.wav: 0.90 s, 88 feature frames -> 21 x 16 encoded, "
     expect stdout "^$out/missing.wav: error: .*missing.wav"
-    expect stdout "^$out/short.wav: error: .*short.wav: too short: 0.040 s gives 2 feature frames; subsampling conv2d4 needs at least 7"
+    expect stdout "^$out/short.wav: error: .*short.wav: too short: 0.040 s gives 2 feature frames; conformer_micro_stream needs at least 7"
     expect stderr '^attnzoo encode: 2 of 4 files failed$'
     "$py" - "$out/e.safetensors" <<'PY' || exit 1
 import sys
@@ -93,7 +93,7 @@ PY
     ;;
   encode_bad)
     run 1 encode --model vit_tiny_patch16_224 "$out/a.wav"
-    expect stderr 'is a vit model; a speech encoder needs family conformer$'
+    expect stderr 'is a vit model, which takes images; a speech encoder needs audio$'
     run 1 encode --model conformer_torchaudio_base "$out/a.wav"
     expect stderr 'has no features section'
     run 1 encode --model "$yaml" --stream --set streaming.chunk_size=0 "$out/a.wav"

@@ -66,9 +66,9 @@ checkpoint:
 
 TEST(ConformerConfig, ReadsEveryKey) {
   const auto config = parse_model_config(kConformer, "test.yaml");
-  EXPECT_EQ(config.family, ModelFamily::kConformer);
-  EXPECT_STREQ(model_family_name(config.family), "conformer");
-  const auto& o = config.conformer;
+  EXPECT_EQ(config.family, "conformer");
+  EXPECT_EQ(model_family(config.family).input_kind(), InputKind::kAudioFeatures);
+  const auto& o = config.options<ConformerEncoderOptions>();
   EXPECT_EQ(o.input_dim(), 20);
   EXPECT_EQ(o.subsampling(), "conv2d6");
   EXPECT_EQ(o.subsampling_channels(), 8);
@@ -112,18 +112,18 @@ TEST(ConformerConfig, ReadsEveryKey) {
   // The built model is what the config says.
   torch::manual_seed(0);
   auto model = build_model(config);
-  ASSERT_TRUE(model.conformer);
-  EXPECT_FALSE(model.vit);
-  EXPECT_EQ(model.module.get(), model.conformer.ptr().get());
-  EXPECT_TRUE(model.conformer->global_cmvn);
-  EXPECT_EQ(model.conformer->embed->factor(), 6);
-  EXPECT_EQ(model.conformer->ctc->weight.sizes(), (torch::IntArrayRef{9, 16}));
+  ASSERT_NE(model.module->as<ConformerEncoderImpl>(), nullptr);
+  EXPECT_EQ(model.module->as<VisionTransformerImpl>(), nullptr);
+  EXPECT_TRUE(model.module->as<ConformerEncoderImpl>()->global_cmvn);
+  EXPECT_EQ(model.module->as<ConformerEncoderImpl>()->embed->factor(), 6);
+  EXPECT_EQ(model.module->as<ConformerEncoderImpl>()->ctc->weight.sizes(),
+            (torch::IntArrayRef{9, 16}));
 }
 
 TEST(ConformerConfig, AbsentKeysTakeWenetsLibrispeechConformer) {
   const auto config =
       parse_model_config("name: c\nfamily: conformer\narchitecture: {}\n", "defaults.yaml");
-  const auto& o = config.conformer;
+  const auto& o = config.options<ConformerEncoderOptions>();
   EXPECT_EQ(o.input_dim(), 80);
   EXPECT_EQ(o.blocks().input_dim(), 256);
   EXPECT_EQ(o.blocks().num_layers(), 12);
@@ -175,9 +175,7 @@ TEST(ConformerConfig, RelationsAreReportedAtTheirKeys) {
                "streaming.num_left_chunks", 26, 20, "expected an integer in [-1, 1048576]");
   // Family-specific values.
   expect_error(parse_error(with(kConformer, "format: wenet", "format: timm")), "checkpoint.format",
-               43, 11,
-               "unknown Conformer checkpoint format 'timm'; expected attnzoo, torchaudio, wenet "
-               "or espnet");
+               43, 11, "expected one of attnzoo, torchaudio, wenet, espnet, got 'timm'");
   expect_error(parse_error(std::string(kConformer) + "labels: imagenet\n"), "labels", 44, 9,
                "imagenet labels are for image classifiers");
   expect_error(parse_error(with(kConformer, "position: rel_pos", "position: relative")),
@@ -199,7 +197,8 @@ TEST(ConformerConfig, AttentionBackendsFromYamlAndOverridesReachTheBlocks) {
   const auto features = torch::randn({2, 60, 20});
   const auto lengths = torch::tensor({60, 41});
   torch::NoGradGuard no_grad;
-  const auto expected = std::get<0>(reference.conformer(features, lengths));
+  const auto expected =
+      std::get<0>(reference.module->as<ConformerEncoderImpl>()->forward(features, lengths));
   const auto run = [&](const std::vector<std::string>& overrides) {
     auto all = offline;
     all.insert(all.end(), overrides.begin(), overrides.end());
@@ -207,11 +206,12 @@ TEST(ConformerConfig, AttentionBackendsFromYamlAndOverridesReachTheBlocks) {
     torch::manual_seed(0);
     auto model = build_model(config);
     model.module->eval();
-    for (const auto& layer : *model.conformer->conformer->layers) {
+    for (const auto& layer : *model.module->as<ConformerEncoderImpl>()->conformer->layers) {
       const auto* block = layer->as<ConformerBlockImpl>();
-      EXPECT_EQ(block->attn->mha->options.backend(), config.conformer.blocks().attention_backend());
+      EXPECT_EQ(block->attn->mha->options.backend(),
+                config.options<ConformerEncoderOptions>().blocks().attention_backend());
     }
-    return std::get<0>(model.conformer(features, lengths));
+    return std::get<0>(model.module->as<ConformerEncoderImpl>()->forward(features, lengths));
   };
   const auto valid = [&](const torch::Tensor& t) {
     return torch::cat({t[0], t[1].narrow(0, 0, 5)});  // 41 frames -> 5 after x6

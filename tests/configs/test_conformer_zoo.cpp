@@ -31,7 +31,7 @@ std::vector<std::string> conformer_names() {
     const auto zoo = source_zoo();
     std::vector<std::string> names;
     for (const auto& name : zoo.names()) {
-      if (zoo.config(name).family == ModelFamily::kConformer) names.push_back(name);
+      if (zoo.config(name).family == "conformer") names.push_back(name);
     }
     return names;
   } catch (const std::exception&) {
@@ -60,20 +60,20 @@ TEST_P(ConformerZoo, BuildsWithTheCountedParametersAndEncodesABatch) {
 
   model.module->eval();
   torch::InferenceMode inference;
-  const auto& o = config_.conformer;
+  const auto& o = config_.options<ConformerEncoderOptions>();
   // Two utterances of 2 s and 1.3 s at 100 frames per second.
   const auto features = torch::randn({2, 200, o.input_dim()});
   const auto lengths = torch::tensor({200, 130});
   const auto& streaming = config_.streaming;
-  const auto [encoded, out_lengths] =
-      model.conformer(features, lengths, streaming.chunk_size, streaming.num_left_chunks);
+  const auto [encoded, out_lengths] = model.module->as<ConformerEncoderImpl>()->forward(
+      features, lengths, streaming.chunk_size, streaming.num_left_chunks);
   const int64_t t = out_lengths[0].item<int64_t>();
   EXPECT_EQ(encoded.sizes(), (torch::IntArrayRef{2, t, o.blocks().input_dim()}));
   EXPECT_LT(out_lengths[1].item<int64_t>(), t);
   EXPECT_TRUE(torch::isfinite(encoded).all().item<bool>());
   EXPECT_GT((encoded[0] - encoded[1]).abs().max().item<double>(), 1e-6);
   if (o.vocab_size() > 0) {
-    const auto log_probs = model.conformer->ctc_log_probs(encoded);
+    const auto log_probs = model.module->as<ConformerEncoderImpl>()->ctc_log_probs(encoded);
     EXPECT_EQ(log_probs.size(2), o.vocab_size());
     EXPECT_LE((log_probs.exp().sum(-1) - 1.0).abs().max().item<double>(), 1e-4);
   }
@@ -81,7 +81,7 @@ TEST_P(ConformerZoo, BuildsWithTheCountedParametersAndEncodesABatch) {
 
 TEST_P(ConformerZoo, CostIsPerSecondOfAudio) {
   const auto stats = model_stats(config_);
-  EXPECT_EQ(stats.macs, conformer_macs(config_.conformer, 1000) / 10);
+  EXPECT_EQ(stats.macs, conformer_macs(config_.options<ConformerEncoderOptions>(), 1000) / 10);
   EXPECT_EQ(stats.basis, config_.features.kind == "none" ? "100 input frames (of 1000)"
                                                          : "1 s audio (10 s utterance)");
 }
@@ -116,7 +116,8 @@ TEST(ConformerZooReference, TorchaudioBaseIsTorchaudiosConformer) {
             ref.at("shapes").get<std::vector<std::vector<int64_t>>>());
   // No subsampling and no positions: our convention counts what torch's flop counter counts.
   const int64_t frames = ref.at("frames").get<int64_t>();
-  EXPECT_EQ(2 * conformer_macs(config.conformer, frames), ref.at("flops").get<int64_t>());
+  EXPECT_EQ(2 * conformer_macs(config.options<ConformerEncoderOptions>(), frames),
+            ref.at("flops").get<int64_t>());
 }
 
 TEST(ConformerZooReference, EspnetLibrispeechIsEspnetsEncoderWithCtc) {
@@ -128,8 +129,9 @@ TEST(ConformerZooReference, EspnetLibrispeechIsEspnetsEncoderWithCtc) {
   // ESPnet adds u to q before q·kᵀ (one product); we count u·k apart: T'·D per block more.
   const int64_t frames = ref.at("frames").get<int64_t>();
   const int64_t t = (((frames - 1) / 2) - 1) / 2;
-  const auto& b = config.conformer.blocks();
-  EXPECT_EQ(2 * conformer_macs(config.conformer, frames) - 2 * b.num_layers() * t * b.input_dim(),
+  const auto& b = config.options<ConformerEncoderOptions>().blocks();
+  EXPECT_EQ(2 * conformer_macs(config.options<ConformerEncoderOptions>(), frames) -
+                2 * b.num_layers() * t * b.input_dim(),
             ref.at("flops").get<int64_t>());
 }
 

@@ -17,15 +17,15 @@ using ::testing::StartsWith;
 TEST(ModelConfig, ReadsTheTinyConfig) {
   const auto config = parse_model_config(kTinyConfig, "tiny.yaml");
   EXPECT_EQ(config.name, "tiny_test");
-  EXPECT_EQ(config.family, ModelFamily::kViT);
+  EXPECT_EQ(config.family, "vit");
   EXPECT_EQ(config.source, "tiny.yaml");
-  EXPECT_EQ(config.vit.img_size(), 32);
-  EXPECT_EQ(config.vit.patch_size(), 8);
-  EXPECT_EQ(config.vit.embed_dim(), 48);
-  EXPECT_EQ(config.vit.depth(), 2);
-  EXPECT_EQ(config.vit.num_heads(), 3);
-  EXPECT_EQ(config.vit.num_classes(), 5);
-  EXPECT_EQ(config.vit.attention_backend(), "math");
+  EXPECT_EQ(config.options<ViTOptions>().img_size(), 32);
+  EXPECT_EQ(config.options<ViTOptions>().patch_size(), 8);
+  EXPECT_EQ(config.options<ViTOptions>().embed_dim(), 48);
+  EXPECT_EQ(config.options<ViTOptions>().depth(), 2);
+  EXPECT_EQ(config.options<ViTOptions>().num_heads(), 3);
+  EXPECT_EQ(config.options<ViTOptions>().num_classes(), 5);
+  EXPECT_EQ(config.options<ViTOptions>().attention_backend(), "math");
   EXPECT_EQ(config.image.input_size, (std::array<int64_t, 3>{3, 32, 32}));
   EXPECT_DOUBLE_EQ(config.image.crop_pct, 0.9);
   EXPECT_EQ(config.image.interpolation, "bicubic");
@@ -81,7 +81,7 @@ checkpoint:
   format: hf
 )",
                                          "all.yaml");
-  const auto& o = config.vit;
+  const auto& o = config.options<ViTOptions>();
   EXPECT_EQ(o.img_size(), 48);
   EXPECT_EQ(o.patch_size(), 12);
   EXPECT_EQ(o.in_chans(), 4);
@@ -130,12 +130,12 @@ preprocess: {crop_pct: 0.875, interpolation: bicubic, mean: [0, 0, 0], std: [1, 
 )",
                                          "defaults.yaml");
   const ViTOptions timm;  // ViTOptions' defaults are timm's VisionTransformer's (ViT-B/16)
-  EXPECT_EQ(config.vit.embed_dim(), timm.embed_dim());
-  EXPECT_EQ(config.vit.depth(), timm.depth());
-  EXPECT_EQ(config.vit.global_pool(), timm.global_pool());
-  EXPECT_FALSE(config.vit.init_values().has_value());
-  EXPECT_FALSE(config.vit.fc_norm().has_value());
-  EXPECT_EQ(config.vit.attention_backend(), "auto");
+  EXPECT_EQ(config.options<ViTOptions>().embed_dim(), timm.embed_dim());
+  EXPECT_EQ(config.options<ViTOptions>().depth(), timm.depth());
+  EXPECT_EQ(config.options<ViTOptions>().global_pool(), timm.global_pool());
+  EXPECT_FALSE(config.options<ViTOptions>().init_values().has_value());
+  EXPECT_FALSE(config.options<ViTOptions>().fc_norm().has_value());
+  EXPECT_EQ(config.options<ViTOptions>().attention_backend(), "auto");
   // input_size follows the architecture when absent.
   EXPECT_EQ(config.image.input_size, (std::array<int64_t, 3>{3, 224, 224}));
   EXPECT_TRUE(config.checkpoint_format.empty());
@@ -146,8 +146,8 @@ TEST(ModelConfig, NullKeepsOptionalValuesUnset) {
       parse_model_config(with(kTinyConfig, "  num_classes: 5\n",
                               "  num_classes: 5\n  init_values: null\n  fc_norm:\n"),
                          "tiny.yaml");
-  EXPECT_FALSE(config.vit.init_values().has_value());
-  EXPECT_FALSE(config.vit.fc_norm().has_value());
+  EXPECT_FALSE(config.options<ViTOptions>().init_values().has_value());
+  EXPECT_FALSE(config.options<ViTOptions>().fc_norm().has_value());
 }
 
 TEST(ModelConfig, LabelsFileIsResolvedAgainstTheConfigsFolder) {
@@ -164,7 +164,9 @@ TEST(ModelConfig, LabelsFileIsResolvedAgainstTheConfigsFolder) {
 
 TEST(ModelConfigErrors, UnknownKey) {
   expect_error(parse_error(with(kTinyConfig, "  depth: 2", "  depht: 2")), "architecture.depht", 7,
-               3, "unknown key 'depht'; expected one of img_size, patch_size, in_chans");
+               3,
+               "unknown key 'depht'; expected one of img_size, img_width, patch_size, "
+               "patch_stride, in_chans");
   expect_error(parse_error(std::string(kTinyConfig) + "lables: imagenet\n"), "lables", 21, 1,
                "unknown key 'lables'");
   expect_error(parse_error(with(kTinyConfig, "  backend: math", "  backend: math\n  chunk: 4")),
@@ -228,16 +230,16 @@ TEST(ModelConfigErrors, UnknownNames) {
                "attention.backend", 11, 12,
                "unknown attention backend 'flash9'; expected one of auto");
   expect_error(parse_error(with(kTinyConfig, "format: timm", "format: onnx")), "checkpoint.format",
-               20, 11, "unknown ViT checkpoint format 'onnx'; expected timm, torchvision or hf");
+               20, 11, "expected one of timm, torchvision, hf, got 'onnx'");
   expect_error(
       parse_error(with(kTinyConfig, "  num_classes: 5", "  num_classes: 5\n  global_pool: mean")),
       "architecture.global_pool", 10, 16,
-      "expected one of token, avg, max, avgmax, none, got 'mean'");
+      "expected one of token, avg, max, avgmax, cls_dist, none, got 'mean'");
   expect_error(
       parse_error(with(kTinyConfig, "  num_classes: 5", "  num_classes: 5\n  activation: relu")),
       "architecture.activation", 10, 15, "expected one of gelu, gelu_tanh, got 'relu'");
   expect_error(parse_error(with(kTinyConfig, "family: vit", "family: cnn")), "family", 2, 9,
-               "expected one of vit, conformer, got 'cnn'");
+               "expected one of ast, conformer, vit, got 'cnn'");
   expect_error(parse_error(with(kTinyConfig, "interpolation: bicubic", "interpolation: lanczos")),
                "preprocess.interpolation", 15, 18, "expected one of bicubic, bilinear");
 }
@@ -304,31 +306,32 @@ TEST(ModelConfigOverrides, SetValuesBeforeValidation) {
                          {"architecture.depth=4", "architecture.depth=6", "attention.backend=sdpa",
                           "preprocess.mean=[0.1, 0.2, 0.3]", "architecture.init_values=0.5",
                           "checkpoint.format=hf", "architecture.qk_norm=true"});
-  EXPECT_EQ(config.vit.depth(), 6);  // in order: the last one wins
-  EXPECT_EQ(config.vit.attention_backend(), "sdpa");
+  EXPECT_EQ(config.options<ViTOptions>().depth(), 6);  // in order: the last one wins
+  EXPECT_EQ(config.options<ViTOptions>().attention_backend(), "sdpa");
   EXPECT_EQ(config.image.mean, (std::vector<double>{0.1, 0.2, 0.3}));
-  EXPECT_DOUBLE_EQ(config.vit.init_values().value_or(0.0), 0.5);
+  EXPECT_DOUBLE_EQ(config.options<ViTOptions>().init_values().value_or(0.0), 0.5);
   EXPECT_EQ(config.checkpoint_format, "hf");  // a section the file lacks is created
-  EXPECT_TRUE(config.vit.qk_norm());
+  EXPECT_TRUE(config.options<ViTOptions>().qk_norm());
   EXPECT_EQ(config.overrides.size(), 7u);
   // An override can also replace a whole section.
   const auto section =
       parse_model_config(kTinyConfig, "tiny.yaml", {"attention={backend: chunked, chunk_size: 8}"});
-  EXPECT_EQ(section.vit.attention_backend(), "chunked");
-  EXPECT_EQ(section.vit.attention_options().chunk_size(), 8);
+  EXPECT_EQ(section.options<ViTOptions>().attention_backend(), "chunked");
+  EXPECT_EQ(section.options<ViTOptions>().attention_options().chunk_size(), 8);
   // Every attention variant of the design notes is reachable from YAML and --set.
   const auto variants = parse_model_config(
       kTinyConfig, "tiny.yaml",
       {"attention={backend: block_local, block_size: 4, window: 2, global_tokens: 1}",
        "attention.head_gating=true"});
-  EXPECT_EQ(variants.vit.attention_backend(), "block_local");
-  EXPECT_EQ(variants.vit.attention_options().block_size(), 4);
-  EXPECT_EQ(variants.vit.attention_options().window(), 2);
-  EXPECT_EQ(variants.vit.attention_options().global_tokens(), 1);
-  EXPECT_TRUE(variants.vit.head_gating());
-  EXPECT_FALSE(section.vit.head_gating());
+  EXPECT_EQ(variants.options<ViTOptions>().attention_backend(), "block_local");
+  EXPECT_EQ(variants.options<ViTOptions>().attention_options().block_size(), 4);
+  EXPECT_EQ(variants.options<ViTOptions>().attention_options().window(), 2);
+  EXPECT_EQ(variants.options<ViTOptions>().attention_options().global_tokens(), 1);
+  EXPECT_TRUE(variants.options<ViTOptions>().head_gating());
+  EXPECT_FALSE(section.options<ViTOptions>().head_gating());
   EXPECT_EQ(parse_model_config(kTinyConfig, "tiny.yaml", {"attention.backend=linear"})
-                .vit.attention_backend(),
+                .options<ViTOptions>()
+                .attention_backend(),
             "linear");
 }
 

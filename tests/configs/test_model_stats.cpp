@@ -43,7 +43,8 @@ TEST(ModelStats, ParameterCountEqualsTheBuiltModelForEveryLayoutOption) {
 
 TEST(ModelStats, VitBase16At224) {
   ModelConfig config;
-  config.vit = ViTOptions();  // timm's defaults: ViT-B/16 at 224, 1000 classes
+  config.family = "vit";
+  config.architecture = ViTOptions();  // timm's defaults: ViT-B/16 at 224, 1000 classes
   config.image.input_size = {3, 224, 224};
   const auto stats = model_stats(config);
   EXPECT_EQ(stats.parameters, 86567656);  // timm's count for vit_base_patch16_224

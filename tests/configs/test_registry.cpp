@@ -114,7 +114,7 @@ TEST(ModelRegistry, TheZooPathVariableComesBeforeTheZooAndExtendsIt) {
   EXPECT_NE(std::find(names.begin(), names.end(), "conformer_s"), names.end());
   EXPECT_EQ(model_config("from_env").name, "from_env");
   EXPECT_EQ(resolve_model_config("from_env").name, "from_env");
-  EXPECT_EQ(model_config("vit_tiny_patch16_224").vit.depth(), 1);
+  EXPECT_EQ(model_config("vit_tiny_patch16_224").options<ViTOptions>().depth(), 1);
   EXPECT_EQ(default_registry().folders().front(), dir.path().string());
 }
 
@@ -122,27 +122,27 @@ TEST(ModelRegistry, ResolveTakesFilesOrNames) {
   TempDir dir;
   const auto path = dir.write("m.yaml", tiny("file_model"));
   EXPECT_EQ(resolve_model_config(path).name, "file_model");
-  EXPECT_EQ(resolve_model_config(path, {"architecture.depth=1"}).vit.depth(), 1);
-  EXPECT_EQ(resolve_model_config("vit_tiny_patch16_224").vit.embed_dim(), 192);
+  EXPECT_EQ(resolve_model_config(path, {"architecture.depth=1"}).options<ViTOptions>().depth(), 1);
+  EXPECT_EQ(resolve_model_config("vit_tiny_patch16_224").options<ViTOptions>().embed_dim(), 192);
   EXPECT_THROW(resolve_model_config((dir.path() / "none.yaml").string()), ConfigError);
 }
 
 TEST(CreateModel, BuildsTheConfigsFamilyWithOverrides) {
   auto model = create_model("vit_tiny_patch16_224", {"architecture.depth=1"});
-  ASSERT_TRUE(model.vit);
-  EXPECT_EQ(model.module.get(), model.vit.ptr().get());
+  ASSERT_NE(model.module->as<VisionTransformerImpl>(), nullptr);
   EXPECT_EQ(model.config.name, "vit_tiny_patch16_224");
   EXPECT_EQ(model.config.overrides, std::vector<std::string>{"architecture.depth=1"});
-  EXPECT_EQ(model.vit->blocks->size(), 1u);
-  EXPECT_EQ(model.vit->options.embed_dim(), 192);
-  EXPECT_EQ(model.vit->head->weight.sizes(), (std::vector<int64_t>{1000, 192}));
+  EXPECT_EQ(model.module->as<VisionTransformerImpl>()->blocks->size(), 1u);
+  EXPECT_EQ(model.module->as<VisionTransformerImpl>()->options.embed_dim(), 192);
+  EXPECT_EQ(model.module->as<VisionTransformerImpl>()->head->weight.sizes(),
+            (std::vector<int64_t>{1000, 192}));
 
   const auto from_yaml =
       create_model_from_yaml(std::string(ATTNZOO_CONFIGS_TEST_DATA_DIR) + "/vit_micro_test.yaml",
                              {"architecture.depth=3"});
-  EXPECT_EQ(from_yaml.vit->blocks->size(), 3u);
-  EXPECT_EQ(from_yaml.vit->options.reg_tokens(), 2);
-  EXPECT_EQ(from_yaml.vit->options.attention_backend(), "math");
+  EXPECT_EQ(from_yaml.module->as<VisionTransformerImpl>()->blocks->size(), 3u);
+  EXPECT_EQ(from_yaml.module->as<VisionTransformerImpl>()->options.reg_tokens(), 2);
+  EXPECT_EQ(from_yaml.module->as<VisionTransformerImpl>()->options.attention_backend(), "math");
 }
 
 TEST(CreateModel, LoadWeightsRoundTripsAndIsStrict) {
@@ -155,13 +155,13 @@ TEST(CreateModel, LoadWeightsRoundTripsAndIsStrict) {
 
   torch::manual_seed(2);
   auto target = create_model_from_yaml(yaml);
-  EXPECT_EQ(load_weights(target, weights), "timm");  // the config's checkpoint.format
+  EXPECT_EQ(load_weights(target, weights).layout, "timm");  // the config's checkpoint.format
   for (const auto& item : source.module->named_parameters()) {
     EXPECT_TRUE(torch::equal(item.value(), target.module->named_parameters()[item.key()]))
         << item.key();
   }
   // The layout can be forced, and must be one the family knows.
-  EXPECT_EQ(load_weights(target, weights, "timm"), "timm");
+  EXPECT_EQ(load_weights(target, weights, "timm").layout, "timm");
   EXPECT_THROW(load_weights(target, weights, "onnx"), c10::Error);
   // Another architecture: every mis-shaped tensor reported.
   auto wider = create_model_from_yaml(yaml, {"architecture.num_classes=6"});

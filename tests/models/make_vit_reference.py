@@ -38,6 +38,15 @@ def cases():
     ), (1, 3, 56, 56)
 
 
+def distilled():
+    """DeiT's distilled model (timm's VisionTransformerDistilled): class and distillation tokens,
+    two heads whose logits are averaged."""
+    from timm.models.deit import VisionTransformerDistilled
+    yield "deit_distilled", VisionTransformerDistilled(
+        img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=5,
+    ), (2, 3, 32, 32)
+
+
 def other_layouts():
     """(name, model, input shape, forward) for the torchvision and Hugging Face layouts."""
     import torchvision
@@ -109,7 +118,7 @@ def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
-    for name, model, shape in cases():
+    for name, model, shape in [*cases(), *distilled()]:
         model.eval()
         with torch.no_grad():
             # timm's init leaves norms at 1/0 and tokens near 0; perturb everything so that a

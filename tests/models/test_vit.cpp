@@ -99,6 +99,18 @@ void check_other_layout(const std::string& name, ViTCheckpointFormat format,
   EXPECT_LE(max_abs_diff(logits, ref.io.tensors["logits"]), 1e-4);
 }
 
+TEST(ViT, MatchesTimmDeiTDistilled) {
+  // A distillation token after the class token; the two heads' logits averaged.
+  check_against_timm("deit_distilled", ViTOptions()
+                                           .img_size(32)
+                                           .patch_size(8)
+                                           .embed_dim(48)
+                                           .depth(2)
+                                           .num_heads(3)
+                                           .num_classes(5)
+                                           .dist_token(true));
+}
+
 TEST(ViT, MatchesTorchvisionVitB16) {
   check_other_layout("torchvision_vit_b_16", ViTCheckpointFormat::kTorchvision, ViTOptions());
 }

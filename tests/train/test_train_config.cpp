@@ -48,7 +48,7 @@ TEST(TrainConfig, ValuesAndDefaults) {
                                    "train: {steps: 100, batch_size: 16, accumulation: 2}\n");
   const auto c = load_train_config(path, {"train.seed=9"});
   EXPECT_EQ(c.model.name, "vit_train_micro");
-  EXPECT_EQ(c.model.vit.depth(), 1);
+  EXPECT_EQ(c.model.options<ViTOptions>().depth(), 1);
   EXPECT_EQ(c.data.train, dir + "/imgs");
   EXPECT_EQ(c.data.workers, 2);
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.01);
@@ -90,7 +90,7 @@ TEST(TrainConfig, TheShippedRunsLoad) {
       EXPECT_DOUBLE_EQ(c.augment.elastic_p, 0.7);
       EXPECT_DOUBLE_EQ(c.augment.hflip, 0.0);    // digits are not mirror-symmetric
       EXPECT_DOUBLE_EQ(c.train.ema_decay, 0.0);  // the shipped weights are the last ones
-      EXPECT_EQ(c.model.vit.img_size(), 32);
+      EXPECT_EQ(c.model.options<ViTOptions>().img_size(), 32);
     } else {
       EXPECT_EQ(c.data.kind, "audio_list");
       EXPECT_TRUE(c.augment.spec_augment);

@@ -36,22 +36,15 @@ int run_model_bench(const ModelBenchOptions& o) {
 
   // The input: seeded, so that two runs (e.g. fp32 and bf16) see the same numbers.
   torch::manual_seed(1);
-  torch::Tensor input;
-  std::string shape;
-  if (config.family == ModelFamily::kViT) {
-    const auto& size = config.image.input_size;
-    input = torch::randn({o.batch, size[0], size[1], size[2]});
-  } else {
-    const auto frames = o.frames > 0
-                            ? o.frames
-                            : static_cast<int64_t>(o.seconds * config.features.frames_per_second());
-    input = torch::randn({o.batch, frames, config.conformer.input_dim()});
-  }
+  const auto frames = o.frames > 0
+                          ? o.frames
+                          : static_cast<int64_t>(o.seconds * config.features.frames_per_second());
+  const auto input = model.family().random_input(config, o.batch, frames).values;
   const auto on_device = input.to(device, dtype);
+  // The model's first output: the logits of a classifier, the encoded frames of an encoder.
   const auto eager = [&](const torch::Tensor& x) {
     torch::InferenceMode inference;
-    if (config.family == ModelFamily::kViT) return model.vit(x);
-    return std::get<0>(model.conformer(x));
+    return model.forward({x}).front().second;
   };
   std::unique_ptr<CudaGraphForward> graph;
   if (o.cuda_graph) graph = std::make_unique<CudaGraphForward>(eager, on_device);

@@ -1,11 +1,13 @@
 // `attnzoo attention-map`: where a model's attention goes, as one PNG.
-//   ViT, on an image (the config's eval preprocessing): per head of the chosen layer the CLS
-//       token's attention to the patches (the mean over all queries when the model pools without
-//       a class token), and the attention rollout over all layers (Abnar & Zuidema 2020), each
-//       upsampled to the preprocessed image and overlaid on it with a colour map; a labelled grid.
-//   Conformer, on an audio file (the config's features): the log-mel features on top and, per head
-//       of the chosen layer, the attention each encoder frame receives (the mean over queries) as
-//       one heat-map row, on a shared time axis.
+// The input is prepared as the model takes it (the config's eval preprocessing of an image, or
+// its audio features); the family says how the tokens lie over it (configs/model_family.h).
+//   Patches on a grid (ViT on an image): per head of the chosen layer the CLS token's attention
+//       to the patches (the mean over all queries when the model pools without a class token),
+//       and the attention rollout over all layers (Abnar & Zuidema 2020), each upsampled to the
+//       picture and overlaid on it with a colour map; a labelled grid.
+//   Frames along time (the Conformer on audio): the log-mel features on top and, per head of the
+//       chosen layer, the attention each encoder frame receives (the mean over queries) as one
+//       heat-map row, on a shared time axis.
 // Probabilities are recorded during the model's ordinary forward (AttentionRecorder), through the
 // math backend under the configured backend's mask: what the model computes, not an
 // approximation of it.
@@ -13,7 +15,6 @@
 
 #include <attnzoo/api/inference.h>
 #include <attnzoo/configs/registry.h>
-#include <attnzoo/models/conformer_frontend.h>
 #include <attnzoo/preprocess/audio_features.h>
 #include <attnzoo/preprocess/audio_from_config.h>
 #include <attnzoo/preprocess/from_config.h>
@@ -47,12 +48,12 @@ struct AttentionMapOptions {
 // The layout of the figures, in pixels.
 constexpr int kGap = 8;          // between and around tiles
 constexpr int kTitle = 28;       // the title line
-constexpr int kLabel = 22;       // the label above a ViT tile
-constexpr int kMinTile = 160;    // ViT tiles are the image scaled by an integer to at least this
-constexpr int kColumns = 4;      // ViT tiles per row
-constexpr int kPlotWidth = 640;  // Conformer: at least this wide, a whole number per frame
-constexpr int kRowHeight = 24;   // Conformer: one head
-constexpr int kRowLabel = 90;    // Conformer: the labels' column
+constexpr int kLabel = 22;       // the label above a grid's tile
+constexpr int kMinTile = 160;    // grid tiles are the picture scaled by an integer to at least this
+constexpr int kColumns = 4;      // grid tiles per row
+constexpr int kPlotWidth = 640;  // timeline: at least this wide, a whole number per frame
+constexpr int kRowHeight = 24;   // timeline: one head
+constexpr int kRowLabel = 90;    // timeline: the labels' column
 
 std::string extension_of(const std::string& path) {
   auto ext = std::filesystem::path(path).extension().string();
@@ -130,42 +131,69 @@ cv::Mat display_image(const torch::Tensor& pixels, const ImagePreprocessConfig& 
   return bgr;
 }
 
-int run_vit(const AttentionMapOptions& options, const ModelConfig& config, int64_t layer) {
-  const auto rgb = decode_image(options.input);
-  const EvalImageTransform transform(image_transform_options(config.image));
-  const auto pixels = transform(rgb);  // [3, H, W]
-  std::string weights;
-  auto vit = api_detail::inference_model(config, options.weights, options.format, torch::kCPU,
-                                         torch::kFloat, weights)
-                 .vit;
-  const auto records = record_attention(*vit, pixels.unsqueeze(0));
-  TORCH_INTERNAL_ASSERT(static_cast<int64_t>(records.size()) == config.vit.depth());
-  std::vector<torch::Tensor> all;
-  for (const auto& r : records) {
-    if (!r.weights.defined()) {
-      throw std::runtime_error("attention backend '" + config.vit.attention_backend() +
-                               "' approximates softmax attention: no probabilities to show");
-    }
-    all.push_back(r.weights);
+// The input as the model takes it (a batch of one), and the picture to draw attention over: the
+// image, or the log-mel features (time along x, low frequencies at the bottom).
+struct PreparedInput {
+  ModelInput input;
+  cv::Mat picture;
+  bool rows_reversed = false;  // the picture's rows run opposite to the tokens' (low bins at the
+                               // bottom of a spectrogram)
+  std::string description;     // "H x W pixels" or "T x F features"
+};
+
+PreparedInput prepare_input(const AttentionMapOptions& options, const ModelConfig& config) {
+  const auto& family = model_family(config.family);
+  PreparedInput prepared;
+  if (family.input_kind() == InputKind::kImages) {
+    const EvalImageTransform transform(image_transform_options(config.image));
+    const auto pixels = transform(decode_image(options.input));  // [C, H, W]
+    prepared.input.values = pixels.unsqueeze(0);
+    prepared.picture = display_image(pixels, config.image);
+    prepared.description =
+        std::to_string(pixels.size(1)) + " x " + std::to_string(pixels.size(2)) + " pixels";
+    return prepared;
   }
-  const int64_t prefix = vit->num_prefix_tokens(), patch = config.vit.patch_size();
-  const int64_t rows = pixels.size(1) / patch, cols = pixels.size(2) / patch;
-  // The CLS token's row when it makes the prediction; otherwise every token contributes to the
+  const FeatureExtractor extractor(audio_feature_options(config.features));
+  const auto features = audio_file_features(options.input, extractor).features;  // [T, F]
+  const int64_t needed = family.min_frames(config);
+  if (features.size(0) < needed) {
+    throw std::runtime_error(options.input + ": too short, " + std::to_string(features.size(0)) +
+                             " feature frames; " + config.name + " needs at least " +
+                             std::to_string(needed));
+  }
+  prepared.input.values = features.unsqueeze(0);
+  cv::Mat mel_color;
+  cv::applyColorMap(to_gray(features.t().flip({0})), mel_color, cv::COLORMAP_VIRIDIS);
+  prepared.picture = mel_color;
+  prepared.rows_reversed = true;
+  prepared.description =
+      std::to_string(features.size(0)) + " x " + std::to_string(features.size(1)) + " features";
+  return prepared;
+}
+
+// Tokens on a grid (the patches of an image or a spectrogram): one tile per head of `layer` and
+// one of the rollout over all layers, each a heat map over the picture.
+cv::Mat draw_grid(const ModelConfig& config, const PreparedInput& prepared,
+                  const TokenLayout& layout, const std::vector<torch::Tensor>& all, int64_t layer,
+                  std::string& what) {
+  const int64_t rows = layout.rows, cols = layout.cols;
+  // The first token's row when it makes the prediction; otherwise every token contributes to the
   // pooled features, and the mean over the queries says where the model looks.
-  const bool cls = config.vit.class_token() && config.vit.global_pool() == "token";
+  const bool first = layout.first_token_predicts;
   const auto pick = [&](const torch::Tensor& a) {  // [..., N, N] -> [..., rows, cols]
-    auto q = cls ? a.select(-2, 0) : a.mean(-2);
-    q = q.narrow(-1, prefix, rows * cols);
+    auto q = first ? a.select(-2, 0) : a.mean(-2);
+    q = q.narrow(-1, layout.prefix, rows * cols);
     auto sizes = q.sizes().vec();
     sizes.pop_back();
     sizes.push_back(rows);
     sizes.push_back(cols);
-    return q.reshape(sizes);
+    q = q.reshape(sizes);
+    return prepared.rows_reversed ? q.flip({-2}) : q;
   };
   const auto heads_maps = pick(all[static_cast<size_t>(layer)][0]);  // [H, rows, cols]
   const auto rollout_map = pick(attention_rollout(all)[0]);          // [rows, cols]
 
-  const auto image = display_image(pixels, config.image);
+  const auto& image = prepared.picture;
   const int scale = std::max(
       1, (kMinTile + std::min(image.rows, image.cols) - 1) / std::min(image.rows, image.cols));
   cv::Mat tile_image;
@@ -192,64 +220,39 @@ int run_vit(const AttentionMapOptions& options, const ModelConfig& config, int64
   const int tw = tile_image.cols, th = tile_image.rows;
   cv::Mat canvas(kTitle + grid_rows * (kLabel + th + kGap) + kGap,
                  columns * tw + (columns + 1) * kGap, CV_8UC3, cv::Scalar(255, 255, 255));
-  const std::string what = cls ? "CLS token's attention" : "mean attention of all tokens";
-  put_label(canvas, config.name + ": " + what + " to the patches", kGap, 19);
+  const std::string query = first ? "CLS token's attention" : "mean attention of all tokens";
+  put_label(canvas, config.name + ": " + query + " to the patches", kGap, 19);
   for (int i = 0; i < n; ++i) {
     const int x = kGap + (i % columns) * (tw + kGap);
     const int y = kTitle + (i / columns) * (kLabel + th + kGap);
     put_label(canvas, tiles[static_cast<size_t>(i)].first, x, y + 16);
     tiles[static_cast<size_t>(i)].second.copyTo(canvas(cv::Rect(x, y + kLabel, tw, th)));
   }
-  write_png(canvas, options.out);
-  std::cout << config.name << " (" << config.source << "), " << weights << "\n"
-            << options.input << ": " << pixels.size(1) << " x " << pixels.size(2) << " pixels, "
-            << rows << " x " << cols << " patches; layer " << layer << " of " << all.size() << ", "
-            << heads << " heads, " << what << " -> " << options.out << " (" << canvas.cols << " x "
-            << canvas.rows << ")\n";
-  return 0;
+  what = ", " + std::to_string(rows) + " x " + std::to_string(cols) + " patches; layer " +
+         std::to_string(layer) + " of " + std::to_string(all.size()) + ", " +
+         std::to_string(heads) + " heads, " + query;
+  return canvas;
 }
 
-int run_conformer(const AttentionMapOptions& options, const ModelConfig& config, int64_t layer) {
-  const FeatureExtractor extractor(audio_feature_options(config.features));
-  const auto features = audio_file_features(options.input, extractor).features;  // [T, F]
-  const int64_t needed = conformer_subsampling_min_frames(config.conformer.subsampling());
-  if (features.size(0) < needed) {
-    throw std::runtime_error(options.input + ": too short, " + std::to_string(features.size(0)) +
-                             " feature frames; subsampling " + config.conformer.subsampling() +
-                             " needs at least " + std::to_string(needed));
-  }
-  std::string weights;
-  auto encoder = api_detail::inference_model(config, options.weights, options.format, torch::kCPU,
-                                             torch::kFloat, weights)
-                     .conformer;
-  const auto records =
-      record_attention(*encoder, features.unsqueeze(0), {}, config.streaming.chunk_size,
-                       config.streaming.num_left_chunks);
-  TORCH_INTERNAL_ASSERT(static_cast<int64_t>(records.size()) ==
-                        config.conformer.blocks().num_layers());
-  const auto& w = records[static_cast<size_t>(layer)].weights;
-  if (!w.defined()) {
-    throw std::runtime_error("attention backend '" + config.conformer.blocks().attention_backend() +
-                             "' approximates softmax attention: no probabilities to show");
-  }
-  const auto received = w[0].mean(1);  // [H, T']: mean over the queries of each key's weight
+// Tokens along time (encoder frames): one row per head of `layer`, the attention each frame
+// receives (mean over the queries), under the picture stretched over the same span.
+cv::Mat draw_timeline(const ModelConfig& config, const PreparedInput& prepared,
+                      const std::vector<torch::Tensor>& all, int64_t layer, std::string& what) {
+  const auto received = all[static_cast<size_t>(layer)][0].mean(1);  // [H, T']
   const int64_t heads = received.size(0), frames = received.size(1);
 
   const int cell = std::max<int>(2, static_cast<int>((kPlotWidth + frames - 1) / frames));
   const int plot_w = cell * static_cast<int>(frames);
-  const int mel_h = std::clamp(2 * static_cast<int>(features.size(1)), 80, 240);
+  const int mel_h = std::clamp(2 * prepared.picture.rows, 80, 240);
   cv::Mat canvas(kTitle + mel_h + kGap + static_cast<int>(heads) * kRowHeight + kGap,
                  kRowLabel + plot_w + kGap, CV_8UC3, cv::Scalar(255, 255, 255));
   put_label(canvas,
-            config.name + ": layer " + std::to_string(layer) + " of " +
-                std::to_string(records.size()) + ", attention received per encoder frame " +
-                "(mean over queries)",
+            config.name + ": layer " + std::to_string(layer) + " of " + std::to_string(all.size()) +
+                ", attention received per encoder frame " + "(mean over queries)",
             kGap, 19);
-  // Log-mel features, low frequencies at the bottom, stretched over the encoder frames' span.
-  cv::Mat mel_gray = to_gray(features.t().flip({0})), mel_big, mel_color;
-  cv::resize(mel_gray, mel_big, cv::Size(plot_w, mel_h), 0, 0, cv::INTER_LINEAR);
-  cv::applyColorMap(mel_big, mel_color, cv::COLORMAP_VIRIDIS);
-  mel_color.copyTo(canvas(cv::Rect(kRowLabel, kTitle, plot_w, mel_h)));
+  cv::Mat mel_big;
+  cv::resize(prepared.picture, mel_big, cv::Size(plot_w, mel_h), 0, 0, cv::INTER_LINEAR);
+  mel_big.copyTo(canvas(cv::Rect(kRowLabel, kTitle, plot_w, mel_h)));
   put_label(canvas, "log-mel", kGap, kTitle + mel_h / 2 + 5);
   const int rows_y = kTitle + mel_h + kGap;
   for (int64_t h = 0; h < heads; ++h) {
@@ -260,13 +263,9 @@ int run_conformer(const AttentionMapOptions& options, const ModelConfig& config,
     color.copyTo(canvas(cv::Rect(kRowLabel, y, plot_w, kRowHeight)));
     put_label(canvas, "head " + std::to_string(h), kGap, y + kRowHeight / 2 + 5);
   }
-  write_png(canvas, options.out);
-  std::cout << config.name << " (" << config.source << "), " << weights << "\n"
-            << options.input << ": " << features.size(0) << " x " << features.size(1)
-            << " features -> " << frames << " encoder frames; layer " << layer << " of "
-            << records.size() << ", " << heads << " heads -> " << options.out << " (" << canvas.cols
-            << " x " << canvas.rows << ")\n";
-  return 0;
+  what = " -> " + std::to_string(frames) + " encoder frames; layer " + std::to_string(layer) +
+         " of " + std::to_string(all.size()) + ", " + std::to_string(heads) + " heads";
+  return canvas;
 }
 
 int run_attention_map(const AttentionMapOptions& options) {
@@ -274,24 +273,51 @@ int run_attention_map(const AttentionMapOptions& options) {
     throw std::runtime_error("--out " + options.out + ": must name a .png file");
   }
   const auto config = resolve_model_config(options.model, options.overrides);
-  const bool vit = config.family == ModelFamily::kViT;
+  const auto& family = model_family(config.family);
+  const bool images = family.input_kind() == InputKind::kImages;
   // The input and the layer are checked before the model is built (a large one takes seconds).
   std::error_code error;
   if (!std::filesystem::is_regular_file(options.input, error)) {
     throw std::runtime_error(options.input + ": no such file");
   }
-  if (vit && is_audio_file(options.input)) {
-    throw std::runtime_error(options.input + ": an audio file, but " + config.name +
-                             " is a vit model, which takes images");
+  if (images ? is_audio_file(options.input) : is_image_file(options.input)) {
+    throw std::runtime_error(options.input + (images ? ": an audio file" : ": an image") +
+                             ", but " + config.name + " is a " + config.family +
+                             " model, which takes " + input_kind_name(family.input_kind()));
   }
-  if (!vit && is_image_file(options.input)) {
-    throw std::runtime_error(options.input + ": an image, but " + config.name + " is a " +
-                             model_family_name(config.family) + " model, which takes audio");
-  }
-  const int64_t layers = vit ? config.vit.depth() : config.conformer.blocks().num_layers();
-  const int64_t layer = resolve_layer(options.layer, layers);
+  const int64_t layer = resolve_layer(options.layer, family.attention_layers(config));
   torch::InferenceMode inference;
-  return vit ? run_vit(options, config, layer) : run_conformer(options, config, layer);
+  const auto prepared = prepare_input(options, config);
+  std::string weights;
+  auto model = api_detail::inference_model(config, options.weights, options.format, torch::kCPU,
+                                           torch::kFloat, weights);
+  const auto records = record_attention(*model.module, [&] { model.forward(prepared.input); });
+  TORCH_INTERNAL_ASSERT(static_cast<int64_t>(records.size()) == family.attention_layers(config));
+  std::vector<torch::Tensor> all;
+  for (const auto& r : records) all.push_back(r.weights);
+  if (!all[static_cast<size_t>(layer)].defined()) {
+    throw std::runtime_error("attention backend '" + family.attention_backend(config) +
+                             "' approximates softmax attention: no probabilities to show");
+  }
+  const auto layout = family.token_layout(config, prepared.input);
+  std::string what;
+  cv::Mat canvas;
+  if (layout.rows > 1) {
+    for (const auto& w : all) {
+      if (!w.defined()) {
+        throw std::runtime_error("attention backend '" + family.attention_backend(config) +
+                                 "' approximates softmax attention: no probabilities to show");
+      }
+    }
+    canvas = draw_grid(config, prepared, layout, all, layer, what);
+  } else {
+    canvas = draw_timeline(config, prepared, all, layer, what);
+  }
+  write_png(canvas, options.out);
+  std::cout << config.name << " (" << config.source << "), " << weights << "\n"
+            << options.input << ": " << prepared.description << what << " -> " << options.out
+            << " (" << canvas.cols << " x " << canvas.rows << ")\n";
+  return 0;
 }
 
 }  // namespace
@@ -300,14 +326,15 @@ Command add_attention_map_command(CLI::App& app) {
   auto options = std::make_shared<AttentionMapOptions>();
   auto* sub = app.add_subcommand(
       "attention-map",
-      "Draw a model's attention on an image (ViT: per-head maps and rollout) or an audio file "
-      "(Conformer: heads x time) as a PNG");
+      "Draw a model's attention on an image or an audio file as a PNG (patches: per-head maps "
+      "and rollout; encoder frames: heads x time)");
   add_model_options(sub, options->model, options->weights, options->format, options->overrides,
                     all_checkpoint_formats());
   sub->add_option("--layer", options->layer,
                   "The layer whose heads are drawn (0-based; negative: from the end)")
       ->capture_default_str();
-  sub->add_option("input", options->input, "An image (ViT) or an audio file (Conformer)")
+  sub->add_option("input", options->input,
+                  "An image or an audio file, as the model takes (see attnzoo models)")
       ->required();
   sub->add_option("--out", options->out, "The PNG to write")->required();
   return {sub, [options] { return run_attention_map(*options); }};

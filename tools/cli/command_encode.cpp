@@ -8,7 +8,6 @@
 #include <attnzoo/api/speech_encoder.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/io/safetensors.h>
-#include <attnzoo/models/conformer_frontend.h>
 
 #include <nlohmann/json.hpp>
 
@@ -38,13 +37,11 @@ int run_encode(EncodeOptions options) {
     const auto config = resolve_model_config(options.model, options.encoder.overrides);
     int64_t chunk = config.streaming.chunk_size;
     if (options.chunk_ms > 0.0) {
-      int64_t rate = 1;
-      if (config.conformer.subsampling() != "none") {
-        for (const auto& step : conformer_subsampling_steps(config.conformer.subsampling())) {
-          rate *= step.stride;
-        }
+      const double frame_ms = model_family(config.family).frame_ms(config);
+      if (frame_ms <= 0.0) {
+        throw std::runtime_error("--chunk-ms: " + config.name + " is a " + config.family +
+                                 " model, whose outputs are not frames along time");
       }
-      const double frame_ms = config.features.frame_shift_ms * static_cast<double>(rate);
       chunk = std::max<int64_t>(1, std::llround(options.chunk_ms / frame_ms));
     }
     if (chunk <= 0) {

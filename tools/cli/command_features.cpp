@@ -30,8 +30,8 @@ struct FeaturesOptions {
 
 int run_features(const FeaturesOptions& options) {
   const auto config = resolve_model_config(options.model, options.overrides);
-  if (config.family != ModelFamily::kConformer) {
-    throw std::runtime_error(config.name + " is a " + model_family_name(config.family) +
+  if (model_family(config.family).input_kind() != InputKind::kAudioFeatures) {
+    throw std::runtime_error(config.name + " is a " + config.family +
                              " model; features prepares audio for speech models");
   }
   if (config.features.kind == "none") {

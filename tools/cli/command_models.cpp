@@ -35,17 +35,17 @@ Command add_models_command(CLI::App& app) {
             std::cout << "# params: exact count of the built model's parameters\n"
                       << "# GFLOPs: 2 x multiply-accumulates of matrix products and convolutions "
                          "(norms, softmax, activations and additions not counted), per "
-                         "\"GFLOPs per\": one image at the input size (ViT), one second of audio "
-                         "averaged over a 10 s utterance (Conformer)\n";
+                         "\"GFLOPs per\": one image at the input size (vit), one second of audio "
+                         "averaged over a 10 s utterance (conformer)\n";
             std::printf("%-34s %-9s %13s %10s %9s  %s\n", "name", "family", "params", "params(M)",
                         "GFLOPs", "GFLOPs per");
             for (const auto& name : names) {
               const auto config = registry.config(name);
               const auto stats = model_stats(config);
-              std::printf(
-                  "%-34s %-9s %13lld %10.2f %9.2f  %s\n", name.c_str(),
-                  model_family_name(config.family), static_cast<long long>(stats.parameters),
-                  static_cast<double>(stats.parameters) / 1e6, stats.gflops(), stats.basis.c_str());
+              std::printf("%-34s %-9s %13lld %10.2f %9.2f  %s\n", name.c_str(),
+                          config.family.c_str(), static_cast<long long>(stats.parameters),
+                          static_cast<double>(stats.parameters) / 1e6, stats.gflops(),
+                          stats.basis.c_str());
             }
             return 0;
           }};

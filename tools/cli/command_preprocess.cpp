@@ -36,8 +36,8 @@ std::string join(const std::vector<double>& values) {
 
 int run_preprocess(const PreprocessOptions& options) {
   const auto config = resolve_model_config(options.model, options.overrides);
-  if (config.family != ModelFamily::kViT) {
-    throw std::runtime_error(config.name + " is a " + model_family_name(config.family) +
+  if (model_family(config.family).input_kind() != InputKind::kImages) {
+    throw std::runtime_error(config.name + " is a " + config.family +
                              " model; preprocess prepares images for image models");
   }
   const EvalImageTransform transform(image_transform_options(config.image));

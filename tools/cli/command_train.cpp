@@ -117,7 +117,9 @@ struct EvalOptions {
 
 int run_eval(const EvalOptions& o) {
   auto model = build_model(resolve_model_config(o.model, o.overrides));
-  const std::string format = load_weights(model, o.weights, o.format);
+  const auto loaded = load_weights(model, o.weights, o.format);
+  const std::string& format = loaded.layout;
+  for (const auto& note : loaded.notes) std::cerr << o.weights << ": " << note << "\n";
   // The class order: the training run's (in the weights' metadata), else the model's labels file,
   // else the data's sorted names.
   std::vector<std::string> classes;
@@ -137,9 +139,10 @@ int run_eval(const EvalOptions& o) {
   }
   const auto dataset =
       folder ? image_folder_dataset(o.data, classes) : list_dataset(o.data, classes);
-  if (folder && model.config.family != ModelFamily::kViT) {
+  if (folder && model.family().input_kind() != InputKind::kImages) {
     throw std::runtime_error("--data " + o.data + ": an image folder, for a " +
-                             model_family_name(model.config.family) + " model");
+                             model.config.family + " model, which takes " +
+                             input_kind_name(model.family().input_kind()));
   }
   const torch::Device device(o.device);
   model.module->to(device);

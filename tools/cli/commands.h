@@ -3,6 +3,8 @@
 // into one-line errors.
 #pragma once
 
+#include <attnzoo/configs/model_family.h>
+
 #include <CLI/CLI.hpp>
 
 #include <functional>
@@ -19,16 +21,8 @@ struct Command {
   Runner run;
 };
 
-// Every layout a checkpoint may have (ViT: timm, torchvision, hf; Conformer: attnzoo, torchaudio,
-// wenet, espnet).
-inline const std::vector<std::string>& all_checkpoint_formats() {
-  static const std::vector<std::string> formats = {"timm",       "torchvision", "hf",    "attnzoo",
-                                                   "torchaudio", "wenet",       "espnet"};
-  return formats;
-}
-
 // The options of every command that builds a model of the zoo: --model (required), --weights,
-// --format (one of `formats`) and --set.
+// --format (one of `formats`: all_checkpoint_formats() of configs/model_family.h) and --set.
 inline void add_model_options(CLI::App* sub, std::string& model, std::string& weights,
                               std::string& format, std::vector<std::string>& overrides,
                               const std::vector<std::string>& formats,

@@ -1,0 +1,139 @@
+#include <attnzoo/configs/config_sections.h>
+
+#include <sstream>
+#include <stdexcept>
+
+namespace attnzoo::config_detail {
+
+AttentionSection read_attention(MapReader attention) {
+  AttentionSection section;
+  const auto& defaults = section.options;
+  section.backend = attention.string("backend", section.backend);
+  if (!is_attention_backend(section.backend)) {
+    std::string known = "auto";
+    for (const auto& name : attention_backend_names()) known += ", " + name;
+    attention.fail("backend",
+                   "unknown attention backend '" + section.backend + "'; expected one of " + known);
+  }
+  section.options.chunk_size(
+      attention.integer("chunk_size", defaults.chunk_size(), 1, kMaxBackendSize));
+  section.options.block_size(
+      attention.integer("block_size", defaults.block_size(), 1, kMaxBackendSize));
+  section.options.window(attention.integer("window", defaults.window(), 0, kMaxBackendSize));
+  section.options.global_tokens(
+      attention.integer("global_tokens", defaults.global_tokens(), 0, kMaxBackendSize));
+  section.head_gating = attention.boolean("head_gating", false);
+  attention.finish();
+  return section;
+}
+
+ImagePreprocessConfig read_image_preprocess(MapReader pre, int64_t in_chans, int64_t height,
+                                            int64_t width, int64_t patch_size, bool tiled) {
+  ImagePreprocessConfig p;
+  const auto size = pre.integer_list("input_size", 3, 1, kMaxImageSize);
+  p.input_size = size ? std::array<int64_t, 3>{(*size)[0], (*size)[1], (*size)[2]}
+                      : std::array<int64_t, 3>{in_chans, height, width};
+  p.crop_pct = pre.number("crop_pct", std::nullopt, 0.0, 1.0, /*min_exclusive=*/true);
+  p.interpolation = pre.choice("interpolation", std::nullopt, {"bicubic", "bilinear"});
+  const auto channels = static_cast<size_t>(in_chans);
+  const auto mean = pre.number_list("mean", channels, 0.0, 1.0);
+  const auto stdev = pre.number_list("std", channels, 0.0, 10.0, /*min_exclusive=*/true);
+  if (!mean) pre.fail("mean", "required key is missing");
+  if (!stdev) pre.fail("std", "required key is missing");
+  p.mean = *mean;
+  p.std = *stdev;
+  pre.finish();
+
+  if (p.input_size[0] != in_chans) {
+    pre.fail("input_size", "input_size has " + std::to_string(p.input_size[0]) +
+                               " channels, architecture.in_chans is " + std::to_string(in_chans));
+  }
+  // Other sizes than img_size are fine (the position embedding is resampled), but the patches
+  // must tile the image.
+  if (p.input_size[1] < patch_size || p.input_size[2] < patch_size ||
+      (tiled && (p.input_size[1] % patch_size != 0 || p.input_size[2] % patch_size != 0))) {
+    pre.fail("input_size", "input_size " + std::to_string(p.input_size[1]) + "x" +
+                               std::to_string(p.input_size[2]) +
+                               " is not divisible by architecture.patch_size " +
+                               std::to_string(patch_size));
+  }
+  return p;
+}
+
+AudioFeaturesConfig read_audio_features(MapReader& root, int64_t input_dim,
+                                        const std::string& input_key) {
+  AudioFeaturesConfig f;
+  if (!root.has("features")) {
+    f.kind = "none";
+    return f;
+  }
+  auto features = root.map("features", true);
+  f.kind = features.choice("kind", std::nullopt, {"fbank", "whisper_log_mel"});
+  f.sample_rate = features.integer("sample_rate", f.sample_rate, 1000, kMaxSampleRate);
+  f.num_mel_bins = features.integer("num_mel_bins", f.num_mel_bins, 1, kMaxFeatures);
+  f.frame_length_ms = features.number("frame_length_ms", f.frame_length_ms, 0.0, 1000.0, true);
+  f.frame_shift_ms = features.number("frame_shift_ms", f.frame_shift_ms, 0.0, 1000.0, true);
+  f.frames = features.integer("frames", f.frames, 0, kMaxFrames);
+  f.mean = features.number("mean", f.mean, -1e6, 1e6);
+  f.std = features.number("std", f.std, 0.0, 1e6, /*min_exclusive=*/true);
+  if (f.kind == "fbank") {
+    f.dither = features.number("dither", f.dither, 0.0, 100.0);
+    f.preemphasis = features.number("preemphasis", f.preemphasis, 0.0, 1.0);
+    f.remove_dc_offset = features.boolean("remove_dc_offset", f.remove_dc_offset);
+    f.window = features.choice("window", f.window,
+                               {"povey", "hamming", "hanning", "rectangular", "blackman"});
+    f.snip_edges = features.boolean("snip_edges", f.snip_edges);
+    f.energy_floor = features.number("energy_floor", f.energy_floor, 0.0, 1e10);
+    f.low_freq = features.number("low_freq", f.low_freq, 0.0, kMaxSampleRate / 2.0);
+    f.high_freq =
+        features.number("high_freq", f.high_freq, -kMaxSampleRate / 2.0, kMaxSampleRate / 2.0);
+    f.int16_scale = features.boolean("int16_scale", f.int16_scale);
+    f.allow_empty_mel_bins = features.boolean("allow_empty_mel_bins", f.allow_empty_mel_bins);
+  }
+  features.finish();
+  if (f.num_mel_bins != input_dim) {
+    features.fail("num_mel_bins", "num_mel_bins " + std::to_string(f.num_mel_bins) +
+                                      " must equal " + input_key + " " + std::to_string(input_dim));
+  }
+  const double nyquist = f.sample_rate / 2.0;
+  const double high = f.high_freq > 0.0 ? f.high_freq : nyquist + f.high_freq;
+  if (f.kind == "fbank" && !(f.low_freq < high && high <= nyquist)) {
+    features.fail(features.has("high_freq") ? "high_freq" : "low_freq",
+                  "need 0 <= low_freq < high_freq <= sample_rate / 2 = " +
+                      std::to_string(static_cast<int64_t>(nyquist)) + " Hz (high_freq <= 0 " +
+                      "counts down from there)");
+  }
+  if (f.frame_shift_ms > f.frame_length_ms) {
+    features.fail("frame_shift_ms", "frame_shift_ms must not exceed frame_length_ms");
+  }
+  return f;
+}
+
+std::string read_checkpoint_format(MapReader checkpoint, const std::vector<std::string>& formats) {
+  const std::string format = checkpoint.choice("format", std::nullopt, formats);
+  checkpoint.finish();
+  return format;
+}
+
+bool adopts_layout_value(const ModelConfig& config, const std::string& key_path,
+                         const std::string& layout) {
+  if (config.overridden(key_path)) return false;
+  if (config.stated.count(key_path) == 0) return true;
+  return !config.checkpoint_format.empty() && config.checkpoint_format != layout;
+}
+
+std::string layout_value_note(const std::string& key_path, double before, double after,
+                              const std::string& layout, const std::string& what) {
+  std::ostringstream out;
+  out << what << " " << after << ", the " << layout << " layout's, instead of the config's "
+      << before << " (--set " << key_path << "=" << before << " keeps it)";
+  return out.str();
+}
+
+void require_floating(const torch::Tensor& tensor, const std::string& what) {
+  if (tensor.is_floating_point()) return;
+  throw std::invalid_argument(what + "must be floating point, got " +
+                              std::string(c10::toString(tensor.scalar_type())));
+}
+
+}  // namespace attnzoo::config_detail

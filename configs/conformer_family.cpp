@@ -1,0 +1,310 @@
+// The family conformer: the Conformer encoder (models/conformer.h) on audio features, with the
+// checkpoint layouts of attnzoo, torchaudio, WeNet and ESPnet.
+#include <attnzoo/configs/config_sections.h>
+#include <attnzoo/configs/families.h>
+#include <attnzoo/layers/attention_mask.h>
+#include <attnzoo/models/checkpoint.h>
+#include <attnzoo/models/conformer.h>
+#include <attnzoo/models/conformer_checkpoint.h>
+#include <attnzoo/models/conformer_frontend.h>
+
+#include <torch/torch.h>
+
+#include <stdexcept>
+#include <tuple>
+
+namespace attnzoo {
+namespace {
+
+using namespace config_detail;
+
+// `architecture:` of family conformer: ConformerEncoderOptions and its blocks' ConformerOptions.
+// Absent keys take WeNet's LibriSpeech conformer (80 fbank, 256 wide, 12 blocks, 4 heads, 2048
+// feed-forward units, kernel 15, conv2d x4, WeNet's relative positions).
+ConformerEncoderOptions read_conformer_architecture(MapReader arch) {
+  ConformerOptions blocks(256, 4, 2048, 12, 15);
+  const int64_t input_dim = arch.integer("input_dim", 80, 1, kMaxFeatures);
+  blocks.input_dim(arch.integer("encoder_dim", blocks.input_dim(), 1, kMaxEmbedDim));
+  blocks.num_layers(arch.integer("num_layers", blocks.num_layers(), 1, kMaxDepth));
+  blocks.num_heads(arch.integer("num_heads", blocks.num_heads(), 1, kMaxHeads));
+  blocks.ffn_dim(arch.integer("ffn_dim", blocks.ffn_dim(), 1, 8 * kMaxEmbedDim));
+  blocks.depthwise_conv_kernel_size(arch.integer(
+      "depthwise_conv_kernel_size", blocks.depthwise_conv_kernel_size(), 1, kMaxKernel));
+  blocks.conv_norm(
+      arch.choice("conv_norm", blocks.conv_norm(), {"batch_norm", "group_norm", "layer_norm"}));
+  blocks.convolution_first(arch.boolean("convolution_first", blocks.convolution_first()));
+  blocks.causal_conv(arch.boolean("causal_conv", blocks.causal_conv()));
+  blocks.dropout(arch.number("dropout", blocks.dropout(), 0.0, kBelowOne));
+  blocks.norm_eps(arch.number("norm_eps", blocks.norm_eps(), 0.0, 1.0, true));
+  blocks.conv_norm_eps(arch.number("conv_norm_eps", blocks.conv_norm_eps(), 0.0, 1.0, true));
+  ConformerEncoderOptions o(input_dim, blocks);
+  o.subsampling(arch.choice("subsampling", o.subsampling(),
+                            {"none", "conv2d4", "conv2d6", "conv2d8", "dw_striding8"}));
+  o.subsampling_channels(
+      arch.integer("subsampling_channels", o.subsampling_channels(), 0, kMaxEmbedDim));
+  o.position(
+      arch.choice("position", o.position(), {"none", "abs_pos", "rel_pos", "rel_pos_wenet"}));
+  o.global_cmvn(arch.boolean("global_cmvn", o.global_cmvn()));
+  o.final_norm(arch.boolean("final_norm", o.final_norm()));
+  o.vocab_size(arch.integer("vocab_size", o.vocab_size(), 0, kMaxClasses));
+  o.num_classes(arch.integer("num_classes", o.num_classes(), 0, kMaxClasses));
+  arch.finish();
+
+  // Relations between values, checked once every value is known to be well-formed, reported at
+  // MapReader::relation_key.
+  const int64_t d = blocks.input_dim();
+  if (d % blocks.num_heads() != 0) {
+    arch.fail(arch.relation_key("encoder_dim", "num_heads"),
+              "encoder_dim " + std::to_string(d) + " is not divisible by num_heads " +
+                  std::to_string(blocks.num_heads()) +
+                  " (each head takes encoder_dim / num_heads)");
+  }
+  if (o.position() != "none" && d % 2 != 0) {
+    arch.fail(arch.relation_key("encoder_dim", "position"),
+              "position " + o.position() +
+                  " uses sinusoidal encodings, which need an even "
+                  "encoder_dim; got " +
+                  std::to_string(d));
+  }
+  if (o.subsampling() == "none" && input_dim != d) {
+    arch.fail(arch.relation_key("input_dim", "subsampling"),
+              "without subsampling the features go straight to the blocks: input_dim " +
+                  std::to_string(input_dim) + " must equal encoder_dim " + std::to_string(d));
+  }
+  if (o.subsampling() != "none" &&
+      subsampled_length(conformer_subsampling_steps(o.subsampling()), input_dim) < 1) {
+    arch.fail(arch.relation_key("input_dim", "subsampling"),
+              "subsampling " + o.subsampling() + " leaves no features of input_dim " +
+                  std::to_string(input_dim) + "; it needs more feature bins");
+  }
+  return o;
+}
+
+// `streaming:` (StreamingConfig), checked against what can stream.
+StreamingConfig read_streaming(MapReader streaming, const ConformerEncoderOptions& model,
+                               bool head_gating) {
+  StreamingConfig s;
+  s.chunk_size = streaming.integer("chunk_size", s.chunk_size, 0, kMaxChunk);
+  s.num_left_chunks = streaming.integer("num_left_chunks", s.num_left_chunks, -1, kMaxChunk);
+  streaming.finish();
+  if (s.chunk_size == 0) return s;
+  std::string why;
+  if (!model.blocks().causal_conv()) {
+    why = "architecture.causal_conv: true (a centred kernel reads frames not yet arrived)";
+  } else if (model.blocks().conv_norm() == "group_norm") {
+    why = "a conv_norm other than group_norm (it normalises over the whole utterance)";
+  } else if (model.subsampling() == "dw_striding8") {
+    why = "a subsampling without padding (none, conv2d4, conv2d6, conv2d8)";
+  } else if (head_gating) {
+    why = "attention.head_gating: false (the gates pool the whole utterance)";
+  }
+  if (!why.empty()) streaming.fail("chunk_size", "streaming (chunk_size > 0) needs " + why);
+  return s;
+}
+
+ConformerEncoderImpl& encoder_module(torch::nn::Module& module) {
+  auto* encoder = module.as<ConformerEncoderImpl>();
+  TORCH_CHECK(encoder, "family conformer: the module is not a ConformerEncoder");
+  return *encoder;
+}
+
+// The encoder's output frames for `frames` input frames.
+int64_t encoder_frames(const ConformerEncoderOptions& o, int64_t frames) {
+  if (o.subsampling() == "none") return frames;
+  return subsampled_length(conformer_subsampling_steps(o.subsampling()), frames);
+}
+
+class ConformerFamily final : public ModelFamily {
+ public:
+  const std::string& name() const override { return name_; }
+  InputKind input_kind() const override { return InputKind::kAudioFeatures; }
+  std::vector<std::string> checkpoint_formats() const override {
+    return {"attnzoo", "torchaudio", "wenet", "espnet"};
+  }
+
+  void read(MapReader& root, ModelConfig& config) const override {
+    auto o = read_conformer_architecture(root.map("architecture", true));
+    auto attention_map = root.map("attention", false);
+    const auto attention = read_attention(attention_map);
+    const auto& position = o.position();
+    if (attention.backend == "linear" && (position == "rel_pos" || position == "rel_pos_wenet")) {
+      attention_map.fail("backend",
+                         "linear attention cannot add the relative-position bias of position " +
+                             position + "; use position abs_pos or none");
+    }
+    o.blocks()
+        .attention_backend(attention.backend)
+        .attention_options(attention.options)
+        .head_gating(attention.head_gating);
+    config.features = read_audio_features(root, o.input_dim(), "architecture.input_dim");
+    config.streaming = read_streaming(root.map("streaming", false), o, attention.head_gating);
+    if (root.has("checkpoint")) {
+      config.checkpoint_format =
+          read_checkpoint_format(root.map("checkpoint", true), checkpoint_formats());
+    }
+    config.architecture = std::move(o);
+  }
+
+  std::shared_ptr<torch::nn::Module> build(const ModelConfig& config) const override {
+    return ConformerEncoder(config.options<ConformerEncoderOptions>()).ptr();
+  }
+
+  LoadedWeights load_weights(torch::nn::Module& module, ModelConfig&, const io::TensorDict& tensors,
+                             const std::string& format, const std::string& source) const override {
+    const auto layout =
+        format.empty() ? detect_conformer_format(tensors) : parse_conformer_format(format);
+    auto mapped = to_conformer_layout(tensors, layout);
+    if (layout == ConformerCheckpointFormat::kTorchaudio) {
+      // torchaudio's Conformer is the block stack: the encoder's `conformer` submodule.
+      io::TensorDict prefixed;
+      for (const auto& item : mapped.tensors) {
+        prefixed.insert("conformer." + item.key(), item.value());
+      }
+      mapped.tensors = std::move(prefixed);
+    }
+    LoadOptions options;
+    options.ignore = mapped.ignored;
+    options.source = source;
+    load_state_dict(module, mapped.tensors, options);
+    return {conformer_format_name(layout), {}};
+  }
+
+  ModelStats stats(const ModelConfig& config) const override {
+    // Frames per second from the features (100 at Kaldi's 10 ms shift).
+    const double fps = config.features.frames_per_second();
+    constexpr int64_t kSeconds = 10;
+    const auto frames = static_cast<int64_t>(fps * kSeconds);
+    ModelStats stats;
+    stats.parameters = conformer_parameter_count(config.options<ConformerEncoderOptions>());
+    stats.macs = conformer_macs(config.options<ConformerEncoderOptions>(), frames) / kSeconds;
+    // Without a features section the input frames are the user's; 100 per second assumed.
+    stats.basis = config.features.kind == "none" ? "100 input frames (of 1000)"
+                                                 : "1 s audio (10 s utterance)";
+    return stats;
+  }
+
+  int64_t num_classes(const ModelConfig& config) const override {
+    return config.options<ConformerEncoderOptions>().num_classes();
+  }
+  int64_t attention_layers(const ModelConfig& config) const override {
+    return config.options<ConformerEncoderOptions>().blocks().num_layers();
+  }
+  std::string attention_backend(const ModelConfig& config) const override {
+    return config.options<ConformerEncoderOptions>().blocks().attention_backend();
+  }
+  double frame_ms(const ModelConfig& config) const override {
+    const auto& subsampling = config.options<ConformerEncoderOptions>().subsampling();
+    int64_t rate = 1;
+    if (subsampling != "none") {
+      for (const auto& step : conformer_subsampling_steps(subsampling)) rate *= step.stride;
+    }
+    return config.features.frame_shift_ms * static_cast<double>(rate);
+  }
+  int64_t min_frames(const ModelConfig& config) const override {
+    return conformer_subsampling_min_frames(
+        config.options<ConformerEncoderOptions>().subsampling());
+  }
+
+  // Features [B, T, F] with F = input_dim and T at least what the subsampling needs; lengths
+  // [B] integral in [0, T].
+  void check_input(const ModelConfig& config, const ModelInput& input,
+                   const std::string& what) const override {
+    const auto& o = config.options<ConformerEncoderOptions>();
+    const auto& features = input.values;
+    const std::string fwhat = what + "tensor 'features' ";
+    require_floating(features, fwhat);
+    const int64_t dim = o.input_dim();
+    if (features.dim() != 3 || features.size(0) < 1 || features.size(2) != dim) {
+      throw std::invalid_argument(fwhat + "must be [B, T, " + std::to_string(dim) +
+                                  "] with B >= 1, got " + shape_string(features.sizes()));
+    }
+    const int64_t needed = min_frames(config);
+    if (features.size(1) < needed) {
+      throw std::invalid_argument(fwhat + shape_string(features.sizes()) + ": too short, " +
+                                  std::to_string(features.size(1)) + " frames; subsampling " +
+                                  o.subsampling() + " needs at least " + std::to_string(needed));
+    }
+    const auto& lengths = input.lengths;
+    if (lengths.defined()) {
+      const std::string lwhat = what + "tensor 'lengths' ";
+      if (lengths.is_floating_point() || lengths.is_complex() ||
+          lengths.scalar_type() == torch::kBool) {
+        throw std::invalid_argument(lwhat + "must be integral, got " +
+                                    std::string(c10::toString(lengths.scalar_type())));
+      }
+      if (lengths.dim() != 1 || lengths.size(0) != features.size(0)) {
+        throw std::invalid_argument(lwhat + "must be [B = " + std::to_string(features.size(0)) +
+                                    "], got " + shape_string(lengths.sizes()));
+      }
+      const int64_t lo = lengths.min().item<int64_t>(), hi = lengths.max().item<int64_t>();
+      if (lo < 0 || hi > features.size(1)) {
+        throw std::invalid_argument(
+            lwhat + "values must lie in [0, T = " + std::to_string(features.size(1)) + "], got " +
+            std::to_string(lo) + " ... " + std::to_string(hi));
+      }
+    }
+  }
+
+  // Streaming needs streaming.chunk_size and every length T.
+  void check_stream(const ModelConfig& config, const ModelInput& input) const override {
+    if (config.streaming.chunk_size <= 0) {
+      throw std::invalid_argument(
+          "the config has no streaming.chunk_size (set one with --set streaming.chunk_size=16)");
+    }
+    const auto& lengths = input.lengths;
+    const int64_t frames = input.values.size(1);
+    if (lengths.defined() && lengths.min().item<int64_t>() != frames) {
+      throw std::invalid_argument(
+          "the streams of a batch advance together; every length must be T = " +
+          std::to_string(frames));
+    }
+  }
+
+  ModelInput random_input(const ModelConfig& config, int64_t batch, int64_t frames) const override {
+    return {torch::randn({batch, frames, config.options<ConformerEncoderOptions>().input_dim()}),
+            {}};
+  }
+
+  torch::Tensor classify(torch::nn::Module& module, const ModelConfig& config,
+                         const ModelInput& input) const override {
+    auto& encoder = encoder_module(module);
+    const auto& streaming = config.streaming;
+    const auto [encoded, lengths] = encoder.forward(
+        input.values, input.lengths, streaming.chunk_size, streaming.num_left_chunks);
+    return encoder.classify(encoded, lengths);
+  }
+
+  NamedTensors forward(torch::nn::Module& module, const ModelConfig& config,
+                       const ModelInput& input, bool stream) const override {
+    auto& encoder = encoder_module(module);
+    const auto& streaming = config.streaming;
+    torch::Tensor encoded, lengths;
+    if (stream) {
+      std::tie(encoded, lengths) = encoder.forward_chunk_by_chunk(
+          input.values, streaming.chunk_size, streaming.num_left_chunks);
+    } else {
+      std::tie(encoded, lengths) = encoder.forward(input.values, input.lengths,
+                                                   streaming.chunk_size, streaming.num_left_chunks);
+    }
+    NamedTensors out = {{"encoded", encoded}, {"lengths", lengths}};
+    const auto& o = config.options<ConformerEncoderOptions>();
+    if (o.vocab_size() > 0) out.emplace_back("logits", encoder.ctc_log_probs(encoded));
+    if (o.num_classes() > 0) out.emplace_back("class_logits", encoder.classify(encoded, lengths));
+    return out;
+  }
+
+  TokenLayout token_layout(const ModelConfig& config, const ModelInput& input) const override {
+    TokenLayout layout;
+    layout.cols = encoder_frames(config.options<ConformerEncoderOptions>(), input.values.size(1));
+    return layout;
+  }
+
+ private:
+  std::string name_ = "conformer";
+};
+
+}  // namespace
+
+std::unique_ptr<ModelFamily> make_conformer_family() { return std::make_unique<ConformerFamily>(); }
+
+}  // namespace attnzoo
