@@ -10,7 +10,7 @@
 //   optimizer:
 //     lr: 1.0e-3
 //     weight_decay: 0.05
-//     rules:                              # the design notes' per-projection recipe
+//     rules:                              # a per-projection recipe
 //       - {pattern: '.*attn\.qkv\.weight', slices: [{lr: 1.0e-4}, {lr: 1.0e-4}, {lr: 2.0e-4}]}
 //       - {pattern: '.*attn\.proj\.weight', lr: 5.0e-5}
 //   schedule: {warmup_steps: 100, min_lr_ratio: 0.01}

@@ -146,7 +146,7 @@ void MultiheadAttentionImpl::reset_parameters() {
       zero_bias(*layer);
     }
   } else {
-    // xavier_qk (the design notes' advice) and jax differ only in v: a small normal draw keeps
+    // xavier_qk and jax differ only in v: a small normal draw keeps
     // the initial values close to zero there, whereas JAX's ViT draws v like q and k.
     xavier_uniform_rows(slices[0].layer->weight, slices[0].begin, inner);
     xavier_uniform_rows(slices[1].layer->weight, slices[1].begin, inner);
@@ -211,7 +211,7 @@ torch::Tensor MultiheadAttentionImpl::head_gates(const torch::Tensor& query,
   TORCH_CHECK_VALUE(head_gate, "MultiheadAttention: head_gates needs head_gating: true");
   torch::Tensor pooled;  // [B, D]
   // In self-attention the key padding describes the query sequence too: pool its valid positions
-  // only, so that padding does not change the gates (the design notes' x.mean(1) would).
+  // only, so that padding does not change the gates (a plain x.mean(1) over all would).
   std::optional<torch::Tensor> valid;
   if (!memory.defined() && (mask.key_lengths().defined() || mask.key_padding_mask().defined())) {
     const int64_t length = query.size(1);

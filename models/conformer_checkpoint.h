@@ -2,14 +2,16 @@
 // (models/conformer.h):
 //   attnzoo      layers.{i}.ffn1.linear1.weight, layers.{i}.attn.mha.qkv.weight, ... (as is)
 //   torchaudio   torchaudio.models.Conformer's state_dict:
-//                conformer_layers.{i}.ffn{1,2}.sequential.{0,1,4}   ->
-//                ffn{1,2}.{norm,linear1,linear2} conformer_layers.{i}.self_attn_layer_norm ->
-//                attn_norm conformer_layers.{i}.self_attn.in_proj_{weight,bias} -> attn.mha.qkv (q,
-//                k, v rows) conformer_layers.{i}.self_attn.out_proj            -> attn.mha.proj
-//                conformer_layers.{i}.conv_module.layer_norm        -> conv.norm
-//                conformer_layers.{i}.conv_module.sequential.{0,2,3,5}
-//                    -> conv.{pointwise_conv1, depthwise_conv, conv_norm, pointwise_conv2}
-//                conformer_layers.{i}.final_layer_norm              -> final_norm
+//                conformer_layers.{i}. (-> layers.{i}.)
+//                  ffn{1,2}.sequential.{0,1,4}            -> ffn{1,2}.{norm,linear1,linear2}
+//                  self_attn_layer_norm                   -> attn_norm
+//                  self_attn.in_proj_{weight,bias}        -> attn.mha.qkv (rows [q; k; v])
+//                  self_attn.out_proj                     -> attn.mha.proj
+//                  conv_module.layer_norm                 -> conv.norm
+//                  conv_module.sequential.{0,2,3,5}       -> conv.{pointwise_conv1,
+//                                                            depthwise_conv, conv_norm,
+//                                                            pointwise_conv2}
+//                  final_layer_norm                       -> final_norm
 //   wenet        WeNet's ConformerEncoder + CTC state_dict, onto ConformerEncoder's names
 //                (models/conformer.h; normalize_before, macaron, rel_pos):
 //                encoder.global_cmvn.{mean,istd}          -> global_cmvn.{mean,istd}

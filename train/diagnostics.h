@@ -1,4 +1,4 @@
-// Training diagnostics (the design notes' debugging advice): what each attention head does and
+// Training diagnostics: what each attention head does and
 // how large each parameter's gradient is, as numbers a trainer logs every N steps.
 //
 //   attnzoo::AttentionRecorder recorder;                  // layers/attention.h

@@ -1,6 +1,6 @@
 // AdamW with parameter groups chosen by name, including learning rates and weight decays per
-// slice of a fused tensor: the design notes' per-projection recipe (section 5.2: q and k 1e-4,
-// v 2e-4, output 5e-5, weight decay 0.01) on our fused QKV weight, a single [3·H·E, D] parameter.
+// slice of a fused tensor: a per-projection recipe (q and k 1e-4, v 2e-4, output 5e-5, weight
+// decay 0.01) on our fused QKV weight, a single [3·H·E, D] parameter.
 //
 // Why slices and not gradient scaling: Adam normalises each element's step by its own gradient
 // statistics, so scaling a slice's gradient changes nothing (invariance); the learning rate must

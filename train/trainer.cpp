@@ -513,7 +513,7 @@ std::vector<TrainMetrics> Trainer::run() {
 
   const int64_t last_step =
       s.options.stop_at_step > 0 ? std::min(s.options.stop_at_step, s.total_steps) : s.total_steps;
-  // Diagnostics (the design notes' debugging advice): every diagnostics_every steps, the first
+  // Diagnostics: every diagnostics_every steps, the first
   // micro-batch's attention statistics (recorded during its own forward) and the step's gradient
   // norms, appended to diagnostics.jsonl, with a summary line in the log.
   std::unique_ptr<std::ofstream> diagnostics;

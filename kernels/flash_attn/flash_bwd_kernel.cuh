@@ -24,8 +24,8 @@
 // (values there may be NaN) and past E, and P is 0 (not exp of anything) where the key is not
 // visible. Keys of the tile that no query sees get dK = dV = 0, still written.
 //
-// UNVERIFIED: compiled here (no GPU), NEVER RUN; the *_CUDA tests of tests/kernels hold it to the
-// float64 reference on the GPU machine (tools/device_check.sh).
+// The *_CUDA tests of tests/kernels hold it to the float64 reference (tools/device_check.sh runs
+// them on a GPU machine; kernels/README.md says what has run).
 #include <attnzoo/kernels/common/static_switch.h>
 #include <attnzoo/kernels/flash_attn/flash_bwd_params.h>
 #include <attnzoo/kernels/flash_attn/flash_fwd_kernel.cuh>
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_kernel(const FlashBwdParam
   constexpr int kDimTiles = kHeadDim / 8;
   constexpr int kQueryTiles = kBwdBlockM / 8;  // n-tiles of S^T
   constexpr int kDqDimTiles = kDimTiles > 8 ? kDimTiles / 2 : kDimTiles;
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem[];
   float* lse_tile = reinterpret_cast<float*>(smem);  // [kBwdBlockM], log2 units
   float* dsum_tile = lse_tile + kBwdBlockM;          // [kBwdBlockM], D
   T* k_tile = reinterpret_cast<T*>(dsum_tile + kBwdBlockM);

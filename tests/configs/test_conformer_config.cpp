@@ -186,7 +186,7 @@ TEST(ConformerConfig, RelationsAreReportedAtTheirKeys) {
       "architecture.patch_size", 19, 3, "unknown key 'patch_size'");
 }
 
-// The attention backends of the design notes, chosen in YAML or with --set, reach every block of
+// Every attention backend, chosen in YAML or with --set, reach every block of
 // a Conformer (relative positions arrive as the attention's bias, which every backend takes).
 TEST(ConformerConfig, AttentionBackendsFromYamlAndOverridesReachTheBlocks) {
   const std::vector<std::string> offline = {"streaming.chunk_size=0"};

@@ -318,7 +318,7 @@ TEST(ModelConfigOverrides, SetValuesBeforeValidation) {
       parse_model_config(kTinyConfig, "tiny.yaml", {"attention={backend: chunked, chunk_size: 8}"});
   EXPECT_EQ(section.options<ViTOptions>().attention_backend(), "chunked");
   EXPECT_EQ(section.options<ViTOptions>().attention_options().chunk_size(), 8);
-  // Every attention variant of the design notes is reachable from YAML and --set.
+  // Every attention variant is reachable from YAML and --set.
   const auto variants = parse_model_config(
       kTinyConfig, "tiny.yaml",
       {"attention={backend: block_local, block_size: 4, window: 2, global_tokens: 1}",

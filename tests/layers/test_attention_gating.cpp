@@ -1,5 +1,5 @@
-// Dynamic head gating (the design notes' DynamicHeadAttention, section 8.1), inside the fused
-// layer: against a head-by-head float64 reference written the way the notes sketch it.
+// Dynamic head gating (per-sample softmax gates over the heads), inside the fused layer: against
+// a head-by-head float64 reference.
 #include "attention_test_util.h"
 
 namespace attnzoo {

@@ -68,7 +68,7 @@ TEST(AdamW, OrdinaryGroupsFollowLibTorchsAdamW) {
   EXPECT_EQ(ours.steps(), 6);
 }
 
-// The design notes' recipe on a fused qkv: q and k 1e-4, v 2e-4, the output projection 5e-5,
+// A per-projection recipe on a fused qkv: q and k 1e-4, v 2e-4, the output projection 5e-5,
 // weight decay 0.01, equals three separate weights in three LibTorch AdamW groups.
 TEST(AdamW, PerSliceRatesOnAFusedQkvEqualSeparateWeights) {
   torch::manual_seed(1);

@@ -8,6 +8,7 @@
 #include <torch/cuda.h>
 #include <torch/headeronly/version.h>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #if ATTNZOO_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -36,7 +37,8 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-// The design notes, section 4.2: standard multi-head attention at d_model 512, 8 heads.
+// The cost estimates the project started from: standard multi-head attention at d_model 512, 8
+// heads, forward.
 struct NotesPoint {
   int64_t length;
   double memory_mb;
@@ -157,46 +159,10 @@ std::string utc_now() {
   return buffer;
 }
 
-// ---- minimal JSON output (strings escaped, non-finite numbers as null) ----
-
-std::string json_string(const std::string& s) {
-  std::ostringstream out;
-  out << '"';
-  for (const unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out << "\\\"";
-        break;
-      case '\\':
-        out << "\\\\";
-        break;
-      case '\n':
-        out << "\\n";
-        break;
-      case '\t':
-        out << "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          out << "\\u" << std::hex << std::setw(4) << std::setfill('0') << static_cast<int>(c)
-              << std::dec;
-        } else {
-          out << c;
-        }
-    }
-  }
-  out << '"';
-  return out.str();
+// A JSON number, or null when non-finite or absent (nlohmann writes non-finite numbers as null).
+nlohmann::json json_number(std::optional<double> v) {
+  return v && std::isfinite(*v) ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
-
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  std::ostringstream out;
-  out << std::setprecision(10) << v;
-  return out.str();
-}
-
-std::string json_number(std::optional<double> v) { return v ? json_number(*v) : "null"; }
 
 // ---- progress on stderr ----
 
@@ -560,84 +526,98 @@ void print_table(const Results& r, const std::string& header) {
   std::cout << "\nms: median of the timed calls; MiB: peak allocated during a call above the "
                "inputs (* fewer timed calls than asked, see above); fit: least-squares slope of "
                "log cost against log N over the measured points; last2: the slope between the two "
-               "largest measured N; notes: design notes 4.2 (forward, d_model 512, 8 heads).\n";
+               "largest measured N; notes: the project's original estimates (forward, d_model 512, "
+               "8 heads).\n";
 }
 
 void write_json(const Results& r, const AttentionBenchOptions& o, const std::string& command,
                 const torch::Device& device, int64_t memory_check_bytes) {
-  std::ofstream out(o.json);
-  TORCH_CHECK_VALUE(out, "--json: cannot write '", o.json, "'");
   std::string device_name = "cpu";
 #if ATTNZOO_WITH_CUDA
   if (device.is_cuda()) device_name = at::cuda::getDeviceProperties(device.index())->name;
 #else
   (void)device;
 #endif
-  out << "{\n  \"benchmark\": \"attention\",\n  \"command\": " << json_string(command) << ",\n";
-  out << "  \"settings\": {\"batch\": " << o.batch << ", \"heads\": " << o.heads
-      << ", \"dim\": " << o.dim << ", \"head_dim\": " << o.dim / o.heads
-      << ", \"dtype\": " << json_string(o.dtype) << ", \"device\": " << json_string(o.device)
-      << ", \"backward\": " << (o.backward ? "true" : "false")
-      << ", \"causal\": " << (o.causal ? "true" : "false")
-      << ", \"padding\": " << (o.padding ? "true" : "false") << ", \"repeats\": " << o.repeats
-      << ", \"warmup\": " << o.warmup << ", \"max_memory_gb\": " << json_number(o.max_memory_gb)
-      << ", \"max_seconds\": " << json_number(o.max_seconds) << ", \"chunk_size\": " << o.chunk_size
-      << ", \"block_size\": " << o.block_size << ", \"window\": " << o.window
-      << ", \"seed\": " << o.seed << "},\n";
-  out << "  \"machine\": {\"cpu_model\": " << json_string(cpu_model())
-      << ", \"cpu_count\": " << cpu_count() << ", \"threads\": " << torch::get_num_threads()
-      << ", \"load_average_1min_start\": " << json_number(r.load_at_start)
-      << ", \"load_average_1min_end\": " << json_number(load_average())
-      << ", \"device_name\": " << json_string(device_name)
-      << ", \"libtorch\": " << json_string(TORCH_VERSION)
-      << ", \"attnzoo\": " << json_string(ATTNZOO_VERSION)
-      << ", \"date\": " << json_string(utc_now()) << "},\n";
-  out << "  \"memory_measurement\": {\"method\": "
-      << json_string(device.is_cpu()
-                         ? "tracking wrapper around c10's CPU allocator: peak live bytes during "
-                           "the call minus live bytes at its start"
-                         : "CUDA caching allocator allocated_bytes peak minus current at call "
-                           "start")
-      << ", \"self_check_bytes_for_16MiB_tensor\": " << memory_check_bytes << "},\n";
-  out << "  \"reference\": {\"source\": \"design notes 4.2, standard multi-head attention, "
-         "d_model 512, 8 heads\", \"points\": [";
-  for (size_t i = 0; i < std::size(kNotes); ++i) {
-    out << (i ? ", " : "") << "{\"length\": " << kNotes[i].length
-        << ", \"memory_mb\": " << json_number(kNotes[i].memory_mb)
-        << ", \"time_ms\": " << json_number(kNotes[i].time_ms) << "}";
+  using nlohmann::json;
+  json d;
+  d["benchmark"] = "attention";
+  d["command"] = command;
+  d["settings"] = {{"batch", o.batch},
+                   {"heads", o.heads},
+                   {"dim", o.dim},
+                   {"head_dim", o.dim / o.heads},
+                   {"dtype", o.dtype},
+                   {"device", o.device},
+                   {"backward", o.backward},
+                   {"causal", o.causal},
+                   {"padding", o.padding},
+                   {"repeats", o.repeats},
+                   {"warmup", o.warmup},
+                   {"max_memory_gb", json_number(o.max_memory_gb)},
+                   {"max_seconds", json_number(o.max_seconds)},
+                   {"chunk_size", o.chunk_size},
+                   {"block_size", o.block_size},
+                   {"window", o.window},
+                   {"seed", o.seed}};
+  d["machine"] = {{"cpu_model", cpu_model()},
+                  {"cpu_count", cpu_count()},
+                  {"threads", torch::get_num_threads()},
+                  {"load_average_1min_start", json_number(r.load_at_start)},
+                  {"load_average_1min_end", json_number(load_average())},
+                  {"device_name", device_name},
+                  {"libtorch", TORCH_VERSION},
+                  {"attnzoo", ATTNZOO_VERSION},
+                  {"date", utc_now()}};
+  d["memory_measurement"] = {
+      {"method", device.is_cpu() ? "tracking wrapper around c10's CPU allocator: peak live bytes "
+                                   "during the call minus live bytes at its start"
+                                 : "CUDA caching allocator allocated_bytes peak minus current at "
+                                   "call start"},
+      {"self_check_bytes_for_16MiB_tensor", memory_check_bytes}};
+  json points = json::array();
+  for (const auto& p : kNotes) {
+    points.push_back({{"length", p.length},
+                      {"memory_mb", json_number(p.memory_mb)},
+                      {"time_ms", json_number(p.time_ms)}});
   }
-  out << "]},\n  \"measurements\": [\n";
-  bool first = true;
+  d["reference"] = {
+      {"source", "original estimates, standard multi-head attention, d_model 512, 8 heads"},
+      {"points", points}};
+  json measurements = json::array();
   for (const auto& b : r.backends) {
     for (const auto n : r.lengths) {
       const auto& m = r.at(b, n);
-      out << (first ? "" : ",\n") << "    {\"backend\": " << json_string(b) << ", \"length\": " << n
-          << ", \"status\": " << json_string(status_name(m.status))
-          << ", \"reason\": " << json_string(m.reason)
-          << ", \"time_ms_median\": " << json_number(m.median_ms())
-          << ", \"time_ms_min\": " << json_number(m.min_ms()) << ", \"times_ms\": [";
-      for (size_t i = 0; i < m.times_ms.size(); ++i) {
-        out << (i ? ", " : "") << json_number(m.times_ms[i]);
-      }
-      out << "], \"peak_bytes\": "
-          << (m.status == Status::kOk ? std::to_string(m.peak_bytes) : std::string("null"))
-          << ", \"peak_mib\": "
-          << (m.status == Status::kOk ? json_number(m.peak_bytes / kMiB) : std::string("null"))
-          << ", \"predicted_bytes\": " << json_number(m.predicted_bytes)
-          << ", \"truncated\": " << (m.truncated ? "true" : "false") << "}";
-      first = false;
+      const bool ok = m.status == Status::kOk;
+      json times = json::array();
+      for (const double t : m.times_ms) times.push_back(json_number(t));
+      measurements.push_back(
+          {{"backend", b},
+           {"length", n},
+           {"status", status_name(m.status)},
+           {"reason", m.reason},
+           {"time_ms_median", json_number(m.median_ms())},
+           {"time_ms_min", json_number(m.min_ms())},
+           {"times_ms", times},
+           {"peak_bytes", ok ? json(m.peak_bytes) : json(nullptr)},
+           {"peak_mib", ok ? json_number(static_cast<double>(m.peak_bytes) / kMiB) : json(nullptr)},
+           {"predicted_bytes", json_number(m.predicted_bytes)},
+           {"truncated", m.truncated}});
     }
   }
-  out << "\n  ],\n  \"fits\": [";
-  for (size_t i = 0; i < r.backends.size(); ++i) {
-    const auto f = fit(r, r.backends[i]);
-    out << (i ? ", " : "") << "{\"backend\": " << json_string(r.backends[i])
-        << ", \"time_exponent\": " << json_number(f.time)
-        << ", \"memory_exponent\": " << json_number(f.memory)
-        << ", \"time_exponent_last2\": " << json_number(f.time_last2)
-        << ", \"memory_exponent_last2\": " << json_number(f.memory_last2) << "}";
+  d["measurements"] = measurements;
+  json fits = json::array();
+  for (const auto& b : r.backends) {
+    const auto f = fit(r, b);
+    fits.push_back({{"backend", b},
+                    {"time_exponent", json_number(f.time)},
+                    {"memory_exponent", json_number(f.memory)},
+                    {"time_exponent_last2", json_number(f.time_last2)},
+                    {"memory_exponent_last2", json_number(f.memory_last2)}});
   }
-  out << "]\n}\n";
+  d["fits"] = fits;
+  std::ofstream out(o.json);
+  TORCH_CHECK_VALUE(out, "--json: cannot write '", o.json, "'");
+  out << d.dump(1) << "\n";
   TORCH_CHECK(out.good(), "--json: error while writing '", o.json, "'");
 }
 
@@ -663,7 +643,7 @@ void write_plot(const Results& r, const AttentionBenchOptions& o) {
     time.series.push_back(t);
     memory.series.push_back(m);
   }
-  PlotSeries notes_time{"design notes 4.2 (D=512, H=8)", {}, {}, cv::Scalar(130, 130, 130), true},
+  PlotSeries notes_time{"original estimates (D=512, H=8)", {}, {}, cv::Scalar(130, 130, 130), true},
       notes_memory = notes_time;
   for (const auto& p : kNotes) {
     notes_time.x.push_back(static_cast<double>(p.length));

@@ -1,6 +1,6 @@
 // `attnzoo bench attention`: time and peak memory of each attention backend against the sequence
-// length N, next to the cost table of the design notes (section 4.2: standard multi-head attention
-// at d_model 512, 8 heads), with the scaling exponent of each backend fitted on a log-log scale so
+// length N, next to the cost estimates the project started from (standard multi-head attention at
+// d_model 512, 8 heads), with the scaling exponent of each backend fitted on a log-log scale so
 // that N² and N growth read directly off the table.
 #pragma once
 

@@ -20,7 +20,7 @@ Command add_bench_command(CLI::App& app) {
   auto* attention = bench->add_subcommand(
       "attention",
       "Time and peak memory of each attention backend against sequence length N, next to the "
-      "design notes' cost table, with fitted N^k exponents");
+      "project's original cost estimates, with fitted N^k exponents");
   attention
       ->add_option("--backends", o->backends,
                    "comma-separated backends to measure (default: every registered backend)")
