@@ -295,20 +295,18 @@ int run_attention_map(const AttentionMapOptions& options) {
   TORCH_INTERNAL_ASSERT(static_cast<int64_t>(records.size()) == family.attention_layers(config));
   std::vector<torch::Tensor> all;
   for (const auto& r : records) all.push_back(r.weights);
-  if (!all[static_cast<size_t>(layer)].defined()) {
-    throw std::runtime_error("attention backend '" + family.attention_backend(config) +
-                             "' approximates softmax attention: no probabilities to show");
-  }
   const auto layout = family.token_layout(config, prepared.input);
+  // A grid shows the rollout over every layer; a timeline the chosen layer only.
+  const bool grid = layout.rows > 1;
+  for (size_t l = 0; l < all.size(); ++l) {
+    if ((grid || l == static_cast<size_t>(layer)) && !all[l].defined()) {
+      throw std::runtime_error("attention backend '" + family.attention_backend(config) +
+                               "' approximates softmax attention: no probabilities to show");
+    }
+  }
   std::string what;
   cv::Mat canvas;
-  if (layout.rows > 1) {
-    for (const auto& w : all) {
-      if (!w.defined()) {
-        throw std::runtime_error("attention backend '" + family.attention_backend(config) +
-                                 "' approximates softmax attention: no probabilities to show");
-      }
-    }
+  if (grid) {
     canvas = draw_grid(config, prepared, layout, all, layer, what);
   } else {
     canvas = draw_timeline(config, prepared, all, layer, what);
