@@ -1,6 +1,7 @@
 #include <attnzoo/api/prediction.h>
 
 #include <attnzoo/configs/zoo_path.h>
+#include <attnzoo/io/error.h>
 
 #include <torch/torch.h>
 
@@ -17,9 +18,8 @@ std::string imagenet_labels_file() {
   for (const auto& folder : zoo_search_path()) {
     searched += (searched.empty() ? "" : ", ") + folder.path;
   }
-  throw std::runtime_error(std::string(kRelative) + ": not found in the zoo (searched: " +
-                           (searched.empty() ? "nothing" : searched) + "; set " + kZooPathVariable +
-                           ")");
+  throw Error(std::string(kRelative) + ": not found in the zoo (searched: " +
+              (searched.empty() ? "nothing" : searched) + "; set " + kZooPathVariable + ")");
 }
 
 std::vector<std::string> load_labels(const LabelsConfig& labels, int64_t classes) {
@@ -27,20 +27,20 @@ std::vector<std::string> load_labels(const LabelsConfig& labels, int64_t classes
   const std::string file =
       labels.source == LabelsConfig::Source::kImageNet ? imagenet_labels_file() : labels.file;
   std::ifstream in(file);
-  if (!in) throw std::runtime_error(file + ": cannot read the labels file");
+  if (!in) throw Error(file + ": cannot read the labels file");
   std::vector<std::string> names;
   std::string line;
   while (std::getline(in, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) {
-      throw std::runtime_error(file + ":" + std::to_string(names.size() + 1) +
-                               ": empty label (one label per line, line i for class i)");
+      throw Error(file + ":" + std::to_string(names.size() + 1) +
+                  ": empty label (one label per line, line i for class i)");
     }
     names.push_back(line);
   }
   if (static_cast<int64_t>(names.size()) != classes) {
-    throw std::runtime_error(file + ": " + std::to_string(names.size()) +
-                             " labels for a model of " + std::to_string(classes) + " classes");
+    throw Error(file + ": " + std::to_string(names.size()) + " labels for a model of " +
+                std::to_string(classes) + " classes");
   }
   return names;
 }

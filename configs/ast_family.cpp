@@ -129,14 +129,14 @@ class ASTFamily final : public ViTFamily {
     require_floating(features, fwhat);
     if (features.dim() != 3 || features.size(0) < 1 || features.size(1) != o.img_width() ||
         features.size(2) != o.img_size()) {
-      throw std::invalid_argument(fwhat + "must be [B, " + std::to_string(o.img_width()) + ", " +
-                                  std::to_string(o.img_size()) + "] with B >= 1, got " +
-                                  shape_string(features.sizes()));
+      throw InputError(fwhat + "must be [B, " + std::to_string(o.img_width()) + ", " +
+                       std::to_string(o.img_size()) + "] with B >= 1, got " +
+                       shape_string(features.sizes()));
     }
   }
 
   void check_stream(const ModelConfig&, const ModelInput&) const override {
-    throw std::invalid_argument("an ast model does not stream (it takes whole clips)");
+    throw InputError("an ast model does not stream (it takes whole clips)");
   }
 
   ModelInput random_input(const ModelConfig& config, int64_t batch, int64_t) const override {

@@ -132,8 +132,8 @@ std::string layout_value_note(const std::string& key_path, double before, double
 
 void require_floating(const torch::Tensor& tensor, const std::string& what) {
   if (tensor.is_floating_point()) return;
-  throw std::invalid_argument(what + "must be floating point, got " +
-                              std::string(c10::toString(tensor.scalar_type())));
+  throw InputError(what + "must be floating point, got " +
+                   std::string(c10::toString(tensor.scalar_type())));
 }
 
 }  // namespace attnzoo::config_detail

@@ -215,32 +215,31 @@ class ConformerFamily final : public ModelFamily {
     require_floating(features, fwhat);
     const int64_t dim = o.input_dim();
     if (features.dim() != 3 || features.size(0) < 1 || features.size(2) != dim) {
-      throw std::invalid_argument(fwhat + "must be [B, T, " + std::to_string(dim) +
-                                  "] with B >= 1, got " + shape_string(features.sizes()));
+      throw InputError(fwhat + "must be [B, T, " + std::to_string(dim) + "] with B >= 1, got " +
+                       shape_string(features.sizes()));
     }
     const int64_t needed = min_frames(config);
     if (features.size(1) < needed) {
-      throw std::invalid_argument(fwhat + shape_string(features.sizes()) + ": too short, " +
-                                  std::to_string(features.size(1)) + " frames; subsampling " +
-                                  o.subsampling() + " needs at least " + std::to_string(needed));
+      throw InputError(fwhat + shape_string(features.sizes()) + ": too short, " +
+                       std::to_string(features.size(1)) + " frames; subsampling " +
+                       o.subsampling() + " needs at least " + std::to_string(needed));
     }
     const auto& lengths = input.lengths;
     if (lengths.defined()) {
       const std::string lwhat = what + "tensor 'lengths' ";
       if (lengths.is_floating_point() || lengths.is_complex() ||
           lengths.scalar_type() == torch::kBool) {
-        throw std::invalid_argument(lwhat + "must be integral, got " +
-                                    std::string(c10::toString(lengths.scalar_type())));
+        throw InputError(lwhat + "must be integral, got " +
+                         std::string(c10::toString(lengths.scalar_type())));
       }
       if (lengths.dim() != 1 || lengths.size(0) != features.size(0)) {
-        throw std::invalid_argument(lwhat + "must be [B = " + std::to_string(features.size(0)) +
-                                    "], got " + shape_string(lengths.sizes()));
+        throw InputError(lwhat + "must be [B = " + std::to_string(features.size(0)) + "], got " +
+                         shape_string(lengths.sizes()));
       }
       const int64_t lo = lengths.min().item<int64_t>(), hi = lengths.max().item<int64_t>();
       if (lo < 0 || hi > features.size(1)) {
-        throw std::invalid_argument(
-            lwhat + "values must lie in [0, T = " + std::to_string(features.size(1)) + "], got " +
-            std::to_string(lo) + " ... " + std::to_string(hi));
+        throw InputError(lwhat + "values must lie in [0, T = " + std::to_string(features.size(1)) +
+                         "], got " + std::to_string(lo) + " ... " + std::to_string(hi));
       }
     }
   }
@@ -248,15 +247,14 @@ class ConformerFamily final : public ModelFamily {
   // Streaming needs streaming.chunk_size and every length T.
   void check_stream(const ModelConfig& config, const ModelInput& input) const override {
     if (config.streaming.chunk_size <= 0) {
-      throw std::invalid_argument(
+      throw InputError(
           "the config has no streaming.chunk_size (set one with --set streaming.chunk_size=16)");
     }
     const auto& lengths = input.lengths;
     const int64_t frames = input.values.size(1);
     if (lengths.defined() && lengths.min().item<int64_t>() != frames) {
-      throw std::invalid_argument(
-          "the streams of a batch advance together; every length must be T = " +
-          std::to_string(frames));
+      throw InputError("the streams of a batch advance together; every length must be T = " +
+                       std::to_string(frames));
     }
   }
 

@@ -10,6 +10,7 @@
 // override instead of a line and column.
 #pragma once
 
+#include <attnzoo/io/error.h>
 #include <attnzoo/models/conformer.h>
 #include <attnzoo/models/vit.h>
 
@@ -23,13 +24,13 @@
 
 namespace attnzoo {
 
-class ConfigError : public std::runtime_error {
+class ConfigError : public Error {
  public:
   // `line` and `column` are 1-based; 0 when the error has no position (a whole-file error or a
   // value that came from an override).
   ConfigError(const std::string& message, std::string file, std::string key_path, int line = 0,
               int column = 0)
-      : std::runtime_error(message),
+      : Error(message),
         file_(std::move(file)),
         key_path_(std::move(key_path)),
         line_(line),

@@ -104,12 +104,12 @@ class ModelFamily {
   // (a speech encoder's); 0 otherwise.
   virtual double frame_ms(const ModelConfig& config) const = 0;
   // Checks a batch against what the model takes (its rank, channels or feature bins, sizes,
-  // lengths). Throws std::invalid_argument beginning with `what` (where the batch came from,
+  // lengths). Throws InputError beginning with `what` (where the batch came from,
   // e.g. "x.safetensors: "), then the tensor: "tensor 'pixels' must be [B, 3, H, W] ...".
   virtual void check_input(const ModelConfig& config, const ModelInput& input,
                            const std::string& what) const = 0;
   // Checks that a checked batch can go through forward(..., stream = true); throws
-  // std::invalid_argument saying why not.
+  // InputError saying why not.
   virtual void check_stream(const ModelConfig& config, const ModelInput& input) const = 0;
   // A batch of `batch` random inputs of the config's size (`frames` long for audio), for
   // benchmarks.

@@ -189,21 +189,21 @@ void ViTFamily::check_input(const ModelConfig& config, const ModelInput& input,
   require_floating(pixels, pwhat);
   const int64_t channels = o.in_chans(), patch = o.patch_size();
   if (pixels.dim() != 4 || pixels.size(0) < 1 || pixels.size(1) != channels) {
-    throw std::invalid_argument(pwhat + "must be [B, " + std::to_string(channels) +
-                                ", H, W] with B >= 1, got " + shape_string(pixels.sizes()));
+    throw InputError(pwhat + "must be [B, " + std::to_string(channels) +
+                     ", H, W] with B >= 1, got " + shape_string(pixels.sizes()));
   }
   const bool tiled = vit_patch_stride(o) == patch;
   if (pixels.size(2) < patch || pixels.size(3) < patch ||
       (tiled && (pixels.size(2) % patch != 0 || pixels.size(3) % patch != 0))) {
-    throw std::invalid_argument(pwhat + shape_string(pixels.sizes()) +
-                                (tiled ? ": H and W must be positive multiples of the patch size "
-                                       : ": H and W must be at least the patch size ") +
-                                std::to_string(patch));
+    throw InputError(pwhat + shape_string(pixels.sizes()) +
+                     (tiled ? ": H and W must be positive multiples of the patch size "
+                            : ": H and W must be at least the patch size ") +
+                     std::to_string(patch));
   }
 }
 
 void ViTFamily::check_stream(const ModelConfig&, const ModelInput&) const {
-  throw std::invalid_argument("a vit model does not stream");
+  throw InputError("a vit model does not stream");
 }
 
 ModelInput ViTFamily::random_input(const ModelConfig& config, int64_t batch, int64_t) const {

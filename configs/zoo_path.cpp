@@ -1,5 +1,7 @@
 #include <attnzoo/configs/zoo_path.h>
 
+#include <attnzoo/io/error.h>
+
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -117,7 +119,7 @@ std::vector<std::string> zoo_folders() {
 
 void add_zoo_folder(const std::string& folder) {
   if (!is_zoo_directory(folder)) {
-    throw std::invalid_argument(folder + ": not a directory (a zoo folder holds model YAML files)");
+    throw Error(folder + ": not a directory (a zoo folder holds model YAML files)");
   }
   const std::lock_guard<std::mutex> lock(added_mutex());
   added_folders().push_back(folder);

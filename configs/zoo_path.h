@@ -44,7 +44,7 @@ std::vector<ZooFolder> zoo_search_path();
 std::vector<std::string> zoo_folders();
 
 // Adds `folder` to rule 1, after the folders added before it (process-wide, thread-safe).
-// Throws std::invalid_argument when it is not a directory.
+// Throws attnzoo::Error when it is not a directory.
 void add_zoo_folder(const std::string& folder);
 // Forgets the folders of rule 1.
 void clear_added_zoo_folders();

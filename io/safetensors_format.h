@@ -10,6 +10,8 @@
 // or allocated before every offset, size and shape is known to be consistent.
 #pragma once
 
+#include <attnzoo/io/error.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -22,9 +24,9 @@
 namespace attnzoo::io {
 
 // Any malformed, truncated or hostile input. The message names the source (file path) first.
-class SafetensorsError : public std::runtime_error {
+class SafetensorsError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  using Error::Error;
 };
 
 enum class SafetensorsDtype {

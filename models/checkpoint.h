@@ -2,6 +2,7 @@
 // unexpected and mis-shaped tensor is reported by name, all at once, in one error.
 #pragma once
 
+#include <attnzoo/io/error.h>
 #include <attnzoo/io/safetensors.h>
 
 #include <torch/nn/module.h>
@@ -15,9 +16,9 @@
 
 namespace attnzoo {
 
-class CheckpointError : public std::runtime_error {
+class CheckpointError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  using Error::Error;
 };
 
 struct LoadOptions {

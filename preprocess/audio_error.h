@@ -5,14 +5,13 @@
 // a negative rate) are c10::ValueErrors naming the option instead.
 #pragma once
 
-#include <stdexcept>
-#include <string>
+#include <attnzoo/io/error.h>
 
 namespace attnzoo {
 
-class AudioError : public std::runtime_error {
+class AudioError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  using Error::Error;
 };
 
 }  // namespace attnzoo

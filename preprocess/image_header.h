@@ -16,6 +16,8 @@
 // This file is torch-free and OpenCV-free so that it can be fuzzed and tested on its own.
 #pragma once
 
+#include <attnzoo/io/error.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -25,12 +27,11 @@ namespace attnzoo {
 
 // Any unreadable, malformed, truncated, unsupported or oversized image. The message names the
 // source (the file path, or what the caller called an in-memory buffer) first.
-class ImageError : public std::runtime_error {
+class ImageError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  using Error::Error;
   // "<source>: <what>"
-  ImageError(const std::string& source, const std::string& what)
-      : std::runtime_error(source + ": " + what) {}
+  ImageError(const std::string& source, const std::string& what) : Error(source + ": " + what) {}
 };
 
 enum class ImageFormat { kJpeg, kPng, kWebP, kBmp, kTiff };

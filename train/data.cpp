@@ -49,12 +49,11 @@ std::vector<std::string> class_order(const std::set<std::string>& found,
   if (given.empty()) return {found.begin(), found.end()};
   std::set<std::string> known(given.begin(), given.end());
   if (known.size() != given.size()) {
-    throw std::runtime_error(source + ": the classes given contain a name twice");
+    throw DatasetError(source + ": the classes given contain a name twice");
   }
   for (const auto& name : found) {
     if (!known.count(name)) {
-      throw std::runtime_error(source + ": " + what + " '" + name +
-                               "' is not one of the classes given");
+      throw DatasetError(source + ": " + what + " '" + name + "' is not one of the classes given");
     }
   }
   return given;
@@ -81,16 +80,16 @@ LabelledDataset image_folder_dataset(const std::string& folder,
                                      const std::vector<std::string>& classes) {
   std::error_code error;
   if (!fs::is_directory(folder, error)) {
-    throw std::runtime_error(folder +
-                             ": no such folder (an image folder has one subfolder per "
-                             "class)");
+    throw DatasetError(folder +
+                       ": no such folder (an image folder has one subfolder per "
+                       "class)");
   }
   std::set<std::string> found;
   for (const auto& entry : fs::directory_iterator(folder)) {
     const auto name = entry.path().filename().string();
     if (entry.is_directory() && !name.empty() && name[0] != '.') found.insert(name);
   }
-  if (found.empty()) throw std::runtime_error(folder + ": no class subfolders");
+  if (found.empty()) throw DatasetError(folder + ": no class subfolders");
   LabelledDataset dataset;
   dataset.source = folder;
   dataset.classes = class_order(found, classes, folder, "subfolder");
@@ -107,14 +106,14 @@ LabelledDataset image_folder_dataset(const std::string& folder,
     std::sort(files.begin(), files.end());
     for (auto& f : files) dataset.examples.push_back({std::move(f), static_cast<int64_t>(label)});
   }
-  if (dataset.examples.empty()) throw std::runtime_error(folder + ": no files in the subfolders");
+  if (dataset.examples.empty()) throw DatasetError(folder + ": no files in the subfolders");
   return dataset;
 }
 
 LabelledDataset list_dataset(const std::string& list_file,
                              const std::vector<std::string>& classes) {
   std::ifstream in(list_file);
-  if (!in) throw std::runtime_error(list_file + ": cannot open the list file");
+  if (!in) throw DatasetError(list_file + ": cannot open the list file");
   const auto base = fs::path(list_file).parent_path();
   std::vector<std::pair<std::string, std::string>> rows;  // path, label
   std::set<std::string> found;
@@ -124,8 +123,8 @@ LabelledDataset list_dataset(const std::string& list_file,
     if (text.empty() || text[0] == '#') continue;
     const auto split = text.find_last_of(" \t");
     if (split == std::string::npos) {
-      throw std::runtime_error(list_file + ":" + std::to_string(number) +
-                               ": expected 'PATH LABEL', got '" + text + "'");
+      throw DatasetError(list_file + ":" + std::to_string(number) +
+                         ": expected 'PATH LABEL', got '" + text + "'");
     }
     const auto label = text.substr(split + 1);
     fs::path path(trim(text.substr(0, split)));
@@ -133,8 +132,8 @@ LabelledDataset list_dataset(const std::string& list_file,
     rows.emplace_back(path.lexically_normal().string(), label);
     found.insert(label);
   }
-  if (in.bad()) throw std::runtime_error(list_file + ": read error");
-  if (rows.empty()) throw std::runtime_error(list_file + ": no examples");
+  if (in.bad()) throw DatasetError(list_file + ": read error");
+  if (rows.empty()) throw DatasetError(list_file + ": no examples");
   LabelledDataset dataset;
   dataset.source = list_file;
   dataset.classes = class_order(found, classes, list_file, "label");

@@ -8,6 +8,8 @@
 // uninterrupted run saw (EpochLoader's start_batch).
 #pragma once
 
+#include <attnzoo/io/error.h>
+
 #include <torch/types.h>
 
 #include <cstdint>
@@ -25,6 +27,12 @@ struct LabelledExample {
   int64_t label = 0;
 };
 
+// A training folder or list file that cannot be used; the message names it (and the line).
+class DatasetError : public Error {
+ public:
+  using Error::Error;
+};
+
 struct LabelledDataset {
   std::string source;                // the folder or list file
   std::vector<std::string> classes;  // label i is classes[i]
@@ -34,14 +42,14 @@ struct LabelledDataset {
 // One subfolder per class; the files directly inside each (hidden files skipped) are its
 // examples, in name order. `classes` empty: the sorted subfolder names; else those names in that
 // order (a subfolder not among them is an error, a class without a subfolder has no examples).
-// Throws std::runtime_error naming the folder: missing, no class subfolders, no files.
+// Throws DatasetError naming the folder: missing, no class subfolders, no files.
 LabelledDataset image_folder_dataset(const std::string& folder,
                                      const std::vector<std::string>& classes = {});
 
 // A text file of "PATH LABEL" lines: the label is the last whitespace-separated word, the path the
 // rest of the line (relative paths from the list's folder); blank lines and '#' comments are
 // skipped. `classes` empty: the sorted distinct labels; else a label outside them is an error.
-// Errors name the file and line.
+// DatasetErrors name the file and line.
 LabelledDataset list_dataset(const std::string& list_file,
                              const std::vector<std::string>& classes = {});
 

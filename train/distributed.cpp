@@ -25,9 +25,9 @@ int64_t env_integer(const char* name, int64_t fallback, int64_t min, int64_t max
   char* end = nullptr;
   const long long parsed = std::strtoll(value, &end, 10);
   if (*end != '\0' || parsed < min || parsed > max) {
-    throw std::runtime_error(std::string("environment variable ") + name + "='" + value +
-                             "': expected an integer in [" + std::to_string(min) + ", " +
-                             std::to_string(max) + "]");
+    throw Error(std::string("environment variable ") + name + "='" + value +
+                "': expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
+                "]");
   }
   return parsed;
 }
@@ -42,9 +42,9 @@ DistributedEnv DistributedEnv::from_environment() {
   if (const char* addr = std::getenv("MASTER_ADDR"); addr && *addr) env.master_addr = addr;
   env.master_port = env_integer("MASTER_PORT", 29500, 1, 65535);
   if (env.world_size > 1 && !std::getenv("RANK")) {
-    throw std::runtime_error("WORLD_SIZE=" + std::to_string(env.world_size) +
-                             " but RANK is not set (launch each process with its RANK, as "
-                             "torchrun does)");
+    throw Error("WORLD_SIZE=" + std::to_string(env.world_size) +
+                " but RANK is not set (launch each process with its RANK, as "
+                "torchrun does)");
   }
   return env;
 }
@@ -127,9 +127,9 @@ DataParallel::DataParallel(const DistributedEnv& env, const torch::Device& devic
   try {
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
   } catch (const std::exception& e) {
-    throw std::runtime_error(
-        "rank " + std::to_string(env.rank) + ": cannot meet the other ranks at " + env.master_addr +
-        ":" + std::to_string(env.master_port) + " (MASTER_ADDR, MASTER_PORT): " + e.what());
+    throw Error("rank " + std::to_string(env.rank) + ": cannot meet the other ranks at " +
+                env.master_addr + ":" + std::to_string(env.master_port) +
+                " (MASTER_ADDR, MASTER_PORT): " + e.what());
   }
   if (device.is_cuda()) {
 #if defined(ATTNZOO_WITH_NCCL)
@@ -137,8 +137,7 @@ DataParallel::DataParallel(const DistributedEnv& env, const torch::Device& devic
     s.group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(env.rank),
                                                           static_cast<int>(env.world_size), nccl);
 #else
-    throw std::runtime_error(
-        "data-parallel training on CUDA needs NCCL, and this build has no NCCL headers");
+    throw Error("data-parallel training on CUDA needs NCCL, and this build has no NCCL headers");
 #endif
   } else {
     auto gloo = c10d::ProcessGroupGloo::Options::create(timeout);
@@ -269,7 +268,7 @@ void DataParallel::barrier() { state_->group->barrier()->wait(); }
 struct DataParallel::State {};
 
 DataParallel::DataParallel(const DistributedEnv&, const torch::Device&, std::chrono::milliseconds) {
-  throw std::runtime_error(
+  throw Error(
       "WORLD_SIZE > 1: this build has no c10d process groups (configure with the gloo headers, "
       "Debian's libgloo-dev, for data-parallel training)");
 }

@@ -9,6 +9,8 @@
 // means into the parameters' .grad: every rank then holds the gradient of the whole global batch.
 #pragma once
 
+#include <attnzoo/io/error.h>
+
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
@@ -28,7 +30,7 @@ struct DistributedEnv {
   int64_t master_port = 29500;
   bool enabled() const { return world_size > 1; }
   // From the environment (torchrun's variables); WORLD_SIZE unset or 1: a single process. Throws
-  // std::runtime_error naming the variable for a malformed or inconsistent value.
+  // attnzoo::Error naming the variable for a malformed or inconsistent value.
   static DistributedEnv from_environment();
 };
 

@@ -269,23 +269,23 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   if (c.train.threads > 0) torch::set_num_threads(static_cast<int>(c.train.threads));
   s.device = torch::Device(c.train.device);
   if (s.device.is_cuda() && !torch::cuda::is_available()) {
-    throw std::runtime_error(c.source + ": train.device " + c.train.device +
-                             ": no CUDA device is available to this process");
+    throw Error(c.source + ": train.device " + c.train.device +
+                ": no CUDA device is available to this process");
   }
   s.train = load_dataset(c.data, "train");
   if (!c.data.val.empty()) {
     s.val = load_dataset(c.data, "val");
     s.has_val = true;
     if (s.val.classes != s.train.classes) {
-      throw std::runtime_error(c.data.val + ": its classes differ from " + c.data.train +
-                               "'s; list them in data.classes");
+      throw Error(c.data.val + ": its classes differ from " + c.data.train +
+                  "'s; list them in data.classes");
     }
   }
   const int64_t classes = model_classes(c.model);
   if (classes != static_cast<int64_t>(s.train.classes.size())) {
-    throw std::runtime_error(c.source + ": the model's head has " + std::to_string(classes) +
-                             " classes (architecture.num_classes), the data " +
-                             std::to_string(s.train.classes.size()) + " (" + c.data.train + ")");
+    throw Error(c.source + ": the model's head has " + std::to_string(classes) +
+                " classes (architecture.num_classes), the data " +
+                std::to_string(s.train.classes.size()) + " (" + c.data.train + ")");
   }
   // Data-parallel (torchrun's environment): train.batch_size per rank, world_size times that per
   // step.
@@ -294,10 +294,9 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   s.batches_per_epoch =
       batches_per_epoch(static_cast<int64_t>(s.train.examples.size()), global_batch, true);
   if (s.batches_per_epoch < c.train.accumulation) {
-    throw std::runtime_error(c.data.train + ": " + std::to_string(s.train.examples.size()) +
-                             " examples do not fill one step of " +
-                             std::to_string(c.train.accumulation) + " x " +
-                             std::to_string(global_batch));
+    throw Error(c.data.train + ": " + std::to_string(s.train.examples.size()) +
+                " examples do not fill one step of " + std::to_string(c.train.accumulation) +
+                " x " + std::to_string(global_batch));
   }
   s.total_steps = c.train.steps > 0 ? c.train.steps
                                     : c.train.epochs * (s.batches_per_epoch / c.train.accumulation);
@@ -344,14 +343,14 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
     const auto meta = [&](const std::string& key) {
       const auto it = file.metadata.find(key);
       if (it == file.metadata.end()) {
-        throw std::runtime_error(s.options.resume + ": not a training checkpoint (no '" + key +
-                                 "' in its metadata)");
+        throw CheckpointError(s.options.resume + ": not a training checkpoint (no '" + key +
+                              "' in its metadata)");
       }
       return it->second;
     };
     if (meta("model") != c.model.name) {
-      throw std::runtime_error(s.options.resume + ": a checkpoint of model '" + meta("model") +
-                               "', the config trains '" + c.model.name + "'");
+      throw CheckpointError(s.options.resume + ": a checkpoint of model '" + meta("model") +
+                            "', the config trains '" + c.model.name + "'");
     }
     io::TensorDict model_tensors, optimizer_tensors, ema_tensors;
     torch::Tensor generator;
@@ -372,9 +371,9 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
     s.optimizer->load_state_dict(optimizer_tensors);
     if (s.ema) {
       if (ema_tensors.is_empty()) {
-        throw std::runtime_error(s.options.resume +
-                                 ": no ema.* tensors, but the config sets train.ema_decay (a "
-                                 "checkpoint of a run without the average)");
+        throw CheckpointError(s.options.resume +
+                              ": no ema.* tensors, but the config sets train.ema_decay (a "
+                              "checkpoint of a run without the average)");
       }
       load.source = s.options.resume + " (ema.*)";
       load_state_dict(*s.ema->module, ema_tensors, load);
@@ -383,11 +382,11 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
     }
     s.step = std::stoll(meta("step"));
     if (s.step > s.total_steps) {
-      throw std::runtime_error(s.options.resume + ": at step " + std::to_string(s.step) +
-                               ", past this run's " + std::to_string(s.total_steps) + " steps");
+      throw CheckpointError(s.options.resume + ": at step " + std::to_string(s.step) +
+                            ", past this run's " + std::to_string(s.total_steps) + " steps");
     }
     if (!generator.defined()) {
-      throw std::runtime_error(s.options.resume + ": no rng.cpu state");
+      throw CheckpointError(s.options.resume + ": no rng.cpu state");
     }
     auto cpu_generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
     std::lock_guard<std::mutex> lock(cpu_generator.mutex());
@@ -448,7 +447,7 @@ std::vector<TrainMetrics> Trainer::run() {
   std::ofstream csv;  // rank 0 writes the run's files; the others' streams stay closed
   if (s.main_rank()) {
     csv.open(csv_path, fresh ? std::ios::trunc : std::ios::app);
-    if (!csv) throw std::runtime_error(csv_path.string() + ": cannot write");
+    if (!csv) throw Error(csv_path.string() + ": cannot write");
     if (fresh) csv << kCsvHeader << "\n";
   }
 
@@ -581,9 +580,8 @@ std::vector<TrainMetrics> Trainer::run() {
       }
       const double value = loss.item<double>();
       if (!std::isfinite(value)) {
-        throw std::runtime_error(
-            "step " + std::to_string(s.step) + ": the loss is " + std::to_string(value) +
-            " (lower optimizer.lr, set train.clip_grad_norm, or check the data)");
+        throw Error("step " + std::to_string(s.step) + ": the loss is " + std::to_string(value) +
+                    " (lower optimizer.lr, set train.clip_grad_norm, or check the data)");
       }
       if (s.parallel) s.parallel->set_sync(a + 1 == t.accumulation);
       (loss / static_cast<double>(t.accumulation)).backward();

@@ -113,8 +113,8 @@ TEST(AST, RefusesWhatItCannotTake) {
   const auto& family = model_family(config.family);
   EXPECT_EQ(family.input_kind(), InputKind::kAudioFeatures);
   EXPECT_THROW(family.check_input(config, {torch::zeros({1, 63, 32})}, "x: "),
-               std::invalid_argument);
-  EXPECT_THROW(family.check_stream(config, {torch::zeros({1, 64, 32})}), std::invalid_argument);
+               InputError);
+  EXPECT_THROW(family.check_stream(config, {torch::zeros({1, 64, 32})}), InputError);
   SpeechEncoderOptions streaming;
   streaming.stream_chunk = 4;
   EXPECT_THROW(SpeechEncoder(kYaml, streaming), c10::Error);

@@ -93,10 +93,10 @@ TEST(ZooPath, AddingSomethingThatIsNotAFolderIsAnError) {
   try {
     add_zoo_folder(file);
     ADD_FAILURE() << "no error for a file";
-  } catch (const std::invalid_argument& e) {
+  } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr(file + ": not a directory"));
   }
-  EXPECT_THROW(add_zoo_folder((a.path() / "none").string()), std::invalid_argument);
+  EXPECT_THROW(add_zoo_folder((a.path() / "none").string()), Error);
   EXPECT_EQ(zoo_search_path().front().origin, ZooFolderOrigin::kBuildTree);
 }
 

@@ -40,9 +40,9 @@ int run_feature_bench(const FeatureBenchOptions& o) {
   const auto waveform = read_audio(o.input);
   const auto rate = extractor.options().sample_rate;
   if (waveform.info.sample_rate != rate) {
-    throw std::runtime_error(o.input + ": sampled at " + std::to_string(waveform.info.sample_rate) +
-                             " Hz; the in-memory comparison needs the features' rate, " +
-                             std::to_string(rate) + " Hz");
+    throw Error(o.input + ": sampled at " + std::to_string(waveform.info.sample_rate) +
+                " Hz; the in-memory comparison needs the features' rate, " + std::to_string(rate) +
+                " Hz");
   }
   const double seconds = static_cast<double>(waveform.samples.size(0)) / static_cast<double>(rate);
 
@@ -78,7 +78,7 @@ int run_feature_bench(const FeatureBenchOptions& o) {
                         {"file_median_ms", median(file)}};
     std::ofstream out(o.json);
     out << j.dump(1) << "\n";
-    if (!out) throw std::runtime_error(o.json + ": cannot write");
+    if (!out) throw Error(o.json + ": cannot write");
   }
   if (!o.output.empty()) {
     io::TensorDict tensors;

@@ -20,10 +20,10 @@ namespace attnzoo::cli {
 
 int run_model_bench(const ModelBenchOptions& o) {
   if (o.device == "cuda" && !torch::cuda::is_available()) {
-    throw std::runtime_error("--device cuda: no CUDA device is available to this process");
+    throw Error("--device cuda: no CUDA device is available to this process");
   }
   if (o.cuda_graph && o.device != "cuda") {
-    throw std::runtime_error("--cuda-graph: CUDA graphs need --device cuda");
+    throw Error("--cuda-graph: CUDA graphs need --device cuda");
   }
   if (o.threads > 0) torch::set_num_threads(static_cast<int>(o.threads));
   const auto config = resolve_model_config(o.model, o.overrides);
@@ -82,7 +82,7 @@ int run_model_bench(const ModelBenchOptions& o) {
                         {"min_ms", best}};
     std::ofstream out(o.json);
     out << j.dump(1) << "\n";
-    if (!out) throw std::runtime_error(o.json + ": cannot write");
+    if (!out) throw Error(o.json + ": cannot write");
   }
   if (!o.output.empty()) {
     io::TensorDict tensors;

@@ -77,9 +77,9 @@ bool is_image_file(const std::string& path) {
 // --layer N (negative: from the end) as an index in [0, layers).
 int64_t resolve_layer(int64_t layer, int64_t layers) {
   if (layer < -layers || layer >= layers) {
-    throw std::runtime_error("--layer " + std::to_string(layer) + ": out of range, the model has " +
-                             std::to_string(layers) + " layers (0 to " +
-                             std::to_string(layers - 1) + ", or -1 for the last)");
+    throw Error("--layer " + std::to_string(layer) + ": out of range, the model has " +
+                std::to_string(layers) + " layers (0 to " + std::to_string(layers - 1) +
+                ", or -1 for the last)");
   }
   return layer < 0 ? layers + layer : layer;
 }
@@ -106,7 +106,7 @@ void write_png(const cv::Mat& canvas, const std::string& path) {
   } catch (const cv::Exception&) {
     written = false;
   }
-  if (!written) throw std::runtime_error("--out " + path + ": cannot write the PNG");
+  if (!written) throw Error("--out " + path + ": cannot write the PNG");
 }
 
 // The preprocessed image [3, H, W] (normalised) back to 8-bit BGR for display.
@@ -157,9 +157,8 @@ PreparedInput prepare_input(const AttentionMapOptions& options, const ModelConfi
   const auto features = audio_file_features(options.input, extractor).features;  // [T, F]
   const int64_t needed = family.min_frames(config);
   if (features.size(0) < needed) {
-    throw std::runtime_error(options.input + ": too short, " + std::to_string(features.size(0)) +
-                             " feature frames; " + config.name + " needs at least " +
-                             std::to_string(needed));
+    throw Error(options.input + ": too short, " + std::to_string(features.size(0)) +
+                " feature frames; " + config.name + " needs at least " + std::to_string(needed));
   }
   prepared.input.values = features.unsqueeze(0);
   cv::Mat mel_color;
@@ -270,7 +269,7 @@ cv::Mat draw_timeline(const ModelConfig& config, const PreparedInput& prepared,
 
 int run_attention_map(const AttentionMapOptions& options) {
   if (extension_of(options.out) != ".png") {
-    throw std::runtime_error("--out " + options.out + ": must name a .png file");
+    throw Error("--out " + options.out + ": must name a .png file");
   }
   const auto config = resolve_model_config(options.model, options.overrides);
   const auto& family = model_family(config.family);
@@ -278,12 +277,12 @@ int run_attention_map(const AttentionMapOptions& options) {
   // The input and the layer are checked before the model is built (a large one takes seconds).
   std::error_code error;
   if (!std::filesystem::is_regular_file(options.input, error)) {
-    throw std::runtime_error(options.input + ": no such file");
+    throw Error(options.input + ": no such file");
   }
   if (images ? is_audio_file(options.input) : is_image_file(options.input)) {
-    throw std::runtime_error(options.input + (images ? ": an audio file" : ": an image") +
-                             ", but " + config.name + " is a " + config.family +
-                             " model, which takes " + input_kind_name(family.input_kind()));
+    throw Error(options.input + (images ? ": an audio file" : ": an image") + ", but " +
+                config.name + " is a " + config.family + " model, which takes " +
+                input_kind_name(family.input_kind()));
   }
   const int64_t layer = resolve_layer(options.layer, family.attention_layers(config));
   torch::InferenceMode inference;
@@ -300,8 +299,8 @@ int run_attention_map(const AttentionMapOptions& options) {
   const bool grid = layout.rows > 1;
   for (size_t l = 0; l < all.size(); ++l) {
     if ((grid || l == static_cast<size_t>(layer)) && !all[l].defined()) {
-      throw std::runtime_error("attention backend '" + family.attention_backend(config) +
-                               "' approximates softmax attention: no probabilities to show");
+      throw Error("attention backend '" + family.attention_backend(config) +
+                  "' approximates softmax attention: no probabilities to show");
     }
   }
   std::string what;

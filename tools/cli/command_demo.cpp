@@ -10,6 +10,7 @@
 // key.
 #include "tools/cli/commands.h"
 
+#include <attnzoo/io/error.h>
 #include <attnzoo/layers/attention.h>
 
 #include <torch/torch.h>
@@ -67,7 +68,7 @@ void write_png(const torch::Tensor& maps, const std::string& path) {
     cv::putText(canvas, "head " + std::to_string(h), cv::Point(x, 16), cv::FONT_HERSHEY_SIMPLEX,
                 0.5, cv::Scalar(0, 0, 0), 1, cv::LINE_AA);
   }
-  if (!cv::imwrite(path, canvas)) throw std::runtime_error("could not write PNG '" + path + "'");
+  if (!cv::imwrite(path, canvas)) throw Error("could not write PNG '" + path + "'");
 }
 
 // One row of characters per query, darker = more weight; the first `width` keys.

@@ -39,13 +39,13 @@ int run_encode(EncodeOptions options) {
     if (options.chunk_ms > 0.0) {
       const double frame_ms = model_family(config.family).frame_ms(config);
       if (frame_ms <= 0.0) {
-        throw std::runtime_error("--chunk-ms: " + config.name + " is a " + config.family +
-                                 " model, whose outputs are not frames along time");
+        throw Error("--chunk-ms: " + config.name + " is a " + config.family +
+                    " model, whose outputs are not frames along time");
       }
       chunk = std::max<int64_t>(1, std::llround(options.chunk_ms / frame_ms));
     }
     if (chunk <= 0) {
-      throw std::runtime_error("--stream: give --chunk-ms or a config with streaming.chunk_size");
+      throw Error("--stream: give --chunk-ms or a config with streaming.chunk_size");
     }
     options.encoder.stream_chunk = chunk;
   }

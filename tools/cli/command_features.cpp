@@ -31,13 +31,13 @@ struct FeaturesOptions {
 int run_features(const FeaturesOptions& options) {
   const auto config = resolve_model_config(options.model, options.overrides);
   if (model_family(config.family).input_kind() != InputKind::kAudioFeatures) {
-    throw std::runtime_error(config.name + " is a " + config.family +
-                             " model; features prepares audio for speech models");
+    throw Error(config.name + " is a " + config.family +
+                " model; features prepares audio for speech models");
   }
   if (config.features.kind == "none") {
-    throw std::runtime_error(config.name + " (" + config.source +
-                             "): the config has no features section; the model takes features "
-                             "made elsewhere");
+    throw Error(config.name + " (" + config.source +
+                "): the config has no features section; the model takes features "
+                "made elsewhere");
   }
   const FeatureExtractor extractor(audio_feature_options(config.features));
   AudioReadOptions read;

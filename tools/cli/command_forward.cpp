@@ -45,8 +45,8 @@ const torch::Tensor& find_tensor(const io::Safetensors& file, const std::string&
   if (!found) {
     std::string names;
     for (const auto& item : file.tensors) names += (names.empty() ? "" : ", ") + item.key();
-    throw std::runtime_error(path + ": no tensor '" + name +
-                             "' (the file has: " + (names.empty() ? "no tensors" : names) + ")");
+    throw Error(path + ": no tensor '" + name +
+                "' (the file has: " + (names.empty() ? "no tensors" : names) + ")");
   }
   return *found;
 }
@@ -66,17 +66,13 @@ ModelInput read_input(const std::string& path, const ModelConfig& config) {
   if (family.input_kind() == InputKind::kAudioFeatures) {
     if (const auto* lengths = file.tensors.find("lengths")) input.lengths = *lengths;
   }
-  try {
-    family.check_input(config, input, path + ": ");
-  } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(e.what());
-  }
+  family.check_input(config, input, path + ": ");
   return input;
 }
 
 int run_forward(const ForwardOptions& options) {
   if (options.device == "cuda" && !torch::cuda::is_available()) {
-    throw std::runtime_error("--device cuda: no CUDA device is available to this process");
+    throw Error("--device cuda: no CUDA device is available to this process");
   }
   const auto config = resolve_model_config(options.model, options.overrides);
   const auto& family = model_family(config.family);
@@ -85,8 +81,8 @@ int run_forward(const ForwardOptions& options) {
   if (options.stream) {
     try {
       family.check_stream(config, input);
-    } catch (const std::invalid_argument& e) {
-      throw std::runtime_error(std::string("--stream: ") + e.what());
+    } catch (const InputError& e) {
+      throw InputError(std::string("--stream: ") + e.what());
     }
   }
 

@@ -37,8 +37,8 @@ std::string join(const std::vector<double>& values) {
 int run_preprocess(const PreprocessOptions& options) {
   const auto config = resolve_model_config(options.model, options.overrides);
   if (model_family(config.family).input_kind() != InputKind::kImages) {
-    throw std::runtime_error(config.name + " is a " + config.family +
-                             " model; preprocess prepares images for image models");
+    throw Error(config.name + " is a " + config.family +
+                " model; preprocess prepares images for image models");
   }
   const EvalImageTransform transform(image_transform_options(config.image));
   const auto& t = transform.options();

@@ -135,14 +135,13 @@ int run_eval(const EvalOptions& o) {
   std::error_code error;
   const bool folder = fs::is_directory(o.data, error);
   if (!folder && !fs::is_regular_file(o.data, error)) {
-    throw std::runtime_error("--data " + o.data + ": no such folder or list file");
+    throw Error("--data " + o.data + ": no such folder or list file");
   }
   const auto dataset =
       folder ? image_folder_dataset(o.data, classes) : list_dataset(o.data, classes);
   if (folder && model.family().input_kind() != InputKind::kImages) {
-    throw std::runtime_error("--data " + o.data + ": an image folder, for a " +
-                             model.config.family + " model, which takes " +
-                             input_kind_name(model.family().input_kind()));
+    throw Error("--data " + o.data + ": an image folder, for a " + model.config.family +
+                " model, which takes " + input_kind_name(model.family().input_kind()));
   }
   const torch::Device device(o.device);
   model.module->to(device);

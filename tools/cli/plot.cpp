@@ -1,5 +1,7 @@
 #include "tools/cli/plot.h"
 
+#include <attnzoo/io/error.h>
+
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
@@ -382,7 +384,7 @@ void write_log_log_plot(const std::vector<PlotPanel>& panels, const std::string&
   }
   cv::Mat canvas;
   cv::hconcat(rendered, canvas);
-  if (!cv::imwrite(path, canvas)) throw std::runtime_error("could not write PNG '" + path + "'");
+  if (!cv::imwrite(path, canvas)) throw Error("could not write PNG '" + path + "'");
 }
 
 }  // namespace attnzoo::cli

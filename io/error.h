@@ -1,0 +1,41 @@
+// The exceptions attnzoo throws for bad input. Each names what was wrong first: the file, the YAML
+// key, the argument or the tensor. Catch attnzoo::Error to handle any of them:
+//
+//   try {
+//     auto predictions = classifier.classify(paths);
+//   } catch (const attnzoo::Error& e) {  // ConfigError, CheckpointError, ImageError, ...
+//     std::cerr << e.what() << '\n';
+//   }
+//
+// Tensor preconditions and option values stay c10::Errors (TORCH_CHECK), as in LibTorch.
+//
+// The subclasses live beside the code that throws them:
+//   ConfigError       configs/model_config.h   a YAML document or an override (file, key, line)
+//   CheckpointError   models/checkpoint.h      weights that do not fit the module (every tensor)
+//   SafetensorsError  io/safetensors_format.h  a malformed, truncated or hostile .safetensors file
+//   ImageError        preprocess/image_header.h    an unreadable or unsupported image
+//   AudioError        preprocess/audio_error.h     an unreadable or unusable audio file or waveform
+//   DatasetError      train/data.h             a training folder or list file
+//   InputError        here                     a tensor a model cannot take (shape, dtype, length)
+//
+// This header depends on the standard library only: the torch-free parsers (and their fuzz
+// targets) include it.
+#pragma once
+
+#include <stdexcept>
+
+namespace attnzoo {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A tensor handed to a model that it cannot take: the wrong rank, sizes, dtype, or too few frames.
+// The message starts with what the caller called the tensor.
+class InputError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace attnzoo
