@@ -70,8 +70,8 @@ ImageClassifier::ImageClassifier(const std::string& model, ImageClassifierOption
                     options.batch_size);
   TORCH_CHECK_VALUE(options.threads >= 0, "ImageClassifier: threads must be >= 0, got ",
                     options.threads);
-  s.device = api_detail::parse_device("ImageClassifier", options.device);
-  s.dtype = api_detail::parse_dtype("ImageClassifier", options.dtype);
+  s.device = api_detail::parse_device("ImageClassifier: device", options.device);
+  s.dtype = api_detail::parse_dtype("ImageClassifier: dtype", options.dtype);
   s.config = resolve_model_config(model, options.overrides);
   const auto& family = model_family(s.config.family);
   TORCH_CHECK_VALUE(family.input_kind() == InputKind::kImages, "ImageClassifier: ", s.config.source,

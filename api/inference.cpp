@@ -5,23 +5,24 @@
 
 namespace attnzoo::api_detail {
 
-torch::Dtype parse_dtype(const char* who, const std::string& name) {
+torch::Dtype parse_dtype(const std::string& who, const std::string& name, bool accept_fp64) {
   if (name == "fp32") return torch::kFloat;
   if (name == "bf16") return torch::kBFloat16;
   if (name == "fp16") return torch::kHalf;
-  TORCH_CHECK_VALUE(false, who, ": dtype must be fp32, bf16 or fp16, got '", name, "'");
+  if (name == "fp64" && accept_fp64) return torch::kDouble;
+  TORCH_CHECK_VALUE(false, who, " must be fp32, bf16", accept_fp64 ? ", fp16 or fp64" : " or fp16",
+                    ", got '", name, "'");
 }
 
-torch::Device parse_device(const char* who, const std::string& name) {
+torch::Device parse_device(const std::string& who, const std::string& name) {
   TORCH_CHECK_VALUE(name == "cpu" || name.rfind("cuda", 0) == 0, who,
-                    ": device must be cpu, cuda or cuda:N, got '", name, "'");
+                    " must be cpu, cuda or cuda:N, got '", name, "'");
   const torch::Device device(name);
-  TORCH_CHECK_VALUE(!device.is_cuda() || torch::cuda::is_available(), who, ": device ", name,
+  TORCH_CHECK_VALUE(!device.is_cuda() || torch::cuda::is_available(), who, " ", name,
                     ": no CUDA device is available to this process");
   TORCH_CHECK_VALUE(!device.is_cuda() || !device.has_index() ||
                         device.index() < static_cast<int>(torch::cuda::device_count()),
-                    who, ": device ", name, ": only ", torch::cuda::device_count(),
-                    " CUDA devices");
+                    who, " ", name, ": only ", torch::cuda::device_count(), " CUDA devices");
   return device;
 }
 

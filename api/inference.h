@@ -1,5 +1,5 @@
-// What the task-level APIs (ImageClassifier, SpeechEncoder) share: their device and dtype options
-// and building a model of the zoo ready for inference. Internal to api/.
+// What the task-level APIs (ImageClassifier, SpeechEncoder) and the CLI share: the names of
+// devices and dtypes in options and flags, and building a model of the zoo ready for inference.
 #pragma once
 
 #include <attnzoo/configs/registry.h>
@@ -10,10 +10,12 @@
 
 namespace attnzoo::api_detail {
 
-// "fp32" | "bf16" | "fp16"; throws c10::ValueError prefixed with `who`.
-torch::Dtype parse_dtype(const char* who, const std::string& name);
-// "cpu" | "cuda" | "cuda:N", checked against the devices this process sees.
-torch::Device parse_device(const char* who, const std::string& name);
+// "fp32" | "bf16" | "fp16", and "fp64" where `accept_fp64`. Anything else is a c10::ValueError
+// beginning with `who`, the option or flag: "--dtype must be fp32, bf16 or fp16, got 'int8'".
+torch::Dtype parse_dtype(const std::string& who, const std::string& name, bool accept_fp64 = false);
+// "cpu" | "cuda" | "cuda:N", checked against the devices this process sees; c10::ValueError
+// beginning with `who` otherwise: "--device cuda: no CUDA device is available to this process".
+torch::Device parse_device(const std::string& who, const std::string& name);
 
 // The config's model with fresh weights (seed 0) or `weights` loaded (layout `format`, else the
 // config's, else detected), in eval mode on `device` in `dtype`. `description` names the weights

@@ -72,8 +72,8 @@ SpeechEncoder::SpeechEncoder(const std::string& model, SpeechEncoderOptions opti
                     options.stream_chunk);
   TORCH_CHECK_VALUE(options.batch_size >= 1, "SpeechEncoder: batch_size must be >= 1, got ",
                     options.batch_size);
-  s.device = api_detail::parse_device("SpeechEncoder", options.device);
-  s.dtype = api_detail::parse_dtype("SpeechEncoder", options.dtype);
+  s.device = api_detail::parse_device("SpeechEncoder: device", options.device);
+  s.dtype = api_detail::parse_dtype("SpeechEncoder: dtype", options.dtype);
   s.config = resolve_model_config(model, options.overrides);
   const auto& family = model_family(s.config.family);
   TORCH_CHECK_VALUE(family.input_kind() == InputKind::kAudioFeatures,
@@ -182,8 +182,7 @@ EncodedSpeech SpeechEncoder::encode(const std::string& path) const {
   const double seconds =
       static_cast<double>(audio.samples) / static_cast<double>(state_->config.features.sample_rate);
   auto out = encode_features(audio.features, path, seconds);
-  out.encode_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  out.encode_ms = ms_since(start);
   return out;
 }
 
@@ -196,8 +195,7 @@ EncodedSpeech SpeechEncoder::encode_waveform(const torch::Tensor& samples, int64
   const auto features = waveform_features(samples, sample_rate, *state_->extractor, source);
   auto out = encode_features(
       features, source, static_cast<double>(samples.size(0)) / static_cast<double>(sample_rate));
-  out.encode_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  out.encode_ms = ms_since(start);
   return out;
 }
 

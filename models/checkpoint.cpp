@@ -1,19 +1,12 @@
 #include <attnzoo/models/checkpoint.h>
 
+#include <attnzoo/layers/attention_mask.h>
+
 #include <torch/torch.h>
 
 #include <sstream>
 
 namespace attnzoo {
-namespace {
-
-std::string shape_of(const torch::Tensor& t) {
-  std::ostringstream out;
-  out << t.sizes();
-  return out.str();
-}
-
-}  // namespace
 
 io::TensorDict state_dict(const torch::nn::Module& module) {
   io::TensorDict out;
@@ -37,8 +30,8 @@ void load_state_dict(torch::nn::Module& module, const io::TensorDict& tensors,
       continue;
     }
     if (source->sizes() != item.value().sizes()) {
-      mismatched.push_back(item.key() + " (checkpoint " + shape_of(*source) + ", model " +
-                           shape_of(item.value()) + ")");
+      mismatched.push_back(item.key() + " (checkpoint " + shape_string(source->sizes()) +
+                           ", model " + shape_string(item.value().sizes()) + ")");
     }
   }
   for (const auto& item : tensors) {

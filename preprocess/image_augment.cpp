@@ -15,13 +15,12 @@ namespace {
 
 using image_detail::channel_vector;
 using image_detail::round_half_even;
-using image_detail::shape_of;
 
 void check_float_image(const torch::Tensor& image, const char* what) {
   TORCH_CHECK_VALUE(
       image.defined() && image.dim() == 3 && image.size(0) == 3 && image.is_floating_point(), what,
       ": expected a floating-point image [3, H, W] in [0, 1], got ",
-      image.defined() ? shape_of(image) + " " + c10::toString(image.scalar_type())
+      image.defined() ? c10::str(image.sizes()) + " " + c10::toString(image.scalar_type())
                       : std::string("an undefined tensor"));
 }
 
@@ -133,7 +132,7 @@ torch::Tensor resized_crop(const torch::Tensor& image, const CropBox& box, int64
                            int64_t width, Interpolation mode) {
   TORCH_CHECK_VALUE(image.defined() && image.dim() == 3 && image.size(0) == 3,
                     "image: expected [3, H, W], got ",
-                    image.defined() ? shape_of(image) : std::string("an undefined tensor"));
+                    image.defined() ? c10::str(image.sizes()) : std::string("an undefined tensor"));
   TORCH_CHECK_VALUE(box.top >= 0 && box.left >= 0 && box.height >= 1 && box.width >= 1 &&
                         box.top + box.height <= image.size(1) &&
                         box.left + box.width <= image.size(2),
@@ -145,7 +144,7 @@ torch::Tensor resized_crop(const torch::Tensor& image, const CropBox& box, int64
 
 torch::Tensor horizontal_flip(const torch::Tensor& image) {
   TORCH_CHECK_VALUE(image.defined() && image.dim() == 3, "image: expected [C, H, W], got ",
-                    image.defined() ? shape_of(image) : std::string("an undefined tensor"));
+                    image.defined() ? c10::str(image.sizes()) : std::string("an undefined tensor"));
   return image.flip({2});
 }
 
@@ -237,7 +236,7 @@ torch::Tensor affine(const torch::Tensor& image, const AffineParams& params) {
   TORCH_CHECK_VALUE(image.defined() && image.dim() == 3 && image.size(0) == 3 &&
                         (image.scalar_type() == torch::kByte || image.is_floating_point()),
                     "affine: expected an image [3, H, W] (uint8 or float), got ",
-                    image.defined() ? shape_of(image) : std::string("an undefined tensor"));
+                    image.defined() ? c10::str(image.sizes()) : std::string("an undefined tensor"));
   const bool bytes = image.scalar_type() == torch::kByte;
   const auto hwc =
       (bytes ? image : image.to(torch::kFloat)).permute({1, 2, 0}).contiguous().to(torch::kCPU);
@@ -287,12 +286,12 @@ torch::Tensor elastic(const torch::Tensor& image, const torch::Tensor& displacem
   TORCH_CHECK_VALUE(image.defined() && image.dim() == 3 && image.size(0) == 3 &&
                         (image.scalar_type() == torch::kByte || image.is_floating_point()),
                     "elastic: expected an image [3, H, W] (uint8 or float), got ",
-                    image.defined() ? shape_of(image) : std::string("an undefined tensor"));
+                    image.defined() ? c10::str(image.sizes()) : std::string("an undefined tensor"));
   TORCH_CHECK_VALUE(
       displacement.defined() && displacement.dim() == 3 && displacement.size(0) == 2 &&
           displacement.size(1) == image.size(1) && displacement.size(2) == image.size(2),
-      "elastic: the displacement must be [2, H, W] for a ", shape_of(image), " image, got ",
-      displacement.defined() ? shape_of(displacement) : std::string("undefined"));
+      "elastic: the displacement must be [2, H, W] for a ", c10::str(image.sizes()), " image, got ",
+      displacement.defined() ? c10::str(displacement.sizes()) : std::string("undefined"));
   const bool bytes = image.scalar_type() == torch::kByte;
   const auto hwc =
       (bytes ? image : image.to(torch::kFloat)).permute({1, 2, 0}).contiguous().to(torch::kCPU);
@@ -358,7 +357,7 @@ torch::Tensor TrainImageTransform::operator()(const torch::Tensor& image,
   TORCH_CHECK_VALUE(image.defined() && image.dim() == 3 && image.size(0) == 3 &&
                         image.size(1) >= 1 && image.size(2) >= 1,
                     "image: expected [3, H, W] (RGB), got ",
-                    image.defined() ? shape_of(image) : std::string("an undefined tensor"));
+                    image.defined() ? c10::str(image.sizes()) : std::string("an undefined tensor"));
   const auto& o = options_;
   const auto box = random_resized_crop_box(image.size(1), image.size(2), o.scale, o.ratio, rng);
   auto x = resized_crop(image, box, o.height, o.width, o.interpolation);

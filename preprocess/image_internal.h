@@ -5,18 +5,10 @@
 
 #include <cmath>
 #include <cstdint>
-#include <sstream>
 #include <string>
 #include <vector>
 
 namespace attnzoo::image_detail {
-
-// "[3, 224, 224]": a tensor's sizes, for error messages.
-inline std::string shape_of(const torch::Tensor& t) {
-  std::ostringstream out;
-  out << t.sizes();
-  return out.str();
-}
 
 // Per-channel values (mean, std, ...) as a float [3, 1, 1], to broadcast over [3, H, W].
 inline torch::Tensor channel_vector(const std::vector<double>& values) {

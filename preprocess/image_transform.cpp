@@ -17,7 +17,6 @@ constexpr double kMaxSide = 2147483647.0;
 
 using image_detail::channel_vector;
 using image_detail::round_half_even;
-using image_detail::shape_of;
 
 }  // namespace
 
@@ -97,7 +96,7 @@ torch::Tensor resize_image(const torch::Tensor& image, int64_t height, int64_t w
                            Interpolation mode) {
   TORCH_CHECK_VALUE(
       image.dim() == 3 && image.size(0) == 3 && image.size(1) >= 1 && image.size(2) >= 1,
-      "image: expected [3, H, W] with H, W >= 1, got ", shape_of(image));
+      "image: expected [3, H, W] with H, W >= 1, got ", c10::str(image.sizes()));
   const bool is_byte = image.scalar_type() == torch::kByte;
   TORCH_CHECK_VALUE(is_byte || image.is_floating_point(),
                     "image: expected uint8 or floating-point pixels, got ", image.scalar_type());
@@ -127,7 +126,7 @@ torch::Tensor resize_image(const torch::Tensor& image, int64_t height, int64_t w
 torch::Tensor EvalImageTransform::operator()(const torch::Tensor& image) const {
   TORCH_CHECK_VALUE(image.defined() && image.dim() == 3 && image.size(0) == 3,
                     "image: expected [3, H, W] (RGB), got ",
-                    image.defined() ? shape_of(image) : std::string("an undefined tensor"));
+                    image.defined() ? c10::str(image.sizes()) : std::string("an undefined tensor"));
   const auto p = plan(image.size(1), image.size(2));
   const auto resized =
       resize_image(image, p.resized_height, p.resized_width, options_.interpolation);

@@ -73,7 +73,7 @@ timeout 180 "$BUILD/bin/bench_flash" --json "$OUT/bench_flash.json" >"$OUT/bench
 bench_rc=$?
 if [ -x "$BUILD/bin/bench_vit_cuda" ]; then
   say "benchmark: ViT-B/16 against the PyTorch peers"
-  timeout 150 "$PY" "$ROOT/tools/bench_vit_cuda.py" --ours "$BUILD/bin/bench_vit_cuda" \
+  timeout 150 "$PY" "$ROOT/tools/bench/bench_vit_cuda.py" --ours "$BUILD/bin/bench_vit_cuda" \
     --json "$OUT/bench_vit.json" >"$OUT/bench_vit.txt" 2>&1 || bench_rc=1
 fi
 cuobjdump_bin=$(command -v cuobjdump || true)

@@ -6,6 +6,7 @@
 #include <attnzoo/io/safetensors.h>
 #include <attnzoo/preprocess/audio_from_config.h>
 #include <attnzoo/preprocess/fbank.h>
+#include "common/test_util.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -16,13 +17,10 @@
 
 namespace attnzoo {
 namespace {
+using test_util::max_abs_diff;
 
 const std::string kReference = ATTNZOO_API_REFERENCE_DIR;
 const std::string kYaml = std::string(ATTNZOO_API_TEST_DATA_DIR) + "/ast_micro.yaml";
-
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
 
 ZooModel reference_model() {
   auto model = create_model_from_yaml(kYaml);
@@ -112,8 +110,7 @@ TEST(AST, RefusesWhatItCannotTake) {
   const auto config = model_config_from_yaml(kYaml);
   const auto& family = model_family(config.family);
   EXPECT_EQ(family.input_kind(), InputKind::kAudioFeatures);
-  EXPECT_THROW(family.check_input(config, {torch::zeros({1, 63, 32})}, "x: "),
-               InputError);
+  EXPECT_THROW(family.check_input(config, {torch::zeros({1, 63, 32})}, "x: "), InputError);
   EXPECT_THROW(family.check_stream(config, {torch::zeros({1, 64, 32})}), InputError);
   SpeechEncoderOptions streaming;
   streaming.stream_chunk = 4;

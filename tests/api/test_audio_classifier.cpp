@@ -2,6 +2,7 @@
 // to end, equal to running them by hand; batches equal single files; labels from the config;
 // errors for what is not an audio classifier.
 #include <attnzoo/api/audio_classifier.h>
+#include "common/test_util.h"
 
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/preprocess/audio_from_config.h>
@@ -16,23 +17,12 @@
 
 namespace attnzoo {
 namespace {
+using test_util::error_of;
 
 using ::testing::HasSubstr;
 
 const std::string kYaml =
     std::string(ATTNZOO_API_TEST_DATA_DIR) + "/conformer_micro_classifier.yaml";
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // A tone with noise, `seconds` long at `rate`, as 16-bit samples in [-1, 1].
 torch::Tensor tone(double seconds, int64_t rate, double hz, int64_t seed) {

@@ -1,6 +1,7 @@
 // attnzoo::ImageClassifier against timm (make_classifier_reference.py: timm's eval transform and
 // softmax on the same images and weights), its labels, batching, thread safety and errors.
 #include <attnzoo/api/image_classifier.h>
+#include "common/test_util.h"
 
 #include <attnzoo/io/safetensors.h>
 
@@ -15,6 +16,7 @@
 
 namespace attnzoo {
 namespace {
+using test_util::error_of;
 
 using ::testing::HasSubstr;
 
@@ -25,18 +27,6 @@ ImageClassifierOptions with_weights() {
   ImageClassifierOptions options;
   options.weights = kRef + "/weights.safetensors";
   return options;
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // Our top-k against timm's probabilities: the same classes in the same order, the same values.

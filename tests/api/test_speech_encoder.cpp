@@ -1,6 +1,7 @@
 // attnzoo::SpeechEncoder: the frontend of the config's features section and the Conformer, end to
 // end; equal to running the two by hand; errors for what cannot be encoded.
 #include <attnzoo/api/speech_encoder.h>
+#include "common/test_util.h"
 
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/preprocess/audio_from_config.h>
@@ -17,24 +18,13 @@
 
 namespace attnzoo {
 namespace {
+using test_util::error_of;
 
 using ::testing::HasSubstr;
 
 // Streaming Conformer with 20 fbank bins at 16 kHz, chunks of 4 (tests/configs/data).
 const std::string kYaml =
     std::string(ATTNZOO_CONFIGS_TEST_DATA_DIR) + "/conformer_micro_stream.yaml";
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // A chirp with noise, quantised to 16 bits as a WAV file holds it.
 torch::Tensor test_signal(double seconds, int64_t rate) {

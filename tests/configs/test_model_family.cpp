@@ -5,6 +5,7 @@
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/models/conformer.h>
 #include <attnzoo/models/vit.h>
+#include "common/test_util.h"
 
 #include "config_test_util.h"
 
@@ -16,6 +17,8 @@
 
 namespace attnzoo {
 namespace {
+using test_util::error_of;
+using test_util::max_abs_diff;
 
 using test_util::kTinyConfig;
 using test_util::TempDir;
@@ -38,20 +41,6 @@ architecture:
 attention:
   backend: math
 )";
-
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(ModelFamily, RegistryListsEachFamilyAndItsLayouts) {
   EXPECT_THAT(model_family_names(), ElementsAre("ast", "conformer", "vit"));

@@ -4,6 +4,7 @@
 // input check; and, with a GPU, the CUDA kernel against float64 by FlashAttention's rule (error at
 // most twice LibTorch's own at the same precision).
 #include <attnzoo/kernels/ops.h>
+#include "common/test_util.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/torch.h>
@@ -22,6 +23,7 @@
 #include <vector>
 
 namespace {
+using attnzoo::test_util::error_of;
 
 using ::testing::HasSubstr;
 using OptTensor = std::optional<at::Tensor>;
@@ -90,15 +92,6 @@ OptTensor to64(const OptTensor& t) { return t ? OptTensor(t->to(torch::kFloat64)
 at::Tensor reference64(const at::Tensor& x, const at::Tensor& residual, const OptTensor& weight,
                        const OptTensor& bias) {
   return layer_norm(x.to(torch::kFloat64) + residual.to(torch::kFloat64), to64(weight), to64(bias));
-}
-
-std::string error_message(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "(no error)";
 }
 
 double max_abs(const at::Tensor& t) { return t.numel() == 0 ? 0.0 : t.abs().max().item<double>(); }
@@ -618,19 +611,19 @@ TEST(AddLayerNormAutograd, BackwardOpGivesTheReferenceGradientsAndOnlyThoseAsked
 // --- input checks ----------------------------------------------------------------------------
 
 TEST(AddLayerNormChecks, XWithoutALastDimIsRejected) {
-  EXPECT_THAT(error_message([] {
+  EXPECT_THAT(error_of<c10::Error>([] {
                 call_op(torch::randn({3, 0}), torch::randn({3, 0}), std::nullopt, std::nullopt);
               }),
               HasSubstr("attnzoo::add_layer_norm: x must have shape [..., N] with N > 0, got "
                         "shape [3, 0]"));
-  EXPECT_THAT(error_message([] {
+  EXPECT_THAT(error_of<c10::Error>([] {
                 call_op(torch::tensor(1.0f), torch::tensor(1.0f), std::nullopt, std::nullopt);
               }),
               HasSubstr("x must have shape [..., N] with N > 0, got shape []"));
 }
 
 TEST(AddLayerNormChecks, IntegerXIsRejected) {
-  EXPECT_THAT(error_message([] {
+  EXPECT_THAT(error_of<c10::Error>([] {
                 call_op(torch::ones({4, 7}, torch::kLong), torch::ones({4, 7}, torch::kLong),
                         std::nullopt, std::nullopt);
               }),
@@ -638,18 +631,18 @@ TEST(AddLayerNormChecks, IntegerXIsRejected) {
 }
 
 TEST(AddLayerNormChecks, ResidualOfAnotherShapeIsRejected) {
-  const auto message = error_message([] {
+  const auto message = error_of<c10::Error>([] {
     call_op(torch::randn({4, 7}), torch::randn({7}), std::nullopt, std::nullopt);
   });
   EXPECT_THAT(message,
               HasSubstr("attnzoo::add_layer_norm: residual must have x's shape [4, 7], got shape "
                         "[7]"));
   // The same check through the C++ entry and under autograd.
-  EXPECT_THAT(error_message([] {
+  EXPECT_THAT(error_of<c10::Error>([] {
                 attnzoo::kernels::add_layer_norm(torch::randn({4, 7}), torch::randn({4, 8}));
               }),
               HasSubstr("residual must have x's shape [4, 7], got shape [4, 8]"));
-  EXPECT_THAT(error_message([] {
+  EXPECT_THAT(error_of<c10::Error>([] {
                 call_op(torch::randn({4, 7}).requires_grad_(),
                         torch::randn({5, 7}).requires_grad_(), std::nullopt, std::nullopt);
               }),
@@ -657,7 +650,7 @@ TEST(AddLayerNormChecks, ResidualOfAnotherShapeIsRejected) {
 }
 
 TEST(AddLayerNormChecks, ResidualOfAnotherDtypeIsRejected) {
-  EXPECT_THAT(error_message([] {
+  EXPECT_THAT(error_of<c10::Error>([] {
                 call_op(torch::randn({4, 7}), torch::randn({4, 7}, torch::kFloat64), std::nullopt,
                         std::nullopt);
               }),
@@ -666,7 +659,7 @@ TEST(AddLayerNormChecks, ResidualOfAnotherDtypeIsRejected) {
 
 TEST(AddLayerNormChecks, ResidualOnAnotherDeviceIsRejected) {
   // The meta device stands in for a GPU: a CPU-only machine has no other device kind.
-  EXPECT_THAT(error_message([] {
+  EXPECT_THAT(error_of<c10::Error>([] {
                 call_op(torch::randn({4, 7}), torch::empty({4, 7}, torch::kMeta), std::nullopt,
                         std::nullopt);
               }),
@@ -675,15 +668,15 @@ TEST(AddLayerNormChecks, ResidualOnAnotherDeviceIsRejected) {
 
 TEST(AddLayerNormChecks, WeightAndBiasOfTheWrongSizeAreRejected) {
   const auto x = torch::randn({4, 7});
-  EXPECT_THAT(error_message([&] { call_op(x, x, torch::randn({8}), std::nullopt); }),
+  EXPECT_THAT(error_of<c10::Error>([&] { call_op(x, x, torch::randn({8}), std::nullopt); }),
               HasSubstr("attnzoo::add_layer_norm: weight must be 1-D of shape [N] = [7] (N = last "
                         "dim of x, shape [4, 7]), got shape [8]"));
-  EXPECT_THAT(error_message([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 call_op(x, x, std::nullopt, torch::randn({1, 7}));
               }),
               HasSubstr("attnzoo::add_layer_norm: bias must be 1-D of shape [N] = [7] (N = last "
                         "dim of x, shape [4, 7]), got shape [1, 7]"));
-  EXPECT_THAT(error_message([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 call_op(x.clone().requires_grad_(), x, torch::randn({7}), torch::randn({6}));
               }),
               HasSubstr("bias must be 1-D of shape [N] = [7]"));
@@ -691,27 +684,29 @@ TEST(AddLayerNormChecks, WeightAndBiasOfTheWrongSizeAreRejected) {
 
 TEST(AddLayerNormChecks, WeightAndBiasOfAnotherDtypeAreRejected) {
   const auto x = torch::randn({4, 7});
-  EXPECT_THAT(
-      error_message([&] { call_op(x, x, torch::randn({7}, torch::kBFloat16), std::nullopt); }),
-      HasSubstr("attnzoo::add_layer_norm: weight must have x's dtype Float, got BFloat16"));
-  EXPECT_THAT(
-      error_message([&] { call_op(x, x, torch::randn({7}), torch::randn({7}, torch::kFloat64)); }),
-      HasSubstr("attnzoo::add_layer_norm: bias must have x's dtype Float, got Double"));
+  EXPECT_THAT(error_of<c10::Error>(
+                  [&] { call_op(x, x, torch::randn({7}, torch::kBFloat16), std::nullopt); }),
+              HasSubstr("attnzoo::add_layer_norm: weight must have x's dtype Float, got BFloat16"));
+  EXPECT_THAT(error_of<c10::Error>(
+                  [&] { call_op(x, x, torch::randn({7}), torch::randn({7}, torch::kFloat64)); }),
+              HasSubstr("attnzoo::add_layer_norm: bias must have x's dtype Float, got Double"));
 }
 
 TEST(AddLayerNormChecks, WeightAndBiasOnAnotherDeviceAreRejected) {
   const auto x = torch::randn({4, 7});
-  EXPECT_THAT(error_message([&] { call_op(x, x, torch::empty({7}, torch::kMeta), std::nullopt); }),
-              HasSubstr("attnzoo::add_layer_norm: weight must be on x's device cpu, got meta"));
-  EXPECT_THAT(error_message([&] { call_op(x, x, std::nullopt, torch::empty({7}, torch::kMeta)); }),
-              HasSubstr("attnzoo::add_layer_norm: bias must be on x's device cpu, got meta"));
+  EXPECT_THAT(
+      error_of<c10::Error>([&] { call_op(x, x, torch::empty({7}, torch::kMeta), std::nullopt); }),
+      HasSubstr("attnzoo::add_layer_norm: weight must be on x's device cpu, got meta"));
+  EXPECT_THAT(
+      error_of<c10::Error>([&] { call_op(x, x, std::nullopt, torch::empty({7}, torch::kMeta)); }),
+      HasSubstr("attnzoo::add_layer_norm: bias must be on x's device cpu, got meta"));
 }
 
 TEST(AddLayerNormChecks, NegativeOrNonFiniteEpsIsRejected) {
   const auto x = torch::randn({4, 7});
-  EXPECT_THAT(error_message([&] { call_op(x, x, std::nullopt, std::nullopt, -1e-5); }),
+  EXPECT_THAT(error_of<c10::Error>([&] { call_op(x, x, std::nullopt, std::nullopt, -1e-5); }),
               HasSubstr("attnzoo::add_layer_norm: eps must be finite and >= 0, got -1e-05"));
-  EXPECT_THAT(error_message([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 call_op(x, x, std::nullopt, std::nullopt, std::numeric_limits<double>::quiet_NaN());
               }),
               HasSubstr("eps must be finite and >= 0, got nan"));
@@ -719,7 +714,7 @@ TEST(AddLayerNormChecks, NegativeOrNonFiniteEpsIsRejected) {
 
 TEST(AddLayerNormChecks, TheForwardWithStatisticsChecksToo) {
   EXPECT_THAT(
-      error_message([] {
+      error_of<c10::Error>([] {
         call_forward(torch::randn({4, 7}), torch::randn({4, 6}), std::nullopt, std::nullopt);
       }),
       HasSubstr("attnzoo::add_layer_norm: residual must have x's shape [4, 7]"));
@@ -728,33 +723,33 @@ TEST(AddLayerNormChecks, TheForwardWithStatisticsChecksToo) {
 TEST(AddLayerNormChecks, TheBackwardChecksItsInputs) {
   const auto sum = torch::randn({4, 7});
   const auto mean = torch::zeros({4});
-  EXPECT_THAT(error_message([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 call_backward(std::nullopt, torch::randn({4, 6}), sum, mean, mean, std::nullopt);
               }),
               HasSubstr("attnzoo::_add_layer_norm_backward: d_normed must have sum's shape [4, 7], "
                         "dtype Float and device cpu, got [4, 6], Float, cpu"));
   EXPECT_THAT(
-      error_message([&] {
+      error_of<c10::Error>([&] {
         call_backward(torch::randn({4, 7}, torch::kFloat64), sum, sum, mean, mean, std::nullopt);
       }),
       HasSubstr("attnzoo::_add_layer_norm_backward: d_sum must have sum's shape [4, 7], "
                 "dtype Float and device cpu, got [4, 7], Double, cpu"));
-  EXPECT_THAT(error_message([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 call_backward(std::nullopt, sum, sum, torch::zeros({4}, torch::kFloat64), mean,
                               std::nullopt);
               }),
               HasSubstr("attnzoo::_add_layer_norm_backward: mean must be Float [4] on cpu, got "
                         "Double [4] on cpu"));
-  EXPECT_THAT(error_message([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 call_backward(std::nullopt, sum, sum, mean, torch::zeros({4, 1}), std::nullopt);
               }),
               HasSubstr("attnzoo::_add_layer_norm_backward: rstd must be Float [4] on cpu, got "
                         "Float [4, 1] on cpu"));
-  EXPECT_THAT(
-      error_message([&] { call_backward(std::nullopt, sum, sum, mean, mean, torch::randn({8})); }),
-      HasSubstr("attnzoo::_add_layer_norm_backward: weight must be Float [7] on cpu, got "
-                "Float [8] on cpu"));
-  EXPECT_THAT(error_message([&] {
+  EXPECT_THAT(error_of<c10::Error>(
+                  [&] { call_backward(std::nullopt, sum, sum, mean, mean, torch::randn({8})); }),
+              HasSubstr("attnzoo::_add_layer_norm_backward: weight must be Float [7] on cpu, got "
+                        "Float [8] on cpu"));
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 call_backward(std::nullopt, torch::ones({4, 7}, torch::kLong),
                               torch::ones({4, 7}, torch::kLong), mean, mean, std::nullopt);
               }),
@@ -1010,9 +1005,9 @@ TEST(AddLayerNorm, BackwardKernelIsAsAccurateAsLibTorch_CUDA) {
 TEST(AddLayerNorm, WeightOnTheCpuIsRejected_CUDA) {
   SKIP_WITHOUT_CUDA();
   const auto x = torch::randn({4, 7}, torch::kCUDA);
-  EXPECT_THAT(error_message([&] { call_op(x, x, torch::randn({7}), std::nullopt); }),
+  EXPECT_THAT(error_of<c10::Error>([&] { call_op(x, x, torch::randn({7}), std::nullopt); }),
               HasSubstr("weight must be on x's device cuda:0, got cpu"));
-  EXPECT_THAT(error_message([&] { call_op(x, x.cpu(), std::nullopt, std::nullopt); }),
+  EXPECT_THAT(error_of<c10::Error>([&] { call_op(x, x.cpu(), std::nullopt, std::nullopt); }),
               HasSubstr("residual must be on x's device cuda:0, got cpu"));
 }
 

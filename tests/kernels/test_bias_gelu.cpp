@@ -3,6 +3,7 @@
 // differences; the input checks; and, with a GPU, the CUDA kernel against float64 by
 // FlashAttention's rule (error at most twice LibTorch's own at the same precision).
 #include <attnzoo/kernels/ops.h>
+#include "common/test_util.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/torch.h>
@@ -19,6 +20,7 @@
 #include <vector>
 
 namespace {
+using attnzoo::test_util::error_of;
 
 using ::testing::HasSubstr;
 
@@ -45,15 +47,6 @@ at::Tensor gelu_formula(const at::Tensor& z, const std::string& approximate) {
     return 0.5 * z * (1 + torch::tanh(std::sqrt(2 / M_PI) * (z + 0.044715 * z.pow(3))));
   }
   return 0.5 * z * (1 + torch::erf(z * M_SQRT1_2));
-}
-
-std::string error_message(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "(no error)";
 }
 
 // Inputs of awkward layouts; all have last dim N = x_cols(make_x).
@@ -290,23 +283,23 @@ TEST(BiasGeluAutograd, OnlyTheInputsThatRequireGradGetOne) {
 
 TEST(BiasGeluChecks, BiasOfTheWrongSizeIsRejected) {
   const auto x = torch::randn({4, 7});
-  const auto message = error_message([&] { call_op(x, torch::randn({8}), "none"); });
+  const auto message = error_of<c10::Error>([&] { call_op(x, torch::randn({8}), "none"); });
   EXPECT_THAT(message, HasSubstr("attnzoo::bias_gelu: bias must be 1-D of shape [N] = [7]"));
   EXPECT_THAT(message, HasSubstr("got shape [8]"));
   // The same check through the C++ entry and under autograd.
-  EXPECT_THAT(error_message([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 attnzoo::kernels::bias_gelu(x, torch::randn({1, 7}));
               }),
               HasSubstr("bias must be 1-D of shape [N] = [7] (N = last dim of x, shape [4, 7]), "
                         "got shape [1, 7]"));
-  EXPECT_THAT(error_message([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 call_op(x.clone().requires_grad_(), torch::randn({6}).requires_grad_(), "none");
               }),
               HasSubstr("bias must be 1-D of shape [N] = [7]"));
 }
 
 TEST(BiasGeluChecks, BiasOfAnotherDtypeIsRejected) {
-  EXPECT_THAT(error_message([] {
+  EXPECT_THAT(error_of<c10::Error>([] {
                 call_op(torch::randn({4, 7}), torch::randn({7}, torch::kFloat64), "none");
               }),
               HasSubstr("bias must have x's dtype Float, got Double"));
@@ -315,34 +308,34 @@ TEST(BiasGeluChecks, BiasOfAnotherDtypeIsRejected) {
 TEST(BiasGeluChecks, BiasOnAnotherDeviceIsRejected) {
   // The meta device stands in for a GPU: a CPU-only machine has no other device kind.
   const auto meta = torch::device(torch::kMeta);
-  EXPECT_THAT(error_message([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 call_op(torch::randn({4, 7}), torch::empty({7}, meta), "none");
               }),
               HasSubstr("bias must be on x's device cpu, got meta"));
-  EXPECT_THAT(error_message([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 call_op(torch::empty({4, 7}, meta), torch::randn({7}), "none");
               }),
               HasSubstr("bias must be on x's device meta, got cpu"));
 }
 
 TEST(BiasGeluChecks, UnknownApproximationIsRejected) {
-  EXPECT_THAT(error_message([] {
+  EXPECT_THAT(error_of<c10::Error>([] {
                 call_op(torch::randn({4, 7}), torch::randn({7}), "fast");
               }),
               HasSubstr("attnzoo::bias_gelu: approximate must be 'none' or 'tanh', got 'fast'"));
 }
 
 TEST(BiasGeluChecks, XWithoutALastDimIsRejected) {
-  EXPECT_THAT(error_message([] {
+  EXPECT_THAT(error_of<c10::Error>([] {
                 call_op(torch::randn({3, 0}), torch::randn({0}), "none");
               }),
               HasSubstr("x must have shape [..., N] with N > 0, got shape [3, 0]"));
-  EXPECT_THAT(error_message([] { call_op(torch::tensor(1.0f), torch::randn({1}), "none"); }),
+  EXPECT_THAT(error_of<c10::Error>([] { call_op(torch::tensor(1.0f), torch::randn({1}), "none"); }),
               HasSubstr("x must have shape [..., N] with N > 0, got shape []"));
 }
 
 TEST(BiasGeluChecks, IntegerXIsRejected) {
-  EXPECT_THAT(error_message([] {
+  EXPECT_THAT(error_of<c10::Error>([] {
                 call_op(torch::ones({4, 7}, torch::kLong), torch::ones({7}, torch::kLong), "none");
               }),
               HasSubstr("x must be a floating-point tensor, got Long"));
@@ -483,7 +476,7 @@ TEST(BiasGelu, GradientsMatchTheReference_CUDA) {
 
 TEST(BiasGelu, BiasOnTheCpuIsRejected_CUDA) {
   SKIP_WITHOUT_CUDA();
-  EXPECT_THAT(error_message([] {
+  EXPECT_THAT(error_of<c10::Error>([] {
                 call_op(torch::randn({4, 7}, torch::kCUDA), torch::randn({7}), "none");
               }),
               HasSubstr("bias must be on x's device cuda:0, got cpu"));

@@ -9,6 +9,7 @@
 // conformer_parts.cpp) is reproduced here with the same LibTorch ops, in the same order, on the
 // same channels-first [B, 2C, T] tensor that its pointwise_conv1 produces.
 #include <attnzoo/kernels/ops.h>
+#include "common/test_util.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/torch.h>
@@ -26,6 +27,7 @@
 #include <vector>
 
 namespace {
+using attnzoo::test_util::error_of;
 
 using ::testing::HasSubstr;
 using OptTensor = std::optional<at::Tensor>;
@@ -45,15 +47,6 @@ at::Tensor call_op(const at::Tensor& x, const at::Tensor& weight, const OptTenso
           .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&,
                             const at::Tensor&, const at::Tensor&, int64_t, const OptTensor&)>();
   return op.call(x, weight, bias, scale, shift, left_pad, lengths);
-}
-
-std::string error_message(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "(no error)";
 }
 
 // The module's padding of its depthwise convolution (ConformerConvModuleImpl::left_padding /
@@ -488,7 +481,7 @@ struct Inputs {
   OptTensor lengths = std::nullopt;
 
   std::string error() const {
-    return error_message([&] { call_op(x, weight, bias, scale, shift, left_pad, lengths); });
+    return error_of<c10::Error>([&] { call_op(x, weight, bias, scale, shift, left_pad, lengths); });
   }
 };
 
@@ -504,7 +497,7 @@ TEST(GluDwConvChecks, XOfTheWrongShapeIsRejected) {
   // Under autograd and through the C++ entry too.
   in.x = torch::randn({2, 5, 7}).requires_grad_();
   EXPECT_THAT(in.error(), HasSubstr("x must be [B, T, 2C]"));
-  EXPECT_THAT(error_message([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 attnzoo::kernels::glu_dwconv_swish(torch::randn({2, 5, 7}), in.weight, in.bias,
                                                    in.scale, in.shift, 1);
               }),
@@ -745,7 +738,7 @@ TEST(GluDwConv, GradientsMatchTheReference_CUDA) {
 TEST(GluDwConv, LengthsOnTheCpuAreRejected_CUDA) {
   SKIP_WITHOUT_CUDA();
   const auto options = torch::dtype(torch::kFloat32).device(torch::kCUDA);
-  EXPECT_THAT(error_message([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 call_op(torch::randn({2, 5, 8}, options), torch::randn({4, 3}, options),
                         torch::randn({4}, options), torch::randn({4}, options),
                         torch::randn({4}, options), 1, torch::tensor({5, 4}));

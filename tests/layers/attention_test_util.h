@@ -1,6 +1,8 @@
 // Helpers shared by the attention tests.
 #pragma once
 
+#include "common/test_util.h"
+
 #include <attnzoo/layers/attention.h>
 
 #include <gtest/gtest.h>
@@ -12,24 +14,8 @@
 
 namespace attnzoo::testing {
 
-inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
-
-// Runs `fn` and returns the message of the c10::Error it throws (without LibTorch's backtrace),
-// or fails the test if it throws nothing.
-template <typename Fn>
-std::string error_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return {};
-}
+using test_util::error_of;
+using test_util::max_abs_diff;
 
 // q, k, v of one problem, drawn from a standard normal.
 struct Qkv {

@@ -235,7 +235,7 @@ TEST_F(Backends, WeightsFollowTheConfiguredBackendsPattern) {
   const auto outside = block_local_pattern(8, options).logical_not();
   EXPECT_EQ((with_weights.weights * outside).abs().max().item<double>(), 0.0);
   layer->set_backend("linear");
-  EXPECT_THAT(testing::error_message([&] { layer->forward_with_weights(x); }),
+  EXPECT_THAT(testing::error_of([&] { layer->forward_with_weights(x); }),
               ::testing::HasSubstr("no attention probabilities"));
 }
 

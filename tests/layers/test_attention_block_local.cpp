@@ -15,7 +15,7 @@
 namespace attnzoo {
 namespace {
 
-using testing::error_message;
+using testing::error_of;
 using testing::max_abs_diff;
 using testing::Qkv;
 
@@ -299,7 +299,7 @@ TEST_F(BlockLocal, DropoutAveragesToMathWithThePattern) {
 
 TEST_F(BlockLocal, ErrorsNameTheBackendAndTheNumbers) {
   const auto cross = testing::random_qkv(1, 2, 5, 7, 8);
-  const auto message = error_message([&] { run(cross, {}, "block_local"); });
+  const auto message = error_of([&] { run(cross, {}, "block_local"); });
   EXPECT_NE(message.find("block_local"), std::string::npos) << message;
   EXPECT_NE(message.find("self-attention"), std::string::npos) << message;
   EXPECT_NE(message.find("L = 5, S = 7"), std::string::npos) << message;
@@ -310,15 +310,15 @@ TEST_F(BlockLocal, ErrorsNameTheBackendAndTheNumbers) {
   p.key = t.k;
   p.value = t.v;
   p.need_weights = true;
-  const auto weights = error_message([&] { scaled_dot_product_attention(p, "block_local"); });
+  const auto weights = error_of([&] { scaled_dot_product_attention(p, "block_local"); });
   EXPECT_NE(weights.find("block_local"), std::string::npos) << weights;
   EXPECT_NE(weights.find("need_weights"), std::string::npos) << weights;
 
   const auto bad_block =
-      error_message([&] { block_local_pattern(4, pattern_options(0, 0, 0), torch::kCPU); });
+      error_of([&] { block_local_pattern(4, pattern_options(0, 0, 0), torch::kCPU); });
   EXPECT_NE(bad_block.find("block_size must be >= 1, got 0"), std::string::npos) << bad_block;
   const auto bad_length =
-      error_message([&] { block_local_pattern(-1, pattern_options(2, 0, 0), torch::kCPU); });
+      error_of([&] { block_local_pattern(-1, pattern_options(2, 0, 0), torch::kCPU); });
   EXPECT_NE(bad_length.find("length must be >= 0, got -1"), std::string::npos) << bad_length;
 
   // A restricted pattern: never chosen by "auto", only by name.

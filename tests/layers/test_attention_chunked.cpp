@@ -4,7 +4,7 @@
 // measured through c10's CPU allocator.
 #include "attention_test_util.h"
 
-#include "tools/memory/memory_tracking.h"
+#include "tools/bench/memory_tracking.h"
 
 #include <cmath>
 #include <limits>
@@ -12,7 +12,7 @@
 namespace attnzoo {
 namespace {
 
-using testing::error_message;
+using testing::error_of;
 using testing::max_abs_diff;
 using testing::Qkv;
 using testing::random_qkv;
@@ -274,10 +274,10 @@ TEST_F(Chunked, Bfloat16StaysCloseToFloat64AndBackpropagates) {
 
 TEST_F(Chunked, RefusesWeightsAndDropoutNamingTheBackend) {
   const auto t = random_qkv(1, 1, 3, 3, 4);
-  const auto weights = error_message([&] { run(t, {}, "chunked", 256, /*need_weights=*/true); });
+  const auto weights = error_of([&] { run(t, {}, "chunked", 256, /*need_weights=*/true); });
   EXPECT_NE(weights.find("'chunked'"), std::string::npos) << weights;
   EXPECT_NE(weights.find("need_weights"), std::string::npos) << weights;
-  const auto dropout = error_message([&] { run(t, {}, "chunked", 256, false, /*dropout_p=*/0.1); });
+  const auto dropout = error_of([&] { run(t, {}, "chunked", 256, false, /*dropout_p=*/0.1); });
   EXPECT_NE(dropout.find("'chunked'"), std::string::npos) << dropout;
   EXPECT_NE(dropout.find("dropout"), std::string::npos) << dropout;
 }
@@ -300,7 +300,7 @@ TEST_F(Chunked, DoubleBackwardIsRefusedWithAMessage) {
   auto q = torch::randn({1, 1, 3, 4}, torch::kDouble).requires_grad_();
   const auto t = random_qkv(1, 1, 3, 3, 4, torch::kDouble);
   const auto out = run({q, t.k, t.v}, {}, "chunked", 2).output;
-  const auto message = error_message([&] {
+  const auto message = error_of([&] {
     torch::autograd::grad({out.pow(2).sum()}, {q}, {}, /*retain_graph=*/true,
                           /*create_graph=*/true);
   });

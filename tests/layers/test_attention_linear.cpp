@@ -5,7 +5,7 @@
 // the refusals, and the peak memory of the causal form.
 #include "attention_test_util.h"
 
-#include "tools/memory/memory_tracking.h"
+#include "tools/bench/memory_tracking.h"
 
 #include <cmath>
 #include <string>
@@ -15,7 +15,7 @@
 namespace attnzoo {
 namespace {
 
-using testing::error_message;
+using testing::error_of;
 using testing::max_abs_diff;
 using testing::Qkv;
 using testing::random_qkv;
@@ -261,12 +261,12 @@ TEST_F(Linear, Bfloat16RunsAndStaysCloseToFloat64) {
 
 TEST_F(Linear, RefusesWhatItCannotExpressNamingIt) {
   const auto t = random_qkv(1, 2, 3, 3, 4);
-  const auto attn_mask = error_message([&] {
+  const auto attn_mask = error_of([&] {
     run(t, AttentionMask().attn_mask(torch::zeros({3, 3}, torch::kBool)));
   });
   EXPECT_NE(attn_mask.find("'linear'"), std::string::npos) << attn_mask;
   EXPECT_NE(attn_mask.find("attn_mask"), std::string::npos) << attn_mask;
-  const auto bias = error_message([&] { run(t, AttentionMask().bias(torch::zeros({3, 3}))); });
+  const auto bias = error_of([&] { run(t, AttentionMask().bias(torch::zeros({3, 3}))); });
   EXPECT_NE(bias.find("'linear'"), std::string::npos) << bias;
   EXPECT_NE(bias.find("bias"), std::string::npos) << bias;
   AttentionProblem p;
@@ -274,11 +274,11 @@ TEST_F(Linear, RefusesWhatItCannotExpressNamingIt) {
   p.key = t.k;
   p.value = t.v;
   p.need_weights = true;
-  const auto weights = error_message([&] { scaled_dot_product_attention(p, "linear"); });
+  const auto weights = error_of([&] { scaled_dot_product_attention(p, "linear"); });
   EXPECT_NE(weights.find("need_weights"), std::string::npos) << weights;
   p.need_weights = false;
   p.dropout_p = 0.1;
-  const auto dropout = error_message([&] { scaled_dot_product_attention(p, "linear"); });
+  const auto dropout = error_of([&] { scaled_dot_product_attention(p, "linear"); });
   EXPECT_NE(dropout.find("dropout"), std::string::npos) << dropout;
 }
 

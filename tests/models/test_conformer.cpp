@@ -3,6 +3,7 @@
 #include <attnzoo/models/checkpoint.h>
 #include <attnzoo/models/conformer.h>
 #include <attnzoo/models/conformer_checkpoint.h>
+#include "common/test_util.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,6 +16,8 @@
 
 namespace attnzoo {
 namespace {
+using test_util::error_of;
+using test_util::max_abs_diff;
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -22,10 +25,6 @@ using ::testing::HasSubstr;
 // The torchaudio fixture's architecture (make_conformer_reference.py).
 constexpr int64_t kDim = 24, kHeads = 4, kFfn = 40, kLayers = 2, kKernel = 7;
 const std::vector<int64_t> kLengths = {11, 7, 3};
-
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
 
 ConformerOptions fixture_options(bool convolution_first, bool group_norm) {
   return ConformerOptions(kDim, kHeads, kFfn, kLayers, kKernel)
@@ -459,52 +458,45 @@ TEST(Conformer, CheckpointLayoutsAndStrictLoading) {
   EXPECT_THROW(load_state_dict(*model, gn.tensors), CheckpointError);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "no error";
-}
-
 TEST(Conformer, BadConfigurationsAndInputs) {
   Conformer model(ConformerOptions(16, 2, 32, 1, 3));
   const auto x = torch::randn({2, 5, 16});
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 model->forward(torch::randn({2, 5, 15}), torch::tensor({5, 3}));
               }),
               AllOf(HasSubstr("x must be [B, T, input_dim = 16]"), HasSubstr("[2, 5, 15]")));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 model->forward(torch::randn({2, 0, 16}));
               }),
               HasSubstr("x must have at least one frame"));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 model->forward(x, torch::tensor({{5, 3}}));
               }),
               AllOf(HasSubstr("lengths must be [B = 2]"), HasSubstr("[1, 2]")));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 model->forward(x, torch::tensor({5, 3, 1}));
               }),
               HasSubstr("lengths must be [B = 2], got [3]"));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 model->forward(x, torch::tensor({6, 3}));
               }),
               HasSubstr("lengths must lie in [0, T = 5], got values from 3 to 6"));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 model->forward(x, torch::tensor({5.0, 3.0}));
               }),
               HasSubstr("lengths must be integral"));
-  EXPECT_THAT(error_of([] { Conformer(ConformerOptions(16, 3, 32, 1, 3)); }),
+  EXPECT_THAT(error_of<c10::Error>([] { Conformer(ConformerOptions(16, 3, 32, 1, 3)); }),
               HasSubstr("input_dim 16 is not divisible by num_heads 3"));
-  EXPECT_THAT(error_of([] { Conformer(ConformerOptions(16, 2, 32, 1, 0)); }),
+  EXPECT_THAT(error_of<c10::Error>([] { Conformer(ConformerOptions(16, 2, 32, 1, 0)); }),
               HasSubstr("depthwise_conv_kernel_size must be > 0"));
-  EXPECT_THAT(error_of([] { Conformer(ConformerOptions(16, 2, 32, 1, 3).position("abs")); }),
-              HasSubstr("unknown position 'abs'"));
-  EXPECT_THAT(error_of([] { Conformer(ConformerOptions(16, 2, 32, 1, 3).conv_norm("bn")); }),
-              HasSubstr("unknown kind 'bn'"));
+  EXPECT_THAT(
+      error_of<c10::Error>([] { Conformer(ConformerOptions(16, 2, 32, 1, 3).position("abs")); }),
+      HasSubstr("unknown position 'abs'"));
+  EXPECT_THAT(
+      error_of<c10::Error>([] { Conformer(ConformerOptions(16, 2, 32, 1, 3).conv_norm("bn")); }),
+      HasSubstr("unknown kind 'bn'"));
   ConformerAttention attn(ConformerAttentionOptions(16, 2).position("rel_pos"));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 attn(x, AttentionMask(), torch::randn({1, 5, 16}));
               }),
               HasSubstr("pos_emb must be [1 or B, 9 (rel_pos for T = 5), embed_dim = 16]"));
@@ -570,19 +562,21 @@ TEST(ConformerSubsampling, LengthsFollowTheConvolutionsAndWeNetsMasks) {
 
 TEST(ConformerSubsampling, TooShortInputNamesTheMinimum) {
   ConformerSubsampling sub(ConformerSubsamplingOptions("conv2d8", 20, 8));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 sub(torch::randn({2, 14, 20}), torch::tensor({14, 9}));
               }),
               HasSubstr("conv2d8 (factor 8) needs at least 15 input frames, got 14"));
   ConformerEncoder encoder(
       ConformerEncoderOptions(20, ConformerOptions(8, 2, 16, 1, 3)).subsampling("conv2d6"));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 encoder(torch::randn({1, 10, 20}));
               }),
               HasSubstr("conv2d6 (factor 6) needs at least 11 input frames, got 10"));
-  EXPECT_THAT(error_of([] { ConformerSubsampling(ConformerSubsamplingOptions("conv2d4", 6, 8)); }),
+  EXPECT_THAT(error_of<c10::Error>(
+                  [] { ConformerSubsampling(ConformerSubsamplingOptions("conv2d4", 6, 8)); }),
               HasSubstr("needs at least 7 input features, got input_dim 6"));
-  EXPECT_THAT(error_of([] { ConformerSubsampling(ConformerSubsamplingOptions("conv2d5", 20, 8)); }),
+  EXPECT_THAT(error_of<c10::Error>(
+                  [] { ConformerSubsampling(ConformerSubsamplingOptions("conv2d5", 20, 8)); }),
               HasSubstr("unknown kind 'conv2d5'"));
 }
 
@@ -703,19 +697,20 @@ TEST(ConformerEncoder, CtcHeadAndUtteranceEmbedding) {
   EXPECT_LE(max_abs_diff(embedding[0], encoded[0].narrow(0, 0, 6).mean(0)), 1e-6);
   EXPECT_LE(max_abs_diff(embedding[1], encoded[1].narrow(0, 0, 2).mean(0)), 1e-6);
   ConformerEncoder no_head(ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 1, 5)));
-  EXPECT_THAT(error_of([&] { no_head->ctc_log_probs(encoded); }), HasSubstr("no CTC head"));
+  EXPECT_THAT(error_of<c10::Error>([&] { no_head->ctc_log_probs(encoded); }),
+              HasSubstr("no CTC head"));
   EXPECT_THAT(
-      error_of([] {
+      error_of<c10::Error>([] {
         ConformerEncoder(
             ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 1, 5)).subsampling("none"));
       }),
       HasSubstr("input_dim 20 != 16"));
-  EXPECT_THAT(error_of([] {
+  EXPECT_THAT(error_of<c10::Error>([] {
                 ConformerEncoder(
                     ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 1, 5)).position("abs"));
               }),
               HasSubstr("unknown position 'abs'"));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 model(torch::randn({2, 30, 19}));
               }),
               HasSubstr("features must be [B, T, input_dim = 20]"));
@@ -738,7 +733,7 @@ TEST(ConformerEncoder, WenetLayoutLoadsAndMatchesTheReferenceOnValidFrames) {
   const auto ref = io::load_safetensors(dir + "/wenet_conformer.io.safetensors");
   EXPECT_EQ(detect_conformer_format(weights.tensors), ConformerCheckpointFormat::kWenet);
   EXPECT_EQ(parse_conformer_format("wenet"), ConformerCheckpointFormat::kWenet);
-  EXPECT_THAT(error_of([] { parse_conformer_format("kaldi"); }),
+  EXPECT_THAT(error_of<c10::Error>([] { parse_conformer_format("kaldi"); }),
               HasSubstr("expected attnzoo, torchaudio, wenet or espnet"));
   const auto mapped = to_conformer_layout(weights.tensors, ConformerCheckpointFormat::kWenet);
   EXPECT_EQ(mapped.ignored, (std::set<std::string>{"decoder.embed.0.weight"}));

@@ -4,6 +4,7 @@
 #include <attnzoo/models/checkpoint.h>
 #include <attnzoo/models/conformer.h>
 #include <attnzoo/models/conformer_checkpoint.h>
+#include "common/test_util.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -16,10 +17,7 @@
 
 namespace attnzoo {
 namespace {
-
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
+using test_util::max_abs_diff;
 
 // Sizes shared with make_espnet_reference.py; ESPnet's LayerNorm eps is 1e-12, its BatchNorm's
 // torch's default 1e-5.

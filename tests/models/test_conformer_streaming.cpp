@@ -1,6 +1,7 @@
 // Streaming Conformer: chunk masks, the attention and convolution caches, and the promise that
 // encoding chunk by chunk equals the offline forward under the same chunk mask.
 #include <attnzoo/models/conformer.h>
+#include "common/test_util.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,22 +14,10 @@
 
 namespace attnzoo {
 namespace {
+using test_util::error_of;
+using test_util::max_abs_diff;
 
 using ::testing::HasSubstr;
-
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 constexpr int64_t kFeatures = 20;  // conv2d8 needs at least 15
 

@@ -4,6 +4,7 @@
 #include <attnzoo/models/conformer.h>
 #include <attnzoo/models/cuda_graph.h>
 #include <attnzoo/models/vit.h>
+#include "common/test_util.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,25 +12,10 @@
 
 namespace attnzoo {
 namespace {
+using test_util::error_of;
+using test_util::max_abs_diff;
 
 using ::testing::HasSubstr;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return {};
-}
-
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kCPU, torch::kDouble) - b.to(torch::kCPU, torch::kDouble))
-      .abs()
-      .max()
-      .item<double>();
-}
 
 TEST(CudaGraph, RefusesWhatItCannotRecord) {
   const auto identity = [](const torch::Tensor& x) { return x * 2; };

@@ -2,6 +2,7 @@
 #include <attnzoo/models/checkpoint.h>
 #include <attnzoo/models/vit.h>
 #include <attnzoo/models/vit_checkpoint.h>
+#include "common/test_util.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,13 +10,10 @@
 
 namespace attnzoo {
 namespace {
+using test_util::max_abs_diff;
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
 
 struct Reference {
   io::Safetensors weights;

@@ -6,7 +6,7 @@
 #include <attnzoo/preprocess/audio_from_config.h>
 #include <attnzoo/preprocess/resample.h>
 #include "audio_test_util.h"
-#include "tools/memory/memory_tracking.h"
+#include "tools/bench/memory_tracking.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -8,6 +8,7 @@
 #include <attnzoo/preprocess/fbank.h>
 #include <attnzoo/preprocess/resample.h>
 #include "audio_test_util.h"
+#include "common/test_util.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 
 namespace attnzoo {
 namespace {
+using test_util::error_of;
 
 using ::testing::HasSubstr;
 using testing::manifest;
@@ -278,38 +280,30 @@ TEST(Fbank, DitherIsSeeded) {
                            torch::full_like(a, float(std::log(1.1920928955078125e-07)))));
 }
 
-std::string audio_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const AudioError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(Fbank, RefusesWaveformsItCannotFeaturise) {
   const FeatureExtractor fbank{AudioFeatureOptions{}};
-  EXPECT_EQ(audio_error([&] { fbank(torch::zeros({0}), "a.wav"); }), "a.wav: no audio (0 samples)");
-  EXPECT_EQ(audio_error([&] { fbank(torch::zeros({399}), "b.wav"); }),
+  EXPECT_EQ(error_of<AudioError>([&] { fbank(torch::zeros({0}), "a.wav"); }),
+            "a.wav: no audio (0 samples)");
+  EXPECT_EQ(error_of<AudioError>([&] { fbank(torch::zeros({399}), "b.wav"); }),
             "b.wav: too short: 399 samples (24.9375 ms at 16000 Hz); one frame needs 400 "
             "samples (25 ms frames, snip_edges true)");
   AudioFeatureOptions mirror;
   mirror.snip_edges = false;
-  EXPECT_EQ(audio_error([&] { FeatureExtractor{mirror}(torch::zeros({50}), "c.wav"); }),
+  EXPECT_EQ(error_of<AudioError>([&] { FeatureExtractor{mirror}(torch::zeros({50}), "c.wav"); }),
             "c.wav: too short: 50 samples (3.125 ms at 16000 Hz); one frame needs 80 samples "
             "(half of a 10 ms shift, snip_edges false)");
   AudioFeatureOptions whisper;
   whisper.kind = AudioFeatureKind::kWhisperLogMel;
-  EXPECT_EQ(audio_error([&] { FeatureExtractor{whisper}(torch::zeros({200}), "d.wav"); }),
+  EXPECT_EQ(error_of<AudioError>([&] { FeatureExtractor{whisper}(torch::zeros({200}), "d.wav"); }),
             "d.wav: too short: 200 samples (12.5 ms at 16000 Hz); one frame needs 201 samples "
             "(n_fft 400 with reflect padding of 200, hop 160)");
   auto bad = torch::zeros({1000});
   bad[500] = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_EQ(audio_error([&] { fbank(bad, "e.wav"); }),
+  EXPECT_EQ(error_of<AudioError>([&] { fbank(bad, "e.wav"); }),
             "e.wav: NaN or infinite sample at sample 500 (0.03125 s)");
   bad[500] = 0.0f;
   bad[999] = std::numeric_limits<float>::infinity();
-  EXPECT_EQ(audio_error([&] { waveform_features(bad, 8000, fbank, "f.wav"); }),
+  EXPECT_EQ(error_of<AudioError>([&] { waveform_features(bad, 8000, fbank, "f.wav"); }),
             "f.wav: NaN or infinite sample at sample 999 (0.124875 s)");
 }
 

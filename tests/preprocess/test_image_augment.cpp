@@ -3,6 +3,7 @@
 // affine warp against its float64 definition, and the whole transform's shapes, ranges and
 // determinism under a seed.
 #include <attnzoo/preprocess/image_augment.h>
+#include "common/test_util.h"
 #include "preprocess_test_util.h"
 
 #include <gmock/gmock.h>
@@ -12,18 +13,10 @@
 
 namespace attnzoo {
 namespace {
+using test_util::error_of;
 
 using ::testing::HasSubstr;
 using testing::reference_tensors;
-
-std::string value_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const c10::ValueError& e) {
-    return e.what_without_backtrace();
-  }
-  return "(no error)";
-}
 
 const torch::Tensor& augment_reference(const std::string& name) {
   const auto* found = reference_tensors("augment.safetensors").find(name);
@@ -60,7 +53,7 @@ TEST(Augment, ResizedCropMatchesTorchvision) {
     ASSERT_EQ(ours.sizes(), theirs.sizes());
     EXPECT_LE(testing::difference(ours, theirs).max, 1.0) << name;  // grey levels
   }
-  EXPECT_THAT(value_error([&] {
+  EXPECT_THAT(error_of<c10::ValueError>([&] {
                 resized_crop(image, {40, 0, 10, 10}, 8, 8, Interpolation::kBilinear);
               }),
               HasSubstr("resized_crop: box (top 40, left 0, 10x10) is not inside the 45x67 image"));
@@ -124,7 +117,7 @@ TEST(Augment, UniformNumbers) {
     ++counts[static_cast<size_t>(k + 3)];
   }
   for (int c : counts) EXPECT_NEAR(c, 10000, 500);
-  EXPECT_THAT(value_error([&] { random_int(rng, 3, 3); }),
+  EXPECT_THAT(error_of<c10::ValueError>([&] { random_int(rng, 3, 3); }),
               HasSubstr("random_int: empty range [3, 3)"));
 }
 
@@ -329,14 +322,16 @@ TEST(Augment, TrainTransformWithAffine) {
     EXPECT_LE(x.max().item<float>(), 1.0f);
   }
   options.affine.scale = {1.2, 1.1};
-  EXPECT_THAT(value_error([&] { TrainImageTransform{options}; }),
+  EXPECT_THAT(error_of<c10::ValueError>([&] { TrainImageTransform{options}; }),
               HasSubstr("scale 0 < low <= high"));
   options.affine.scale = {1.0, 1.0};
   options.affine.shear = 95.0;
-  EXPECT_THAT(value_error([&] { TrainImageTransform{options}; }), HasSubstr("shear in [0, 90)"));
+  EXPECT_THAT(error_of<c10::ValueError>([&] { TrainImageTransform{options}; }),
+              HasSubstr("shear in [0, 90)"));
   options.affine.shear = 0.0;
   options.elastic.p = 1.5;
-  EXPECT_THAT(value_error([&] { TrainImageTransform{options}; }), HasSubstr("p in [0, 1]"));
+  EXPECT_THAT(error_of<c10::ValueError>([&] { TrainImageTransform{options}; }),
+              HasSubstr("p in [0, 1]"));
   // Elastic on top of the affine warp: deterministic, and a different image than without it.
   options.elastic = {20.0, 3.0, 1.0};
   const TrainImageTransform distorted(options);
@@ -351,21 +346,22 @@ TEST(Augment, TrainTransformWithAffine) {
 TEST(Augment, Validation) {
   const auto& image = augment_reference("image");
   std::mt19937_64 rng(0);
-  EXPECT_THAT(value_error([&] { adjust_hue(image, 0.6); }),
+  EXPECT_THAT(error_of<c10::ValueError>([&] { adjust_hue(image, 0.6); }),
               HasSubstr("adjust_hue: hue_factor must be in [-0.5, 0.5], got 0.6"));
-  EXPECT_THAT(value_error([&] { adjust_brightness(image, -1); }),
+  EXPECT_THAT(error_of<c10::ValueError>([&] { adjust_brightness(image, -1); }),
               HasSubstr("adjust_brightness: factor must be >= 0, got -1"));
-  EXPECT_THAT(value_error([&] { adjust_contrast(augment_reference("image_u8"), 1.0); }),
-              HasSubstr("adjust_contrast: expected a floating-point image [3, H, W] in [0, 1], "
-                        "got [3, 45, 67] Byte"));
-  EXPECT_THAT(value_error([&] {
+  EXPECT_THAT(
+      error_of<c10::ValueError>([&] { adjust_contrast(augment_reference("image_u8"), 1.0); }),
+      HasSubstr("adjust_contrast: expected a floating-point image [3, H, W] in [0, 1], "
+                "got [3, 45, 67] Byte"));
+  EXPECT_THAT(error_of<c10::ValueError>([&] {
                 random_resized_crop_box(4, 4, {0.5, 0.1}, {1, 1}, rng);
               }),
               HasSubstr("scale must be 0 < low <= high, got (0.5, 0.1)"));
   const auto error = [](auto change) {
     TrainTransformOptions options;
     change(options);
-    return value_error([&] { TrainImageTransform{options}; });
+    return error_of<c10::ValueError>([&] { TrainImageTransform{options}; });
   };
   EXPECT_THAT(error([](auto& o) { o.hflip = 2.0; }), HasSubstr("hflip is a probability, got 2"));
   EXPECT_THAT(error([](auto& o) { o.color_jitter.hue = 0.7; }),

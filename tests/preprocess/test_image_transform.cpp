@@ -4,6 +4,7 @@
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/preprocess/from_config.h>
 #include <attnzoo/preprocess/image_transform.h>
+#include "common/test_util.h"
 #include "preprocess_test_util.h"
 
 #include <gmock/gmock.h>
@@ -13,6 +14,7 @@
 
 namespace attnzoo {
 namespace {
+using test_util::error_of;
 
 using ::testing::HasSubstr;
 using testing::image_file;
@@ -21,15 +23,6 @@ using testing::options_from_json;
 using testing::reference_tensors;
 
 constexpr double kMeanTolerance = 1.0 / 255.0;
-
-std::string value_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const c10::ValueError& e) {
-    return e.what_without_backtrace();
-  }
-  return "(no error)";
-}
 
 // Decodes each image and compares our tensor with the reference file's; prints one line each.
 void compare(const std::string& reference_file, const ImageTransformOptions& options,
@@ -175,14 +168,14 @@ TEST(EvalTransform, Batch) {
   } catch (const ImageError& e) {
     EXPECT_THAT(e.what(), HasSubstr(bad + ": not an image"));
   }
-  EXPECT_THAT(value_error([&] { load_image_batch({}, transform); }),
+  EXPECT_THAT(error_of<c10::ValueError>([&] { load_image_batch({}, transform); }),
               HasSubstr("load_image_batch: no images"));
 }
 
 // A 1x20000 strip would become 256x5120000 before the crop: refused, not allocated.
 TEST(EvalTransform, ExtremeAspectRatioRefused) {
   const EvalImageTransform transform(ImageTransformOptions{});
-  EXPECT_EQ(value_error([&] { transform.plan(1, 20000); }),
+  EXPECT_EQ(error_of<c10::ValueError>([&] { transform.plan(1, 20000); }),
             "image of 1x20000 (HxW) would be resized to 256x5120000, more than the limit of "
             "100000000 pixels (max_resized_pixels); its aspect ratio is too extreme");
   const auto p = transform.plan(10, 3000);  // 256x76800: allowed
@@ -193,7 +186,7 @@ TEST(EvalTransform, Validation) {
   const auto error = [](auto change) {
     ImageTransformOptions options;
     change(options);
-    return value_error([&] { EvalImageTransform{options}; });
+    return error_of<c10::ValueError>([&] { EvalImageTransform{options}; });
   };
   EXPECT_THAT(error([](auto& o) { o.crop_pct = 0.0; }),
               HasSubstr("crop_pct must be in (0, 1], got 0"));
@@ -205,18 +198,18 @@ TEST(EvalTransform, Validation) {
   EXPECT_THAT(error([](auto& o) { o.std[1] = 0.0; }),
               HasSubstr("std positive, got mean[1] = 0.456, std[1] = 0"));
   EXPECT_THAT(error([](auto& o) { o.crop_pct = 1e-300; }), HasSubstr("is too large"));
-  EXPECT_THAT(value_error([] { parse_interpolation("nearest"); }),
+  EXPECT_THAT(error_of<c10::ValueError>([] { parse_interpolation("nearest"); }),
               HasSubstr("interpolation: expected 'bilinear' or 'bicubic', got 'nearest'"));
   const EvalImageTransform transform(ImageTransformOptions{});
-  EXPECT_THAT(value_error([&] {
+  EXPECT_THAT(error_of<c10::ValueError>([&] {
                 transform(torch::zeros({1, 8, 8}, torch::kByte));
               }),
               HasSubstr("image: expected [3, H, W] (RGB), got [1, 8, 8]"));
-  EXPECT_THAT(value_error([&] {
+  EXPECT_THAT(error_of<c10::ValueError>([&] {
                 transform(torch::zeros({3, 8, 8}, torch::kInt));
               }),
               HasSubstr("image: expected uint8 or floating-point pixels, got Int"));
-  EXPECT_THAT(value_error([&] { transform(cv::Mat(4, 4, CV_8UC1)); }),
+  EXPECT_THAT(error_of<c10::ValueError>([&] { transform(cv::Mat(4, 4, CV_8UC1)); }),
               HasSubstr("image: expected an 8-bit RGB cv::Mat (CV_8UC3)"));
 }
 
@@ -232,7 +225,7 @@ TEST(EvalTransform, FromZooConfig) {
   EXPECT_EQ(options.std, (std::vector<double>{0.5, 0.5, 0.5}));
   auto gray = config.image;
   gray.input_size[0] = 1;
-  EXPECT_THAT(value_error([&] { image_transform_options(gray); }),
+  EXPECT_THAT(error_of<c10::ValueError>([&] { image_transform_options(gray); }),
               HasSubstr("preprocess.input_size: the image frontend makes RGB images (3 channels); "
                         "the config asks for 1"));
 }

@@ -1,6 +1,7 @@
 // Datasets and the loader: folder and list parsing with their errors, epochs that visit every
 // example once, the same batches whatever the number of workers or where a run resumes, and a
 // worker's error reaching the consumer with the file's name.
+#include "common/test_util.h"
 #include "trainer_test_util.h"
 
 #include <attnzoo/train/data.h>
@@ -14,18 +15,9 @@
 
 namespace attnzoo {
 namespace {
+using test_util::error_of;
 
 using ::testing::HasSubstr;
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST(Data, ImageFolderClassesAndFiles) {
   const auto dir = testing::fresh_dir("folder");

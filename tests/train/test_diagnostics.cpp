@@ -4,6 +4,7 @@
 // 0), padding that changes nothing, recording that changes no output, attention rollout and
 // gradient norms against hand computations, and the JSON/text forms.
 #include <attnzoo/train/diagnostics.h>
+#include "common/test_util.h"
 
 #include <attnzoo/layers/conformer_parts.h>
 
@@ -16,22 +17,10 @@
 
 namespace attnzoo {
 namespace {
+using test_util::error_of;
+using test_util::max_abs_diff;
 
 using ::testing::HasSubstr;
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "(no error)";
-}
-
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
 
 // q and k of a self-attention layer's fused projection, in float64: 2 × [B, H, L, E].
 std::pair<torch::Tensor, torch::Tensor> reference_qk(MultiheadAttentionImpl& mha,
@@ -336,8 +325,8 @@ TEST(AttentionRollout, MatchesTheHandComputation) {
   EXPECT_LT(max_abs_diff(attention_rollout({torch::eye(3).expand({2, 4, 3, 3})}),
                          torch::eye(3).expand({2, 3, 3})),
             1e-7);
-  EXPECT_THAT(error_of([] { attention_rollout({}); }), HasSubstr("no layers"));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(error_of<c10::Error>([] { attention_rollout({}); }), HasSubstr("no layers"));
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 attention_rollout({w, torch::zeros({1, 2, 3, 3})});
               }),
               HasSubstr("layer 1"));

@@ -3,6 +3,7 @@
 // per-slice settings, the trajectory that separate q, k and v weights with their own AdamW groups
 // follow. The schedule, the default no-decay set, the state round trip and the errors.
 #include <attnzoo/train/optimizer.h>
+#include "common/test_util.h"
 
 #include <attnzoo/layers/attention.h>
 
@@ -14,18 +15,9 @@
 
 namespace attnzoo {
 namespace {
+using test_util::error_of;
 
 using ::testing::HasSubstr;
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "(no error)";
-}
 
 torch::OrderedDict<std::string, torch::Tensor> named(
     std::initializer_list<std::pair<std::string, torch::Tensor>> items) {
@@ -143,7 +135,7 @@ TEST(AdamW, NoDecayOnNormsBiasesAndTokensByDefault) {
   EXPECT_DOUBLE_EQ(adamw.weight_decay("norm.weight").item<double>(), 0.0);
   EXPECT_DOUBLE_EQ(adamw.weight_decay("cls_token").item<double>(), 0.0);
   EXPECT_DOUBLE_EQ(adamw.weight_decay("pos_embed").item<double>(), 0.0);
-  EXPECT_THAT(error_of([&] { adamw.learning_rate("frozen"); }),
+  EXPECT_THAT(error_of<c10::Error>([&] { adamw.learning_rate("frozen"); }),
               HasSubstr("no trainable parameter 'frozen'"));
 }
 
@@ -178,7 +170,7 @@ TEST(AdamW, StateRoundTripContinuesTheSameTrajectory) {
   EXPECT_TRUE(torch::equal(straight, resumed));
   io::TensorDict partial;
   partial.insert("step", torch::tensor(1));
-  EXPECT_THAT(error_of([&] { c.load_state_dict(partial); }),
+  EXPECT_THAT(error_of<c10::Error>([&] { c.load_state_dict(partial); }),
               HasSubstr("has 0 moment tensors, the model's trainable parameters need 2"));
 }
 
@@ -186,25 +178,28 @@ TEST(AdamW, RulesThatCannotApplyAreErrors) {
   auto w = torch::randn({4, 4}).requires_grad_();
   AdamWOptions typo;
   typo.rules = {{R"(.*\.qvk\.weight)", 1e-4, std::nullopt, {}}};
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 AdamW(named({{"attn.qkv.weight", w}}), typo);
               }),
               HasSubstr("rule '.*\\.qvk\\.weight' matches no trainable parameter"));
   AdamWOptions bad_regex;
   bad_regex.rules = {{"(", 1e-4, std::nullopt, {}}};
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 AdamW(named({{"w", w}}), bad_regex);
               }),
               HasSubstr("invalid parameter pattern '('"));
   AdamWOptions thirds;
   thirds.rules = {{"w", std::nullopt, std::nullopt, {{}, {}, {}}}};
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 AdamW(named({{"w", w}}), thirds);
               }),
               HasSubstr("splits w into 3 slices, but its first dimension is 4"));
   AdamWOptions negative;
   negative.lr = -1.0;
-  EXPECT_THAT(error_of([&] { AdamW(named({{"w", w}}), negative); }), HasSubstr("need lr >= 0"));
+  EXPECT_THAT(error_of<c10::Error>([&] {
+                AdamW(named({{"w", w}}), negative);
+              }),
+              HasSubstr("need lr >= 0"));
 }
 
 TEST(WarmupCosineSchedule, RisesLinearlyThenFollowsAHalfCosine) {

@@ -1,5 +1,6 @@
 // The training YAML: defaults, values, and errors that name the file, the key, the line and the
 // column (or the override).
+#include "common/test_util.h"
 #include "trainer_test_util.h"
 
 #include <attnzoo/configs/train_config.h>
@@ -12,6 +13,7 @@
 
 namespace attnzoo {
 namespace {
+using test_util::error_of;
 
 using ::testing::HasSubstr;
 
@@ -20,16 +22,6 @@ const std::string kData = ATTNZOO_TRAIN_TEST_DATA_DIR;
 std::string write(const std::string& dir, const std::string& text) {
   std::ofstream(dir + "/t.yaml") << text;
   return dir + "/t.yaml";
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(TrainConfig, ValuesAndDefaults) {

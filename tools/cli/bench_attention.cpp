@@ -1,9 +1,10 @@
 #include "tools/cli/bench_attention.h"
 
+#include <attnzoo/api/inference.h>
 #include <attnzoo/layers/attention_backend.h>
-#include "tools/cli/dtype_flag.h"
+#include "tools/bench/memory_tracking.h"
+#include "tools/bench/timing.h"
 #include "tools/cli/plot.h"
-#include "tools/memory/memory_tracking.h"
 
 #include <torch/cuda.h>
 #include <torch/headeronly/version.h>
@@ -78,13 +79,7 @@ struct Measurement {
   double predicted_bytes = 0;
   bool truncated = false;  // a call exceeded --max-seconds: fewer samples than --repeats
 
-  double median_ms() const {
-    if (times_ms.empty()) return NAN;
-    auto t = times_ms;
-    std::sort(t.begin(), t.end());
-    const size_t n = t.size();
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-  }
+  double median_ms() const { return times_ms.empty() ? NAN : bench::median(times_ms); }
   double min_ms() const {
     return times_ms.empty() ? NAN : *std::min_element(times_ms.begin(), times_ms.end());
   }
@@ -243,9 +238,9 @@ double time_call_ms(const torch::Device& device, F&& call) {
     return static_cast<double>(start.elapsed_time(stop));
   }
 #endif
-  const auto t0 = std::chrono::steady_clock::now();
+  const bench::Stopwatch watch;
   call();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return watch.elapsed_ms();
 }
 
 // ---- the benchmark ----
@@ -661,7 +656,7 @@ void write_plot(const Results& r, const AttentionBenchOptions& o) {
 int run_attention_bench(const AttentionBenchOptions& o) {
   const auto registered = attention_backend_names();
   validate(o, registered);
-  const auto dtype = dtype_flag(o.dtype);
+  const auto dtype = api_detail::parse_dtype("--dtype", o.dtype, /*accept_fp64=*/true);
   const auto device = resolve_device(o.device);
   if (o.threads > 0) torch::set_num_threads(static_cast<int>(o.threads));
 

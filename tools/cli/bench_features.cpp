@@ -1,5 +1,5 @@
 #include "tools/cli/bench_features.h"
-#include "tools/cli/bench_stats.h"
+#include "tools/bench/timing.h"
 
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/io/safetensors.h>
@@ -16,22 +16,7 @@
 #include <stdexcept>
 
 namespace attnzoo::cli {
-namespace {
-
-template <typename F>
-std::vector<double> time_calls(const F& call, int64_t warmup, int64_t iterations) {
-  for (int64_t i = 0; i < warmup; ++i) call();
-  std::vector<double> times;
-  for (int64_t i = 0; i < iterations; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    call();
-    times.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return times;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 int run_feature_bench(const FeatureBenchOptions& o) {
   if (o.threads > 0) torch::set_num_threads(static_cast<int>(o.threads));
@@ -47,13 +32,13 @@ int run_feature_bench(const FeatureBenchOptions& o) {
   const double seconds = static_cast<double>(waveform.samples.size(0)) / static_cast<double>(rate);
 
   torch::Tensor features;
-  const auto memory = time_calls(
+  const auto memory = bench::time_calls(
       [&] {
         torch::InferenceMode inference;
         features = extractor(waveform.samples, o.input);
       },
       o.warmup, o.iterations);
-  const auto file = time_calls(
+  const auto file = bench::time_calls(
       [&] {
         torch::InferenceMode inference;
         audio_file_features(o.input, extractor);
@@ -62,20 +47,20 @@ int run_feature_bench(const FeatureBenchOptions& o) {
 
   std::printf("%s (%.1f s): %s, threads %d\n", o.input.c_str(), seconds,
               extractor.describe().c_str(), torch::get_num_threads());
-  std::printf("  samples in memory: median %.3f ms, min %.3f ms (RTF %.5f)\n", median(memory),
-              *std::min_element(memory.begin(), memory.end()), median(memory) / 1e3 / seconds);
-  std::printf("  from the file:     median %.3f ms, min %.3f ms (RTF %.5f)\n", median(file),
-              *std::min_element(file.begin(), file.end()), median(file) / 1e3 / seconds);
+  std::printf("  samples in memory: median %.3f ms, min %.3f ms (RTF %.5f)\n", memory.median(),
+              memory.min(), memory.median() / 1e3 / seconds);
+  std::printf("  from the file:     median %.3f ms, min %.3f ms (RTF %.5f)\n", file.median(),
+              file.min(), file.median() / 1e3 / seconds);
   if (!o.json.empty()) {
     nlohmann::json j = {{"input", o.input},
                         {"seconds", seconds},
                         {"features", extractor.describe()},
                         {"frames", features.size(0)},
                         {"threads", torch::get_num_threads()},
-                        {"memory_ms", memory},
-                        {"file_ms", file},
-                        {"memory_median_ms", median(memory)},
-                        {"file_median_ms", median(file)}};
+                        {"memory_ms", memory.ms},
+                        {"file_ms", file.ms},
+                        {"memory_median_ms", memory.median()},
+                        {"file_median_ms", file.median()}};
     std::ofstream out(o.json);
     out << j.dump(1) << "\n";
     if (!out) throw Error(o.json + ": cannot write");

@@ -1,6 +1,6 @@
 // `attnzoo bench features`: the time of the audio frontend on one file: the features of its
 // decoded samples in memory (what kaldi-native-fbank and torchaudio.compliance.kaldi.fbank are
-// compared on, tools/bench_fbank_cpu.py) and the whole path from the file (read, resample,
+// compared on, tools/bench/bench_fbank_cpu.py) and the whole path from the file (read, resample,
 // features, block by block). Every timed call is kept; medians and minima are printed.
 #pragma once
 

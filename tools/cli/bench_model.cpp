@@ -1,7 +1,7 @@
 #include "tools/cli/bench_model.h"
-#include "tools/cli/bench_stats.h"
-#include "tools/cli/dtype_flag.h"
+#include "tools/bench/timing.h"
 
+#include <attnzoo/api/inference.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/io/safetensors.h>
 #include <attnzoo/models/cuda_graph.h>
@@ -19,9 +19,7 @@
 namespace attnzoo::cli {
 
 int run_model_bench(const ModelBenchOptions& o) {
-  if (o.device == "cuda" && !torch::cuda::is_available()) {
-    throw Error("--device cuda: no CUDA device is available to this process");
-  }
+  const auto device = api_detail::parse_device("--device", o.device);
   if (o.cuda_graph && o.device != "cuda") {
     throw Error("--cuda-graph: CUDA graphs need --device cuda");
   }
@@ -29,8 +27,7 @@ int run_model_bench(const ModelBenchOptions& o) {
   const auto config = resolve_model_config(o.model, o.overrides);
   torch::manual_seed(0);
   auto model = build_model(config);
-  const torch::Device device(o.device == "cuda" ? torch::kCUDA : torch::kCPU);
-  const auto dtype = dtype_flag(o.dtype);
+  const auto dtype = api_detail::parse_dtype("--dtype", o.dtype, /*accept_fp64=*/true);
   model.module->eval();
   model.module->to(device, dtype);
 
@@ -52,19 +49,10 @@ int run_model_bench(const ModelBenchOptions& o) {
   const auto sync = [&] {
     if (device.is_cuda()) torch::cuda::synchronize();
   };
-  for (int64_t i = 0; i < o.warmup; ++i) forward();
-  sync();
-  std::vector<double> times;
   torch::Tensor output;
-  for (int64_t i = 0; i < o.iterations; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    output = forward();
-    sync();
-    times.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  const double med = median(times);
-  const double best = *std::min_element(times.begin(), times.end());
+  const auto timings = bench::time_calls([&] { output = forward(); }, o.warmup, o.iterations, sync);
+  const double med = timings.median();
+  const double best = timings.min();
   std::printf("%s batch %lld %s %s%s threads %d: median %.3f ms, min %.3f ms over %lld calls\n",
               config.name.c_str(), static_cast<long long>(o.batch), o.dtype.c_str(),
               o.device.c_str(), graph ? " (CUDA graph)" : "", torch::get_num_threads(), med, best,
@@ -77,7 +65,7 @@ int run_model_bench(const ModelBenchOptions& o) {
                         {"cuda_graph", o.cuda_graph},
                         {"threads", torch::get_num_threads()},
                         {"input", input.sizes().vec()},
-                        {"times_ms", times},
+                        {"times_ms", timings.ms},
                         {"median_ms", med},
                         {"min_ms", best}};
     std::ofstream out(o.json);

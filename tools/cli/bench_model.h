@@ -2,7 +2,7 @@
 // random input: a ViT on [B, 3, H, W] images, a Conformer on [B, T, F] features of `seconds` of
 // audio. Weights are random (seed 0): the time does not depend on them. The peer comparisons
 // (timm, ONNX Runtime, torchaudio) run this binary from Python scripts in tools/, alternating
-// with the peers in one session (tools/bench_vit_cpu.py).
+// with the peers in one session (tools/bench/bench_vit_cpu.py).
 #pragma once
 
 #include <cstdint>

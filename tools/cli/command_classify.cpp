@@ -4,6 +4,7 @@
 // table by default; with --json one object per input and line ("image" or "audio", "top",
 // "ms"; or "error"). A bad input gets its error and the others are still classified; the exit
 // status is 1 if any input failed.
+#include "tools/bench/timing.h"
 #include "tools/cli/commands.h"
 
 #include <attnzoo/api/audio_classifier.h>
@@ -113,10 +114,9 @@ int run_classify(ClassifyOptions options) {
   int failed = 0;
   const auto batch = static_cast<size_t>(options.classifier.batch_size);
   for (size_t start = 0; start < options.inputs.size(); start += batch) {
-    const auto begin = std::chrono::steady_clock::now();
+    const bench::Stopwatch watch;
     const auto results = classifier.classify(slice(options.inputs, start, batch), options.topk);
-    const double batch_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
+    const double batch_ms = watch.elapsed_ms();
     size_t ok = 0;
     for (const auto& r : results) ok += r.ok();
     // Wall time of the batch shared among the images it classified.

@@ -10,8 +10,8 @@
 //                                                             (log-probabilities), with a
 //                                                             classifier "class_logits"
 #include "tools/cli/commands.h"
-#include "tools/cli/dtype_flag.h"
 
+#include <attnzoo/api/inference.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/io/safetensors.h>
 #include <attnzoo/layers/attention_mask.h>
@@ -71,9 +71,7 @@ ModelInput read_input(const std::string& path, const ModelConfig& config) {
 }
 
 int run_forward(const ForwardOptions& options) {
-  if (options.device == "cuda" && !torch::cuda::is_available()) {
-    throw Error("--device cuda: no CUDA device is available to this process");
-  }
+  const auto device = api_detail::parse_device("--device", options.device);
   const auto config = resolve_model_config(options.model, options.overrides);
   const auto& family = model_family(config.family);
   // The input is checked before the model is built: building ViT-H takes seconds.
@@ -100,8 +98,7 @@ int run_forward(const ForwardOptions& options) {
     weights += ")";
   }
 
-  const torch::Device device(options.device == "cuda" ? torch::kCUDA : torch::kCPU);
-  const auto dtype = dtype_flag(options.dtype);
+  const auto dtype = api_detail::parse_dtype("--dtype", options.dtype, /*accept_fp64=*/true);
   model.module->eval();
   model.module->to(device, dtype);
   // Written as float32 whatever the compute dtype (bf16 and fp16 convert exactly), so that a

@@ -7,6 +7,10 @@
 //   bench_flash [--quick] [--json FILE]
 #include <attnzoo/kernels/ops.h>
 
+#include "tools/bench/timing.h"
+
+#include <nlohmann/json.hpp>
+
 #include <ATen/Context.h>
 #include <torch/torch.h>
 
@@ -28,18 +32,8 @@ struct Shape {
 };
 
 double median_ms(const std::function<void()>& f, int warmup, int repeats) {
-  for (int i = 0; i < warmup; ++i) f();
-  torch::cuda::synchronize();
-  std::vector<double> times;
-  for (int i = 0; i < repeats; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    torch::cuda::synchronize();
-    times.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return attnzoo::bench::time_calls(f, warmup, repeats, [] { torch::cuda::synchronize(); })
+      .median();
 }
 
 // The bf16 matmul rate of this GPU (TFLOP/s) on 8192^3: the "measured peak".
@@ -91,10 +85,7 @@ int main(int argc, char** argv) {
   const double peak = measured_peak_tflops();
   std::printf("measured bf16 matmul peak: %.1f TFLOP/s\n", peak);
   std::printf("%-24s %-5s %-10s %10s %9s %7s\n", "shape", "pass", "impl", "ms", "TFLOP/s", "%peak");
-  std::ofstream json;
-  if (!json_path.empty()) json.open(json_path);
-  if (json) json << "[\n";
-  bool first = true;
+  auto json = nlohmann::json::array();
   const auto o = torch::dtype(torch::kBFloat16).device(torch::kCUDA);
   for (const auto& s : shapes) {
     torch::manual_seed(0);
@@ -161,12 +152,11 @@ int main(int argc, char** argv) {
           std::printf("%-24s %-5s %-10s %10s\n", s.name.c_str(), backward ? "f+b" : "fwd",
                       name.c_str(), "unsupported");
         }
-        if (json) {
-          json << (first ? "" : ",\n") << "  {\"shape\": \"" << s.name << "\", \"pass\": \""
-               << (backward ? "fwd+bwd" : "fwd") << "\", \"impl\": \"" << name
-               << "\", \"ms\": " << ms << ", \"tflops\": " << tflops << "}";
-          first = false;
-        }
+        json.push_back({{"shape", s.name},
+                        {"pass", backward ? "fwd+bwd" : "fwd"},
+                        {"impl", name},
+                        {"ms", ms},
+                        {"tflops", tflops}});
       }
       auto& ctx = at::globalContext();
       ctx.setSDPUseFlash(true);
@@ -179,6 +169,13 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (json) json << "\n]\n";
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << json.dump(1) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "bench_flash: %s: cannot write\n", json_path.c_str());
+      return 1;
+    }
+  }
   return 0;
 }

@@ -7,7 +7,7 @@ Runtime's inter-op 1). Random weights: latency does not depend on them.
 With --bf16, also attnzoo in bfloat16 against its own float32 (ratio of medians) and the drift of
 the logits (max |bf16 - fp32| on the same input and weights).
 
-usage: tools/bench_vit_cpu.py [--models vit_tiny_patch16_224,...] [--batches 1,8] [--threads N]
+usage: tools/bench/bench_vit_cpu.py [--models vit_tiny_patch16_224,...] [--batches 1,8] [--threads N]
                               [--rounds 5] [--iterations 10] [--warmup 3] [--bf16] [--json FILE]
 Run from the repository root after tools/setup.sh (uses build/bin/attnzoo and the venv's packages).
 """
@@ -26,7 +26,7 @@ from safetensors.torch import load_file
 
 from bench_common import alternate, attnzoo_times, cpu_model, python_times
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def vit_times(binary, model, batch, threads, iterations, warmup, dtype="fp32", output=None):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ViT-B/16 bf16 inference on a GPU: attnzoo (tools/bench_vit_cuda.cpp) against PyTorch eager and
+"""ViT-B/16 bf16 inference on a GPU: attnzoo (tools/bench/bench_vit_cuda.cpp) against PyTorch eager and
 torch.compile of timm's VisionTransformer, in one run, alternating round by round.
 
 The peer is timm's vit_base_patch16_224 when timm can be imported. The lent GPU machine has torch

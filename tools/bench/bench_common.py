@@ -1,4 +1,4 @@
-"""Helpers shared by the peer benchmarks (tools/bench_*_cpu.py): timing attnzoo through
+"""Helpers shared by the peer benchmarks (tools/bench/bench_*_cpu.py): timing attnzoo through
 `attnzoo bench model` (every timed call, from its JSON), timing a Python callable the same way,
 and naming the CPU."""
 import json

@@ -4,11 +4,16 @@
 // not depend on them). Timed with CUDA events after warm-up; medians of `iterations` calls in each
 // of `rounds` rounds, the configurations alternating within a round. Built with
 // ATTNZOO_KERNELS_ONLY too (it needs only models/), so tools/device_check.sh runs it on the GPU
-// machine; tools/bench_vit_cuda.py runs it beside timm-equivalent eager PyTorch and torch.compile.
+// machine; tools/bench/bench_vit_cuda.py runs it beside timm-equivalent eager PyTorch and
+// torch.compile.
 //
 //   bench_vit_cuda [--batches 1,64,256] [--iterations 20] [--rounds 3] [--json FILE]
 #include <attnzoo/models/cuda_graph.h>
 #include <attnzoo/models/vit.h>
+
+#include "tools/bench/timing.h"
+
+#include <nlohmann/json.hpp>
 
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAStream.h>
@@ -38,12 +43,6 @@ std::vector<int64_t> parse_list(const std::string& text) {
   std::stringstream in(text);
   for (std::string item; std::getline(in, item, ',');) out.push_back(std::stoll(item));
   return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // Milliseconds per call of `fn`, by CUDA events around `iterations` calls on the current stream.
@@ -102,9 +101,8 @@ int main(int argc, char** argv) {
   const std::vector<Config> configs = {{"attnzoo auto (flash)", "auto", false},
                                        {"attnzoo sdpa", "sdpa", false},
                                        {"attnzoo auto + CUDA graph", "auto", true}};
-  std::ostringstream json;
-  json << "{\"model\": \"vit_base_patch16_224\", \"dtype\": \"bf16\", \"results\": [";
-  bool first = true;
+  nlohmann::json json = {
+      {"model", "vit_base_patch16_224"}, {"dtype", "bf16"}, {"results", nlohmann::json::array()}};
   std::printf("%-28s %6s %12s %12s\n", "configuration", "batch", "median ms", "images/s");
   for (const int64_t batch : o.batches) {
     const auto x = torch::randn(
@@ -128,20 +126,19 @@ int main(int argc, char** argv) {
       }
     }
     for (size_t c = 0; c < configs.size(); ++c) {
-      const double ms = median(times[c]);
+      const double ms = attnzoo::bench::median(times[c]);
       const double ips = 1000.0 * static_cast<double>(batch) / ms;
       std::printf("%-28s %6lld %12.3f %12.1f\n", configs[c].name.c_str(),
                   static_cast<long long>(batch), ms, ips);
-      json << (first ? "" : ", ") << "{\"configuration\": \"" << configs[c].name
-           << "\", \"batch\": " << batch << ", \"median_ms\": " << ms
-           << ", \"images_per_second\": " << ips << "}";
-      first = false;
+      json["results"].push_back({{"configuration", configs[c].name},
+                                 {"batch", batch},
+                                 {"median_ms", ms},
+                                 {"images_per_second", ips}});
     }
   }
-  json << "]}\n";
   if (!o.json.empty()) {
     std::ofstream out(o.json);
-    out << json.str();
+    out << json.dump(1) << "\n";
     if (!out) {
       std::fprintf(stderr, "bench_vit_cuda: %s: cannot write\n", o.json.c_str());
       return 1;

@@ -9,7 +9,7 @@ comparison runs our blocks in that configuration: the sizes of conformer_s / con
 subsampling (25 per second). Our full encoders (conv2d x4 subsampling, relative positions) are
 timed too, for the real-time factor (RTF = time / audio duration).
 
-usage: tools/bench_conformer_cpu.py [--models conformer_s,conformer_m] [--seconds 10,60]
+usage: tools/bench/bench_conformer_cpu.py [--models conformer_s,conformer_m] [--seconds 10,60]
                                     [--threads N] [--rounds 5] [--iterations 5] [--json FILE]
 Run from the repository root after tools/setup.sh (uses build/bin/attnzoo and the venv's packages).
 """
@@ -26,7 +26,7 @@ import yaml
 
 from bench_common import alternate, attnzoo_times, python_times
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def conformer_times(binary, model, overrides, frames, threads, iterations, warmup):

@@ -9,7 +9,7 @@ the decoded samples in memory for everyone; attnzoo's time from the file (read +
 reported too. Speed ratios are the peer's median time over attnzoo's (> 1: attnzoo faster).
 kaldi-native-fbank is single-threaded; attnzoo and torchaudio run on --threads threads.
 
-usage: tools/bench_fbank_cpu.py [--seconds 60] [--threads N] [--rounds 5] [--iterations 10]
+usage: tools/bench/bench_fbank_cpu.py [--seconds 60] [--threads N] [--rounds 5] [--iterations 10]
                                 [--json FILE]
 Run from the repository root after tools/setup.sh (uses build/bin/attnzoo, the venv's packages,
 espeak-ng and g++).
@@ -32,7 +32,7 @@ import torchaudio
 
 from bench_common import alternate, cpu_model, python_times
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TEXT = ("The quick brown fox jumps over the lazy dog. A speech encoder turns sound into "
         "numbers, one frame every ten milliseconds, and a conformer reads them. ")
 
@@ -62,7 +62,7 @@ def write_wav(path: Path, samples: np.ndarray, rate: int) -> None:
 
 
 def build_knf_timer(work: Path) -> Path:
-    """Compiles tools/peers/knf_fbank_timer.cpp against the installed kaldi-native-fbank."""
+    """Compiles tools/bench/peers/knf_fbank_timer.cpp against the installed kaldi-native-fbank."""
     import kaldi_native_fbank
     package = Path(kaldi_native_fbank.__file__).parent
     module = next((package / "lib").glob("_kaldi_native_fbank*.so"))
@@ -71,7 +71,7 @@ def build_knf_timer(work: Path) -> Path:
     version = sysconfig.get_config_var("LDVERSION")
     # The wheel is a manylinux build: the pre-C++11 std::string ABI of its options structs.
     subprocess.run(["g++", "-O2", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=0",
-                    f"-I{package / 'include'}", str(ROOT / "tools/peers/knf_fbank_timer.cpp"),
+                    f"-I{package / 'include'}", str(ROOT / "tools/bench/peers/knf_fbank_timer.cpp"),
                     str(module), f"-L{libdir}", f"-lpython{version}",
                     f"-Wl,-rpath,{module.parent}", "-o", str(binary)], check=True)
     return binary

@@ -1,5 +1,5 @@
 // Times kaldi-native-fbank's C++ fbank (knf::OnlineFbank, the library under its Python module)
-// for tools/bench_fbank_cpu.py: compiled by that script against the headers and the shared
+// for tools/bench/bench_fbank_cpu.py: compiled by that script against the headers and the shared
 // module of the pinned PyPI wheel, so the peer is measured without the Python binding's
 // list conversion. Reads raw float32 samples (scaled as Kaldi's int16 values), runs `warmup` +
 // `iterations` extractions (fresh extractor, accept the waveform, finish, copy the frames into

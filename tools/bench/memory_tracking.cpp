@@ -1,4 +1,4 @@
-#include "tools/memory/memory_tracking.h"
+#include "tools/bench/memory_tracking.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
