@@ -10,9 +10,12 @@
 #include <attnzoo/preprocess/spec_augment.h>
 #include <attnzoo/train/diagnostics.h>
 #include <attnzoo/train/distributed.h>
+#include <attnzoo/train/mixup.h>
 #include <attnzoo/train/optimizer.h>
+#include <attnzoo/train/progress.h>
+#include <attnzoo/train/training_checkpoint.h>
+#include <attnzoo/train/weight_average.h>
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
@@ -21,56 +24,23 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <iomanip>
 #include <iostream>
-#include <limits>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 namespace attnzoo {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr const char* kCsvHeader =
-    "step,epoch,loss,lr,grad_norm,examples_per_second,val_loss,val_top1,val_top5";
-
 uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
-}
-
-// Beta(a, a) from two Gammas, drawn with our own generator (portable across standard libraries
-// is not needed here: the batch mixing of a run only has to repeat within this build).
-double beta_sample(std::mt19937_64& rng, double a) {
-  std::gamma_distribution<double> gamma(a, 1.0);
-  const double x = gamma(rng), y = gamma(rng);
-  return x + y > 0.0 ? x / (x + y) : 0.5;
-}
-
-std::string duration_text(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const auto s = static_cast<int64_t>(seconds + 0.5);
-  std::ostringstream out;
-  if (s >= 3600)
-    out << s / 3600 << "h" << std::setw(2) << std::setfill('0') << (s / 60) % 60 << "m";
-  else if (s >= 60)
-    out << s / 60 << "m" << std::setw(2) << std::setfill('0') << s % 60 << "s";
-  else
-    out << s << "s";
-  return out.str();
-}
-
-std::string csv_number(double v) {
-  if (std::isnan(v)) return "";
-  std::ostringstream out;
-  out << std::setprecision(8) << v;
-  return out.str();
 }
 
 // The optimiser's settings from the config.
@@ -233,6 +203,72 @@ EvalResult evaluate(ZooModel& model, const LabelledDataset& dataset, int64_t bat
   return r;
 }
 
+namespace {
+
+// Mixup's settings from the config: batches of images are mixed, other inputs never; the targets
+// of all are smoothed.
+MixupOptions mixup_options(const TrainConfig& c, int64_t classes) {
+  MixupOptions o;
+  if (takes_images(c.model)) {
+    o.mixup_alpha = c.augment.mixup_alpha;
+    o.cutmix_alpha = c.augment.cutmix_alpha;
+  }
+  o.prob = c.augment.mix_prob;
+  o.label_smoothing = c.train.label_smoothing;
+  o.num_classes = classes;
+  return o;
+}
+
+// The run's micro-batches by number: micro-batch m is batch m % per_epoch of epoch m / per_epoch,
+// from one loader per epoch, started at the batch asked for (so a resumed run needs no skipping).
+class TrainingBatches {
+ public:
+  TrainingBatches(const LabelledDataset& data, ExampleLoader load, LoaderOptions options,
+                  int64_t per_epoch)
+      : data_(data), load_(std::move(load)), options_(options), per_epoch_(per_epoch) {}
+
+  Batch operator()(int64_t micro) {
+    const int64_t epoch = micro / per_epoch_, index = micro % per_epoch_;
+    if (!loader_ || epoch_ != epoch) {
+      loader_.reset();
+      loader_ = std::make_unique<EpochLoader>(data_, load_, options_, epoch, index);
+      epoch_ = epoch;
+    }
+    auto batch = loader_->next();
+    TORCH_INTERNAL_ASSERT(batch.has_value(), "the epoch ended early");
+    return std::move(*batch);
+  }
+
+ private:
+  const LabelledDataset& data_;
+  ExampleLoader load_;
+  LoaderOptions options_;
+  int64_t per_epoch_;
+  std::unique_ptr<EpochLoader> loader_;
+  int64_t epoch_ = -1;
+};
+
+// The training loss and throughput since the previous metrics row.
+struct MetricsWindow {
+  double loss_sum = 0.0;
+  int64_t losses = 0, examples = 0;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+
+  void add(double loss, int64_t batch_examples) {
+    loss_sum += loss;
+    ++losses;
+    examples += batch_examples;
+  }
+  double mean_loss() const { return loss_sum / std::max<int64_t>(losses, 1); }
+  double examples_per_second() const {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return static_cast<double>(examples) / std::max(elapsed, 1e-9);
+  }
+};
+
+}  // namespace
+
 struct Trainer::State {
   TrainConfig config;
   TrainerOptions options;
@@ -246,11 +282,9 @@ struct Trainer::State {
   fs::path output;
   DistributedEnv env;
   std::unique_ptr<DataParallel> parallel;  // world_size > 1
-  // train.ema_decay > 0: the averaged copy (in eval mode) and its parameters and buffers, paired
-  // with the model's by position.
+  // train.ema_decay > 0: the averaged copy (in eval mode) and its average of the model's weights.
   std::optional<ZooModel> ema;
-  std::vector<torch::Tensor> ema_tensors, model_tensors;
-  int64_t ema_updates = 0;
+  std::unique_ptr<WeightAverage> average;
   // The model that is evaluated and written: the average when there is one.
   ZooModel& final_model() { return ema ? *ema : model; }
   bool main_rank() const { return env.rank == 0; }
@@ -258,6 +292,156 @@ struct Trainer::State {
     static std::ostream discard(nullptr);  // ranks other than 0 stay quiet
     if (!main_rank()) return discard;
     return options.log ? *options.log : std::cerr;
+  }
+  TrainingParts parts() const { return {model.module.get(), optimizer.get(), average.get()}; }
+
+  // Each rank's share of every global batch of the run, shuffled by the seed.
+  LoaderOptions loader_options() const {
+    LoaderOptions o;
+    o.shuffle = true;
+    o.drop_last = true;
+    o.pad = !takes_images(config.model);
+    o.seed = static_cast<uint64_t>(config.train.seed);
+    o.workers = config.data.workers;
+    o.prefetch = config.data.prefetch;
+    o.batch_size = config.train.batch_size * env.world_size;
+    o.shard = env.rank;
+    o.shards = env.world_size;
+    return o;
+  }
+
+  // The first line of the log.
+  std::string banner(int64_t global_batch) const {
+    std::ostringstream out;
+    out << "training " << config.model.name << ": " << train.examples.size() << " examples, "
+        << train.classes.size() << " classes, " << total_steps << " steps of "
+        << config.train.accumulation << " x " << global_batch
+        << (env.enabled() ? " (" + std::to_string(env.world_size) + " ranks x " +
+                                std::to_string(config.train.batch_size) + ")"
+                          : std::string())
+        << (step > 0 ? ", resumed at step " + std::to_string(step) : "") << ", output "
+        << output.string() << "\n";
+    return out.str();
+  }
+
+  // Forward and backward of one micro-batch of the step (gradients summed over the step's
+  // micro-batches, synchronised across ranks at its last one): soft-target cross-entropy of the
+  // mixed batch, divided by the number of micro-batches. `diagnosis`: where the forward's attention
+  // statistics go (nullptr: not recorded). Returns the loss, averaged over the ranks.
+  double learn_from(Batch batch, const Mixup& mixup, std::mt19937_64& rng, bool last_micro_batch,
+                    nlohmann::json* diagnosis) {
+    const auto mixed = mixup(batch.inputs, batch.labels, rng);
+    batch.inputs = mixed.inputs;
+    torch::Tensor loss;
+    {
+      AutocastScope scope(config.train.precision == "bf16" && device.is_cuda());
+      std::unique_ptr<AttentionRecorder> recorder;
+      if (diagnosis) recorder = std::make_unique<AttentionRecorder>();
+      const auto logits = classify_batch(model, batch);
+      if (recorder) {
+        const auto statistics = attention_statistics(recorder->records());
+        (*diagnosis)["attention"] = to_json(statistics);
+        (*diagnosis)["attention_text"] = to_text(statistics);
+      }
+      loss = -(mixed.targets.to(logits.device()) * torch::log_softmax(logits.to(torch::kFloat), -1))
+                  .sum(-1)
+                  .mean();
+    }
+    const double value = loss.item<double>();
+    if (!std::isfinite(value)) {
+      throw Error("step " + std::to_string(step) + ": the loss is " + std::to_string(value) +
+                  " (lower optimizer.lr, set train.clip_grad_norm, or check the data)");
+    }
+    if (parallel) parallel->set_sync(last_micro_batch);
+    (loss / static_cast<double>(config.train.accumulation)).backward();
+    return parallel ? parallel->mean(value) : value;
+  }
+
+  // The global norm of the step's gradients, before clipping them to train.clip_grad_norm.
+  double clip_gradients() {
+    if (config.train.clip_grad_norm > 0.0) {
+      return torch::nn::utils::clip_grad_norm_(model.module->parameters(),
+                                               config.train.clip_grad_norm);
+    }
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : model.module->parameters()) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+    return torch::stack(torch::_foreach_norm(grads)).norm().item<double>();
+  }
+
+  // One optimiser step: the step's micro-batches forward and backward (their losses and examples
+  // added to `window`), diagnostics when due, clipping, the update, the weight average. Returns
+  // the gradient norm before clipping and the learning rate the update used.
+  std::pair<double, double> train_step(TrainingBatches& batches, const Mixup& mixup,
+                                       MetricsWindow& window, std::ostream* diagnostics,
+                                       ProgressReport& progress) {
+    const auto& t = config.train;
+    // The step's generator (mixing) depends on the seed and the step alone.
+    std::mt19937_64 rng(mix(static_cast<uint64_t>(t.seed) ^ mix(static_cast<uint64_t>(step))));
+    const bool diagnose = t.diagnostics_every > 0 && step % t.diagnostics_every == 0;
+    nlohmann::json diagnosis;
+    optimizer->zero_grad();
+    for (int64_t a = 0; a < t.accumulation; ++a) {
+      auto batch = batches(step * t.accumulation + a);
+      const int64_t examples = batch.labels.size(0) * env.world_size;
+      window.add(learn_from(std::move(batch), mixup, rng, a + 1 == t.accumulation,
+                            diagnose && a == 0 ? &diagnosis : nullptr),
+                 examples);
+    }
+    if (parallel) parallel->finish_gradients();
+    if (diagnose && diagnostics) diagnose_step(std::move(diagnosis), *diagnostics, progress);
+    const double grad_norm = clip_gradients();
+    const double factor = schedule.factor(step);
+    optimizer->step(factor);
+    ++step;
+    if (average) average->update();
+    return {grad_norm, config.optimizer.lr * factor};
+  }
+
+  // Whether an epoch ended during the last step's micro-batches.
+  bool epoch_ended() const {
+    const int64_t a = config.train.accumulation;
+    return (step * a) / batches_per_epoch != ((step - 1) * a) / batches_per_epoch;
+  }
+
+  // The step's attention statistics (recorded during its first forward) with its gradient norms:
+  // a line of diagnostics.jsonl and a summary in the log.
+  void diagnose_step(nlohmann::json diagnosis, std::ostream& jsonl, ProgressReport& progress) {
+    const auto norms = gradient_norms(model.module->named_parameters());
+    diagnosis["step"] = step;
+    diagnosis["gradients"] = to_json(norms);
+    progress.message("diagnostics at step " + std::to_string(step) + ":\n" +
+                     diagnosis.value("attention_text", std::string()) + to_text(norms) + "\n");
+    diagnosis.erase("attention_text");
+    jsonl << diagnosis.dump() << "\n";
+    jsonl.flush();
+  }
+
+  // The validation columns of `row` (rank 0; the others leave them NaN).
+  void validate(TrainMetrics& row, ProgressReport& progress) {
+    if (!has_val || !main_rank()) return;
+    const auto r =
+        evaluate(final_model(), val, config.train.batch_size, config.data.workers, device);
+    row.val_loss = r.loss;
+    row.val_top1 = r.top1;
+    row.val_top5 = r.top5;
+    progress.evaluation(row.step, r.loss, r.top1, r.top5, r.examples);
+  }
+
+  // model.safetensors: the weights alone, for `attnzoo eval`, `classify` and `encode --weights`.
+  void write_weights(const std::string& path) {
+    io::TensorDict weights;
+    for (const auto& item : state_dict(*final_model().module)) {
+      weights.insert(item.key(), item.value().to(torch::kCPU));
+    }
+    nlohmann::json class_names = train.classes;
+    io::save_safetensors(path, weights,
+                         {{"model", config.model.name},
+                          {"format", "attnzoo"},
+                          {"step", std::to_string(step)},
+                          {"weights", ema ? "ema" : "last"},
+                          {"classes", class_names.dump()}});
   }
 };
 
@@ -322,75 +506,14 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
     s.ema = build_model(c.model);
     s.ema->module->to(s.device);
     s.ema->module->eval();
-    const auto floating = [](const torch::Tensor& x) { return x.is_floating_point(); };
-    const auto model_sd = state_dict(*s.model.module);
-    const auto ema_sd = state_dict(*s.ema->module);
-    torch::NoGradGuard no_grad;
-    for (const auto& item : model_sd) {
-      auto e = ema_sd[item.key()];
-      e.copy_(item.value());
-      if (floating(e)) {
-        s.model_tensors.push_back(item.value());
-        s.ema_tensors.push_back(e);
-      }
-    }
+    s.average = std::make_unique<WeightAverage>(
+        *s.model.module, *s.ema->module,
+        WeightAverageOptions{c.train.ema_decay, c.train.ema_warmup});
   }
   // The generator after initialisation: dropout and drop-path draw from it.
   torch::manual_seed(mix(static_cast<uint64_t>(c.train.seed) ^ 0xd50f7ULL));
-
   if (!s.options.resume.empty()) {
-    const auto file = io::load_safetensors(s.options.resume);
-    const auto meta = [&](const std::string& key) {
-      const auto it = file.metadata.find(key);
-      if (it == file.metadata.end()) {
-        throw CheckpointError(s.options.resume + ": not a training checkpoint (no '" + key +
-                              "' in its metadata)");
-      }
-      return it->second;
-    };
-    if (meta("model") != c.model.name) {
-      throw CheckpointError(s.options.resume + ": a checkpoint of model '" + meta("model") +
-                            "', the config trains '" + c.model.name + "'");
-    }
-    io::TensorDict model_tensors, optimizer_tensors, ema_tensors;
-    torch::Tensor generator;
-    for (const auto& item : file.tensors) {
-      const auto& name = item.key();
-      if (name.rfind("model.", 0) == 0)
-        model_tensors.insert(name.substr(6), item.value());
-      else if (name.rfind("ema.", 0) == 0)
-        ema_tensors.insert(name.substr(4), item.value());
-      else if (name.rfind("optimizer.", 0) == 0)
-        optimizer_tensors.insert(name.substr(10), item.value());
-      else if (name == "rng.cpu")
-        generator = item.value();
-    }
-    LoadOptions load;
-    load.source = s.options.resume;
-    load_state_dict(*s.model.module, model_tensors, load);
-    s.optimizer->load_state_dict(optimizer_tensors);
-    if (s.ema) {
-      if (ema_tensors.is_empty()) {
-        throw CheckpointError(s.options.resume +
-                              ": no ema.* tensors, but the config sets train.ema_decay (a "
-                              "checkpoint of a run without the average)");
-      }
-      load.source = s.options.resume + " (ema.*)";
-      load_state_dict(*s.ema->module, ema_tensors, load);
-      const auto it = file.metadata.find("ema_updates");
-      s.ema_updates = it == file.metadata.end() ? 0 : std::stoll(it->second);
-    }
-    s.step = std::stoll(meta("step"));
-    if (s.step > s.total_steps) {
-      throw CheckpointError(s.options.resume + ": at step " + std::to_string(s.step) +
-                            ", past this run's " + std::to_string(s.total_steps) + " steps");
-    }
-    if (!generator.defined()) {
-      throw CheckpointError(s.options.resume + ": no rng.cpu state");
-    }
-    auto cpu_generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
-    std::lock_guard<std::mutex> lock(cpu_generator.mutex());
-    cpu_generator.set_state(generator);
+    s.step = restore_training_checkpoint(s.options.resume, s.parts(), c.model.name, s.total_steps);
   }
   if (s.env.enabled()) {
     s.parallel = std::make_unique<DataParallel>(s.env, s.device);
@@ -410,31 +533,9 @@ std::string Trainer::output_dir() const { return state_->output.string(); }
 
 void Trainer::save_checkpoint(const std::string& path) const {
   const auto& s = *state_;
-  io::TensorDict tensors;
-  for (const auto& item : state_dict(*s.model.module)) {
-    tensors.insert("model." + item.key(), item.value().to(torch::kCPU));
-  }
-  for (const auto& item : s.optimizer->state_dict()) {
-    tensors.insert("optimizer." + item.key(), item.value().to(torch::kCPU));
-  }
-  if (s.ema) {
-    for (const auto& item : state_dict(*s.ema->module)) {
-      tensors.insert("ema." + item.key(), item.value().to(torch::kCPU));
-    }
-  }
-  {
-    auto cpu_generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(cpu_generator.mutex());
-    tensors.insert("rng.cpu", cpu_generator.get_state());
-  }
-  nlohmann::json classes = s.train.classes;
-  io::save_safetensors(path, tensors,
-                       {{"model", s.config.model.name},
-                        {"step", std::to_string(s.step)},
-                        {"total_steps", std::to_string(s.total_steps)},
-                        {"config", s.config.source},
-                        {"ema_updates", std::to_string(s.ema_updates)},
-                        {"classes", classes.dump()}});
+  save_training_checkpoint(
+      path, s.parts(),
+      {s.config.model.name, s.step, s.total_steps, s.config.source, s.train.classes});
 }
 
 std::vector<TrainMetrics> Trainer::run() {
@@ -442,266 +543,62 @@ std::vector<TrainMetrics> Trainer::run() {
   const auto& c = s.config;
   const auto& t = c.train;
   fs::create_directories(s.output);
-  const auto csv_path = s.output / "metrics.csv";
+  const auto csv_path = s.output / "metrics.csv", checkpoint = s.output / "checkpoint.safetensors";
   const bool fresh = s.step == 0 || !fs::exists(csv_path);
-  std::ofstream csv;  // rank 0 writes the run's files; the others' streams stay closed
-  if (s.main_rank()) {
-    csv.open(csv_path, fresh ? std::ios::trunc : std::ios::app);
-    if (!csv) throw Error(csv_path.string() + ": cannot write");
-    if (fresh) csv << kCsvHeader << "\n";
-  }
-
-  LoaderOptions lo;
-  lo.batch_size = t.batch_size;
-  lo.shuffle = true;
-  lo.drop_last = true;
-  lo.pad = !takes_images(c.model);
-  lo.seed = static_cast<uint64_t>(t.seed);
-  lo.workers = c.data.workers;
-  lo.prefetch = c.data.prefetch;
-  lo.batch_size = t.batch_size * s.env.world_size;
-  lo.shard = s.env.rank;
-  lo.shards = s.env.world_size;
-  const auto loader_fn = example_loader(c.model, &c.augment);
-  const auto classes = static_cast<int64_t>(s.train.classes.size());
-  const bool autocast = t.precision == "bf16" && s.device.is_cuda();
-
-  std::vector<TrainMetrics> history;
-  std::unique_ptr<EpochLoader> loader;
-  int64_t loader_epoch = -1;
-  const auto next_batch = [&](int64_t micro) {
-    const int64_t epoch = micro / s.batches_per_epoch, index = micro % s.batches_per_epoch;
-    if (!loader || loader_epoch != epoch) {
-      loader.reset();
-      loader = std::make_unique<EpochLoader>(s.train, loader_fn, lo, epoch, index);
-      loader_epoch = epoch;
-    }
-    auto batch = loader->next();
-    TORCH_INTERNAL_ASSERT(batch.has_value(), "the epoch ended early");
-    return std::move(*batch);
-  };
-  const auto examples_per_epoch = static_cast<double>(s.batches_per_epoch * lo.batch_size);
-
-  double loss_sum = 0.0;
-  int64_t loss_count = 0, examples = 0;
-  auto window_start = std::chrono::steady_clock::now();
-  const auto run_start = window_start;
-  const int64_t first_step = s.step;
-  double last_grad_norm = 0.0;
-  const bool bar = s.options.progress_bar;
-  auto& out = s.log();
-  out << "training " << c.model.name << ": " << s.train.examples.size() << " examples, " << classes
-      << " classes, " << s.total_steps << " steps of " << t.accumulation << " x " << lo.batch_size
-      << (s.env.enabled() ? " (" + std::to_string(s.env.world_size) + " ranks x " +
-                                std::to_string(t.batch_size) + ")"
-                          : std::string())
-      << (s.step > 0 ? ", resumed at step " + std::to_string(s.step) : "") << ", output "
-      << s.output.string() << "\n";
-
-  const auto eval_now = [&](TrainMetrics& row) {
-    if (!s.has_val || !s.main_rank()) return;
-    const auto r = evaluate(s.final_model(), s.val, t.batch_size, c.data.workers, s.device);
-    row.val_loss = r.loss;
-    row.val_top1 = r.top1;
-    row.val_top5 = r.top5;
-    if (bar) out << "\n";
-    out << "step " << row.step << ": val loss " << std::fixed << std::setprecision(4) << r.loss
-        << ", top-1 " << std::setprecision(2) << 100.0 * r.top1 << "%, top-5 " << 100.0 * r.top5
-        << "% (" << r.examples << " examples)" << std::defaultfloat << "\n";
-  };
-
-  const int64_t last_step =
-      s.options.stop_at_step > 0 ? std::min(s.options.stop_at_step, s.total_steps) : s.total_steps;
-  // Diagnostics: every diagnostics_every steps, the first
-  // micro-batch's attention statistics (recorded during its own forward) and the step's gradient
-  // norms, appended to diagnostics.jsonl, with a summary line in the log.
-  std::unique_ptr<std::ofstream> diagnostics;
+  std::optional<MetricsWriter> csv;  // rank 0 writes the run's files
+  if (s.main_rank()) csv.emplace(csv_path.string(), s.step);
+  std::unique_ptr<std::ofstream> diagnostics;  // every diagnostics_every steps
   if (t.diagnostics_every > 0 && s.main_rank()) {
     diagnostics = std::make_unique<std::ofstream>(s.output / "diagnostics.jsonl",
                                                   fresh ? std::ios::trunc : std::ios::app);
   }
+  const auto lo = s.loader_options();
+  TrainingBatches batches(s.train, example_loader(c.model, &c.augment), lo, s.batches_per_epoch);
+  const Mixup mixup(mixup_options(c, static_cast<int64_t>(s.train.classes.size())));
+  const auto examples_per_epoch = static_cast<double>(s.batches_per_epoch * lo.batch_size);
+  const int64_t last_step =
+      s.options.stop_at_step > 0 ? std::min(s.options.stop_at_step, s.total_steps) : s.total_steps;
+  ProgressReport progress(s.log(), s.options.progress_bar, s.step, s.total_steps);
+  s.log() << s.banner(lo.batch_size);
+  std::vector<TrainMetrics> history;
+  MetricsWindow window;
   while (s.step < last_step) {
-    const bool diagnose = t.diagnostics_every > 0 && s.step % t.diagnostics_every == 0;
-    nlohmann::json diagnosis;
-    std::mt19937_64 rng(mix(static_cast<uint64_t>(t.seed) ^ mix(static_cast<uint64_t>(s.step))));
-    s.optimizer->zero_grad();
-    for (int64_t a = 0; a < t.accumulation; ++a) {
-      auto batch = next_batch(s.step * t.accumulation + a);
-      auto inputs = batch.inputs;
-      const auto n = batch.labels.size(0);
-      auto targets = torch::one_hot(batch.labels, classes).to(torch::kFloat);
-      // Mixup / cutmix (images): the batch mixed with itself reversed, the targets alike.
-      const bool use_mix = takes_images(c.model) &&
-                           (c.augment.mixup_alpha > 0.0 || c.augment.cutmix_alpha > 0.0) &&
-                           uniform(rng, 0.0, 1.0) < c.augment.mix_prob;
-      if (use_mix) {
-        const bool cutmix = c.augment.cutmix_alpha > 0.0 &&
-                            (c.augment.mixup_alpha <= 0.0 || uniform(rng, 0.0, 1.0) < 0.5);
-        double lam = beta_sample(rng, cutmix ? c.augment.cutmix_alpha : c.augment.mixup_alpha);
-        const auto flipped = inputs.flip(0);
-        if (cutmix) {
-          const int64_t h = inputs.size(2), w = inputs.size(3);
-          const double cut = std::sqrt(1.0 - lam);
-          const auto ch = static_cast<int64_t>(h * cut), cw = static_cast<int64_t>(w * cut);
-          const int64_t cy = random_int(rng, 0, h), cx = random_int(rng, 0, w);
-          const int64_t y0 = std::clamp<int64_t>(cy - ch / 2, 0, h),
-                        y1 = std::clamp<int64_t>(cy + ch / 2, 0, h);
-          const int64_t x0 = std::clamp<int64_t>(cx - cw / 2, 0, w),
-                        x1 = std::clamp<int64_t>(cx + cw / 2, 0, w);
-          inputs = inputs.clone();
-          inputs.narrow(2, y0, y1 - y0)
-              .narrow(3, x0, x1 - x0)
-              .copy_(flipped.narrow(2, y0, y1 - y0).narrow(3, x0, x1 - x0));
-          lam = 1.0 - static_cast<double>((y1 - y0) * (x1 - x0)) / static_cast<double>(h * w);
-        } else {
-          inputs = lam * inputs + (1.0 - lam) * flipped;
-        }
-        targets = lam * targets + (1.0 - lam) * targets.flip(0);
-      }
-      if (t.label_smoothing > 0.0) {
-        targets =
-            targets * (1.0 - t.label_smoothing) + t.label_smoothing / static_cast<double>(classes);
-      }
-      batch.inputs = inputs;
-      torch::Tensor loss;
-      {
-        AutocastScope scope(autocast);
-        std::unique_ptr<AttentionRecorder> recorder;
-        if (diagnose && a == 0) recorder = std::make_unique<AttentionRecorder>();
-        const auto logits = classify_batch(s.model, batch);
-        if (recorder) {
-          const auto statistics = attention_statistics(recorder->records());
-          diagnosis["attention"] = to_json(statistics);
-          diagnosis["attention_text"] = to_text(statistics);
-        }
-        loss = -(targets.to(logits.device()) * torch::log_softmax(logits.to(torch::kFloat), -1))
-                    .sum(-1)
-                    .mean();
-      }
-      const double value = loss.item<double>();
-      if (!std::isfinite(value)) {
-        throw Error("step " + std::to_string(s.step) + ": the loss is " + std::to_string(value) +
-                    " (lower optimizer.lr, set train.clip_grad_norm, or check the data)");
-      }
-      if (s.parallel) s.parallel->set_sync(a + 1 == t.accumulation);
-      (loss / static_cast<double>(t.accumulation)).backward();
-      loss_sum += s.parallel ? s.parallel->mean(value) : value;
-      ++loss_count;
-      examples += n * s.env.world_size;
-    }
-    if (s.parallel) s.parallel->finish_gradients();
-    if (diagnose && diagnostics) {
-      const auto norms = gradient_norms(s.model.module->named_parameters());
-      diagnosis["step"] = s.step;
-      diagnosis["gradients"] = to_json(norms);
-      if (bar) out << "\n";
-      out << "diagnostics at step " << s.step << ":\n"
-          << diagnosis.value("attention_text", std::string()) << to_text(norms) << "\n";
-      diagnosis.erase("attention_text");
-      *diagnostics << diagnosis.dump() << "\n";
-      diagnostics->flush();
-    }
-    std::vector<torch::Tensor> grads;
-    for (const auto& p : s.model.module->parameters()) {
-      if (p.grad().defined()) grads.push_back(p.grad());
-    }
-    last_grad_norm =
-        t.clip_grad_norm > 0.0
-            ? torch::nn::utils::clip_grad_norm_(s.model.module->parameters(), t.clip_grad_norm)
-            : torch::stack(torch::_foreach_norm(grads)).norm().item<double>();
-    const double factor = s.schedule.factor(s.step);
-    s.optimizer->step(factor);
-    ++s.step;
-    if (s.ema) {
-      // timm's warmup: early averages forget the random initialisation quickly.
-      const double n = static_cast<double>(s.ema_updates);
-      const double decay =
-          t.ema_warmup > 0
-              ? std::min(t.ema_decay, (1.0 + n) / (static_cast<double>(t.ema_warmup) + n))
-              : t.ema_decay;
-      torch::NoGradGuard no_grad;
-      torch::_foreach_lerp_(s.ema_tensors, s.model_tensors, 1.0 - decay);
-      ++s.ema_updates;
-    }
-
-    // An epoch ended during this step's micro-batches.
-    const bool epoch_end = (s.step * t.accumulation) / s.batches_per_epoch !=
-                           ((s.step - 1) * t.accumulation) / s.batches_per_epoch;
+    const auto [grad_norm, lr] = s.train_step(batches, mixup, window, diagnostics.get(), progress);
+    const bool epoch_end = s.epoch_ended();
     const bool log_row = s.step % t.log_every == 0 || s.step == s.total_steps;
     const bool eval_row = s.has_val && (t.eval_every > 0 ? s.step % t.eval_every == 0 : epoch_end);
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
-    if (bar) {
-      const double done = static_cast<double>(s.step) / static_cast<double>(s.total_steps);
-      const double since =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-      const double eta = since / static_cast<double>(s.step - first_step) *
-                         static_cast<double>(s.total_steps - s.step);
-      const int width = 24, filled = static_cast<int>(done * width);
-      out << "\r[" << std::string(filled, '#') << std::string(width - filled, '.') << "] " << s.step
-          << "/" << s.total_steps << " loss " << std::fixed << std::setprecision(4)
-          << loss_sum / std::max<int64_t>(loss_count, 1) << " lr " << std::scientific
-          << std::setprecision(2) << c.optimizer.lr * factor << std::fixed << std::setprecision(1)
-          << " " << static_cast<double>(examples) / std::max(elapsed, 1e-9) << " ex/s ETA "
-          << duration_text(eta) << std::defaultfloat << "   " << std::flush;
-    }
+    const double throughput = window.examples_per_second();
+    progress.step(s.step, window.mean_loss(), lr, throughput);
     if (log_row || eval_row) {
       TrainMetrics row;
       row.step = s.step;
       row.epoch = static_cast<double>(s.step * t.accumulation * lo.batch_size) / examples_per_epoch;
-      row.loss = loss_sum / std::max<int64_t>(loss_count, 1);
-      row.lr = c.optimizer.lr * factor;
-      row.grad_norm = last_grad_norm;
-      row.examples_per_second = static_cast<double>(examples) / std::max(elapsed, 1e-9);
-      row.val_loss = row.val_top1 = row.val_top5 = kNaN;
-      if (!bar) {
-        out << "step " << row.step << "/" << s.total_steps << " epoch " << std::fixed
-            << std::setprecision(2) << row.epoch << " loss " << std::setprecision(4) << row.loss
-            << " lr " << std::scientific << std::setprecision(2) << row.lr << std::fixed << " grad "
-            << std::setprecision(3) << row.grad_norm << " " << std::setprecision(1)
-            << row.examples_per_second << " ex/s" << std::defaultfloat << "\n";
-      }
-      if (eval_row) eval_now(row);
-      csv << row.step << "," << csv_number(row.epoch) << "," << csv_number(row.loss) << ","
-          << csv_number(row.lr) << "," << csv_number(row.grad_norm) << ","
-          << csv_number(row.examples_per_second) << "," << csv_number(row.val_loss) << ","
-          << csv_number(row.val_top1) << "," << csv_number(row.val_top5) << "\n";
-      csv.flush();
+      row.loss = window.mean_loss();
+      row.lr = lr;
+      row.grad_norm = grad_norm;
+      row.examples_per_second = throughput;
+      progress.row(row);
+      if (eval_row) s.validate(row, progress);
+      if (csv) csv->write(row);
       history.push_back(row);
       if (eval_row && s.options.on_metrics) s.options.on_metrics(history);
-      loss_sum = 0.0;
-      loss_count = 0;
-      examples = 0;
-      window_start = std::chrono::steady_clock::now();
+      window = MetricsWindow();
     }
     const bool checkpoint_now =
         s.step == last_step ||
         (t.checkpoint_every > 0 ? s.step % t.checkpoint_every == 0 : epoch_end);
-    if (checkpoint_now && s.main_rank()) {
-      save_checkpoint((s.output / "checkpoint.safetensors").string());
-    }
+    if (checkpoint_now && s.main_rank()) save_checkpoint(checkpoint.string());
   }
-  if (bar) out << "\n";
+  progress.finish();
   if (s.step < s.total_steps) {
-    out << "stopped at step " << s.step << " of " << s.total_steps << "; resume from "
-        << (s.output / "checkpoint.safetensors").string() << "\n";
+    s.log() << "stopped at step " << s.step << " of " << s.total_steps << "; resume from "
+            << checkpoint.string() << "\n";
     return history;
   }
   if (!s.main_rank()) return history;
-  // The weights alone, for `attnzoo eval`, `classify` and `encode --weights`.
-  io::TensorDict weights;
-  for (const auto& item : state_dict(*s.final_model().module)) {
-    weights.insert(item.key(), item.value().to(torch::kCPU));
-  }
-  nlohmann::json class_names = s.train.classes;
-  io::save_safetensors((s.output / "model.safetensors").string(), weights,
-                       {{"model", c.model.name},
-                        {"format", "attnzoo"},
-                        {"step", std::to_string(s.step)},
-                        {"weights", s.ema ? "ema" : "last"},
-                        {"classes", class_names.dump()}});
-  out << "done: " << s.step << " steps; " << (s.output / "model.safetensors").string() << ", "
-      << (s.output / "checkpoint.safetensors").string() << ", " << csv_path.string() << "\n";
+  s.write_weights((s.output / "model.safetensors").string());
+  s.log() << "done: " << s.step << " steps; " << (s.output / "model.safetensors").string() << ", "
+          << checkpoint.string() << ", " << csv_path.string() << "\n";
   if (s.options.on_metrics) s.options.on_metrics(history);
   return history;
 }

@@ -12,11 +12,16 @@
 // the model, the optimiser's moments, the step and the random generator's state; a run resumed
 // from it continues with the very batches, augmentations and dropout masks of the uninterrupted
 // run, so its losses are the same.
+//
+// Its parts: train/mixup.h (mixup, cutmix, label smoothing), train/weight_average.h (the EMA of
+// the weights), train/metrics_writer.h (metrics.csv), train/progress.h (the bar or the plain
+// lines), train/training_checkpoint.h (checkpoint.safetensors, saved and restored).
 #pragma once
 
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/configs/train_config.h>
 #include <attnzoo/train/data.h>
+#include <attnzoo/train/metrics_writer.h>
 
 #include <torch/types.h>
 
@@ -28,17 +33,6 @@
 #include <vector>
 
 namespace attnzoo {
-
-// One row of metrics.csv. Validation columns are NaN on rows without an evaluation.
-struct TrainMetrics {
-  int64_t step = 0;        // optimiser steps done
-  double epoch = 0.0;      // fractional: examples seen / examples per epoch
-  double loss = 0.0;       // mean training loss since the previous row
-  double lr = 0.0;         // the base learning rate times the schedule's factor at this step
-  double grad_norm = 0.0;  // the global gradient norm of the last step, before clipping
-  double examples_per_second = 0.0;
-  double val_loss, val_top1, val_top5;
-};
 
 struct EvalResult {
   int64_t examples = 0;

@@ -1,0 +1,167 @@
+// metrics.csv: the header and one row per write, numbers to 8 significant digits and NaN as an
+// empty cell; a resumed run continues the file with each step once, in order, without the rows a
+// killed run wrote after its checkpoint or its torn last line.
+#include "trainer_test_util.h"
+
+#include <attnzoo/io/error.h>
+#include <attnzoo/train/metrics_writer.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace attnzoo {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::vector<std::vector<std::string>> cells_of(const std::string& text) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> cells;
+    size_t begin = 0;
+    for (size_t comma; (comma = line.find(',', begin)) != std::string::npos; begin = comma + 1) {
+      cells.push_back(line.substr(begin, comma - begin));
+    }
+    cells.push_back(line.substr(begin));
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+TrainMetrics row_at(int64_t step, bool evaluated = false) {
+  TrainMetrics r;
+  r.step = step;
+  r.epoch = static_cast<double>(step) / 6.0;
+  r.loss = 1.0 / static_cast<double>(step + 1);
+  r.lr = 3e-3;
+  r.grad_norm = 0.25;
+  r.examples_per_second = 812.5;
+  if (evaluated) {
+    r.val_loss = 0.5;
+    r.val_top1 = 0.75;
+    r.val_top5 = 1.0;
+  }
+  return r;
+}
+
+// The steps of a file's rows, after checking its header and that every row is complete.
+std::vector<int64_t> steps_of(const std::string& path) {
+  const auto text = read_text(path);
+  EXPECT_TRUE(text.empty() || text.back() == '\n');
+  const auto rows = cells_of(text);
+  std::vector<int64_t> steps;
+  if (rows.empty()) return steps;
+  EXPECT_EQ(rows[0].size(), 9u);
+  EXPECT_EQ(text.substr(0, text.find('\n')), MetricsWriter::kHeader);
+  for (size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].size(), 9u) << "row " << i;
+    steps.push_back(std::stoll(rows[i][0]));
+  }
+  return steps;
+}
+
+TEST(Metrics, RowsAsWritten) {
+  const auto path = testing::fresh_dir("metrics_rows") + "/metrics.csv";
+  {
+    MetricsWriter csv(path, 0);
+    TrainMetrics r = row_at(6, true);
+    r.loss = 0.123456789;
+    r.epoch = 1.0;
+    csv.write(r);
+    // Flushed as written: readable while the writer is open.
+    EXPECT_EQ(read_text(path), std::string(MetricsWriter::kHeader) +
+                                   "\n6,1,0.12345679,0.003,0.25,812.5,0.5,0.75,1\n");
+    csv.write(row_at(7));
+  }
+  const auto rows = cells_of(read_text(path));
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0][0], "step");
+  EXPECT_EQ(rows[2][0], "7");
+  EXPECT_EQ(rows[2][6], "");  // no evaluation: empty cells
+  EXPECT_EQ(rows[2][7], "");
+  EXPECT_EQ(rows[2][8], "");
+  EXPECT_NEAR(std::stod(rows[2][2]), 1.0 / 8.0, 1e-8);
+  EXPECT_NEAR(std::stod(rows[2][1]), 7.0 / 6.0, 1e-7);
+  TrainMetrics blank;
+  EXPECT_TRUE(std::isnan(blank.val_loss) && std::isnan(blank.val_top1) &&
+              std::isnan(blank.val_top5));
+}
+
+TEST(Metrics, AFreshRunReplacesTheFile) {
+  const auto path = testing::fresh_dir("metrics_fresh") + "/metrics.csv";
+  std::ofstream(path) << "old,contents\n1,2\n";
+  MetricsWriter(path, 0).write(row_at(1));
+  EXPECT_EQ(steps_of(path), (std::vector<int64_t>{1}));
+  // Resumed, but the file is gone: a new one with the header.
+  const auto gone = testing::fresh_dir("metrics_gone") + "/metrics.csv";
+  MetricsWriter(gone, 5).write(row_at(6));
+  EXPECT_EQ(steps_of(gone), (std::vector<int64_t>{6}));
+}
+
+// Stopped at the checkpoint's step: the file is continued as it is, byte for byte.
+TEST(Metrics, AResumedRunContinuesTheFile) {
+  const auto path = testing::fresh_dir("metrics_resume") + "/metrics.csv";
+  {
+    MetricsWriter csv(path, 0);
+    for (int64_t s = 1; s <= 5; ++s) csv.write(row_at(s, s == 3));
+  }
+  const auto before = read_text(path);
+  {
+    MetricsWriter csv(path, 5);
+    for (int64_t s = 6; s <= 8; ++s) csv.write(row_at(s));
+  }
+  const auto after = read_text(path);
+  EXPECT_EQ(after.substr(0, before.size()), before);
+  EXPECT_EQ(steps_of(path), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+// Killed after writing rows 6 and 7 and half of row 8, with the checkpoint at step 5: resumed
+// from it, the run writes 6, 7 and 8 again, and the file has each once, every row whole.
+TEST(Metrics, AResumedRunHasNoDuplicatedOrTornRows) {
+  const auto path = testing::fresh_dir("metrics_torn") + "/metrics.csv";
+  {
+    MetricsWriter csv(path, 0);
+    for (int64_t s = 1; s <= 7; ++s) csv.write(row_at(s));
+  }
+  std::ofstream(path, std::ios::app) << "8,1.3333333,0.98765";
+  {
+    MetricsWriter csv(path, 5);
+    for (int64_t s = 6; s <= 9; ++s) csv.write(row_at(s));
+  }
+  EXPECT_EQ(steps_of(path), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  const auto text = read_text(path);
+  EXPECT_EQ(text.find("0.98765"), std::string::npos);
+  const auto rows = cells_of(text);
+  EXPECT_EQ(rows[6][0], "6");
+  EXPECT_NEAR(std::stod(rows[6][2]), 1.0 / 7.0, 1e-8);
+  // A file that lost its header (or everything) gets it back.
+  std::ofstream(path, std::ios::trunc) << "1,0.1,0.5,0.003,0.2,800,,,\n";
+  MetricsWriter(path, 1).write(row_at(2));
+  EXPECT_EQ(steps_of(path), (std::vector<int64_t>{1, 2}));
+}
+
+TEST(Metrics, AnUnwritableFileIsNamed) {
+  const auto dir = testing::fresh_dir("metrics_missing_dir");
+  try {
+    MetricsWriter(dir + "/no/such/folder/metrics.csv", 0);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("no/such/folder/metrics.csv"));
+  }
+}
+
+}  // namespace
+}  // namespace attnzoo
