@@ -42,13 +42,18 @@ ViTOptions read_ast_architecture(MapReader arch) {
   o.qkv_bias(arch.boolean("qkv_bias", true));
   o.num_classes(arch.integer("num_classes", 527, 0, kMaxClasses));
   o.norm_eps(arch.number("norm_eps", 1e-12, 0.0, 1.0, true));
-  o.activation(arch.choice("activation", "gelu", {"gelu", "gelu_tanh"}));
+  o.activation(arch.enumeration("activation", Activation::kGelu,
+                                {Activation::kGelu, Activation::kGeluTanh}));
   o.drop_rate(arch.number("drop_rate", 0.0, 0.0, kBelowOne));
   o.attn_drop_rate(arch.number("attn_drop_rate", 0.0, 0.0, kBelowOne));
   o.proj_drop_rate(arch.number("proj_drop_rate", 0.0, 0.0, kBelowOne));
   o.drop_path_rate(arch.number("drop_path_rate", 0.0, 0.0, kBelowOne));
   arch.finish();
-  o.in_chans(1).class_token(true).dist_token(true).global_pool("cls_dist").head_norm(true);
+  o.in_chans(1)
+      .class_token(true)
+      .dist_token(true)
+      .global_pool(GlobalPool::kClsDist)
+      .head_norm(true);
 
   // Relations between values, checked once every value is known to be well-formed, reported at
   // MapReader::relation_key.

@@ -30,20 +30,23 @@ ConformerEncoderOptions read_conformer_architecture(MapReader arch) {
   blocks.ffn_dim(arch.integer("ffn_dim", blocks.ffn_dim(), 1, 8 * kMaxEmbedDim));
   blocks.depthwise_conv_kernel_size(arch.integer(
       "depthwise_conv_kernel_size", blocks.depthwise_conv_kernel_size(), 1, kMaxKernel));
-  blocks.conv_norm(
-      arch.choice("conv_norm", blocks.conv_norm(), {"batch_norm", "group_norm", "layer_norm"}));
+  blocks.conv_norm(arch.enumeration(
+      "conv_norm", blocks.conv_norm(),
+      {ConvNormKind::kBatchNorm, ConvNormKind::kGroupNorm, ConvNormKind::kLayerNorm}));
   blocks.convolution_first(arch.boolean("convolution_first", blocks.convolution_first()));
   blocks.causal_conv(arch.boolean("causal_conv", blocks.causal_conv()));
   blocks.dropout(arch.number("dropout", blocks.dropout(), 0.0, kBelowOne));
   blocks.norm_eps(arch.number("norm_eps", blocks.norm_eps(), 0.0, 1.0, true));
   blocks.conv_norm_eps(arch.number("conv_norm_eps", blocks.conv_norm_eps(), 0.0, 1.0, true));
   ConformerEncoderOptions o(input_dim, blocks);
-  o.subsampling(arch.choice("subsampling", o.subsampling(),
-                            {"none", "conv2d4", "conv2d6", "conv2d8", "dw_striding8"}));
+  o.subsampling(arch.enumeration("subsampling", o.subsampling(),
+                                 {Subsampling::kNone, Subsampling::kConv2d4, Subsampling::kConv2d6,
+                                  Subsampling::kConv2d8, Subsampling::kDwStriding8}));
   o.subsampling_channels(
       arch.integer("subsampling_channels", o.subsampling_channels(), 0, kMaxEmbedDim));
-  o.position(
-      arch.choice("position", o.position(), {"none", "abs_pos", "rel_pos", "rel_pos_wenet"}));
+  o.position(arch.enumeration("position", o.position(),
+                              {ConformerPosition::kNone, ConformerPosition::kAbsPos,
+                               ConformerPosition::kRelPos, ConformerPosition::kRelPosWenet}));
   o.global_cmvn(arch.boolean("global_cmvn", o.global_cmvn()));
   o.final_norm(arch.boolean("final_norm", o.final_norm()));
   o.vocab_size(arch.integer("vocab_size", o.vocab_size(), 0, kMaxClasses));
@@ -59,23 +62,24 @@ ConformerEncoderOptions read_conformer_architecture(MapReader arch) {
                   std::to_string(blocks.num_heads()) +
                   " (each head takes encoder_dim / num_heads)");
   }
-  if (o.position() != "none" && d % 2 != 0) {
+  if (o.position() != ConformerPosition::kNone && d % 2 != 0) {
     arch.fail(arch.relation_key("encoder_dim", "position"),
-              "position " + o.position() +
+              "position " + std::string(to_string(o.position())) +
                   " uses sinusoidal encodings, which need an even "
                   "encoder_dim; got " +
                   std::to_string(d));
   }
-  if (o.subsampling() == "none" && input_dim != d) {
+  if (o.subsampling() == Subsampling::kNone && input_dim != d) {
     arch.fail(arch.relation_key("input_dim", "subsampling"),
               "without subsampling the features go straight to the blocks: input_dim " +
                   std::to_string(input_dim) + " must equal encoder_dim " + std::to_string(d));
   }
-  if (o.subsampling() != "none" &&
+  if (o.subsampling() != Subsampling::kNone &&
       subsampled_length(conformer_subsampling_steps(o.subsampling()), input_dim) < 1) {
     arch.fail(arch.relation_key("input_dim", "subsampling"),
-              "subsampling " + o.subsampling() + " leaves no features of input_dim " +
-                  std::to_string(input_dim) + "; it needs more feature bins");
+              "subsampling " + std::string(to_string(o.subsampling())) +
+                  " leaves no features of input_dim " + std::to_string(input_dim) +
+                  "; it needs more feature bins");
   }
   return o;
 }
@@ -91,9 +95,9 @@ StreamingConfig read_streaming(MapReader streaming, const ConformerEncoderOption
   std::string why;
   if (!model.blocks().causal_conv()) {
     why = "architecture.causal_conv: true (a centred kernel reads frames not yet arrived)";
-  } else if (model.blocks().conv_norm() == "group_norm") {
+  } else if (model.blocks().conv_norm() == ConvNormKind::kGroupNorm) {
     why = "a conv_norm other than group_norm (it normalises over the whole utterance)";
-  } else if (model.subsampling() == "dw_striding8") {
+  } else if (model.subsampling() == Subsampling::kDwStriding8) {
     why = "a subsampling without padding (none, conv2d4, conv2d6, conv2d8)";
   } else if (head_gating) {
     why = "attention.head_gating: false (the gates pool the whole utterance)";
@@ -110,7 +114,7 @@ ConformerEncoderImpl& encoder_module(torch::nn::Module& module) {
 
 // The encoder's output frames for `frames` input frames.
 int64_t encoder_frames(const ConformerEncoderOptions& o, int64_t frames) {
-  if (o.subsampling() == "none") return frames;
+  if (o.subsampling() == Subsampling::kNone) return frames;
   return subsampled_length(conformer_subsampling_steps(o.subsampling()), frames);
 }
 
@@ -126,11 +130,10 @@ class ConformerFamily final : public ModelFamily {
     auto o = read_conformer_architecture(root.map("architecture", true));
     auto attention_map = root.map("attention", false);
     const auto attention = read_attention(attention_map);
-    const auto& position = o.position();
-    if (attention.backend == "linear" && (position == "rel_pos" || position == "rel_pos_wenet")) {
-      attention_map.fail("backend",
-                         "linear attention cannot add the relative-position bias of position " +
-                             position + "; use position abs_pos or none");
+    if (attention.backend == "linear" && is_relative(o.position())) {
+      attention_map.fail(
+          "backend", "linear attention cannot add the relative-position bias of position " +
+                         std::string(to_string(o.position())) + "; use position abs_pos or none");
     }
     o.blocks()
         .attention_backend(attention.backend)
@@ -193,9 +196,9 @@ class ConformerFamily final : public ModelFamily {
     return config.options<ConformerEncoderOptions>().blocks().attention_backend();
   }
   double frame_ms(const ModelConfig& config) const override {
-    const auto& subsampling = config.options<ConformerEncoderOptions>().subsampling();
+    const auto subsampling = config.options<ConformerEncoderOptions>().subsampling();
     int64_t rate = 1;
-    if (subsampling != "none") {
+    if (subsampling != Subsampling::kNone) {
       for (const auto& step : conformer_subsampling_steps(subsampling)) rate *= step.stride;
     }
     return config.features.frame_shift_ms * static_cast<double>(rate);
@@ -222,7 +225,7 @@ class ConformerFamily final : public ModelFamily {
     if (features.size(1) < needed) {
       throw InputError(fwhat + shape_string(features.sizes()) + ": too short, " +
                        std::to_string(features.size(1)) + " frames; subsampling " +
-                       o.subsampling() + " needs at least " + std::to_string(needed));
+                       to_string(o.subsampling()) + " needs at least " + std::to_string(needed));
     }
     const auto& lengths = input.lengths;
     if (lengths.defined()) {

@@ -34,7 +34,8 @@ int64_t vit_parameter_count(const ViTOptions& o) {
   // The final norm sits before pooling (norm) or after it (fc_norm): the same size either way.
   if (o.final_norm()) n += layer_norm;
   if (o.head_norm()) n += layer_norm;
-  const int64_t heads = o.dist_token() && o.global_pool() == "token" ? 2 : 1;  // + head_dist
+  const int64_t heads =
+      o.dist_token() && o.global_pool() == GlobalPool::kToken ? 2 : 1;  // + head_dist
   if (o.num_classes() > 0) n += heads * (d * o.num_classes() + o.num_classes());
   return n;
 }
@@ -52,8 +53,9 @@ int64_t vit_macs(const ViTOptions& o, int64_t height, int64_t width) {
   macs += o.depth() * block;
   if (o.num_classes() > 0) {
     // One pooled vector, or every token without pooling.
-    const int64_t pooled = o.global_pool() == "none" ? tokens : 1;
-    const int64_t heads = o.dist_token() && o.global_pool() == "token" ? 2 : 1;  // + head_dist
+    const int64_t pooled = o.global_pool() == GlobalPool::kNone ? tokens : 1;
+    const int64_t heads =
+        o.dist_token() && o.global_pool() == GlobalPool::kToken ? 2 : 1;  // + head_dist
     macs += heads * pooled * d * o.num_classes();
   }
   return macs;
@@ -73,7 +75,7 @@ int64_t conformer_parameter_count(const ConformerEncoderOptions& o) {
   const int64_t d = b.input_dim(), ffn = b.ffn_dim(), k = b.depthwise_conv_kernel_size();
   const int64_t layer_norm = 2 * d;
   int64_t n = 0;
-  if (o.subsampling() != "none") {
+  if (o.subsampling() != Subsampling::kNone) {
     const auto steps = conformer_subsampling_steps(o.subsampling());
     const int64_t c = subsampling_channels(o);
     for (size_t i = 0; i < steps.size(); ++i) {
@@ -85,7 +87,7 @@ int64_t conformer_parameter_count(const ConformerEncoderOptions& o) {
   }
   int64_t block = 2 * (layer_norm + d * ffn + ffn + ffn * d + d);  // ffn1, ffn2
   block += layer_norm + 3 * d * d + 3 * d + d * d + d;             // attn_norm, qkv, proj
-  const bool relative = o.position() == "rel_pos" || o.position() == "rel_pos_wenet";
+  const bool relative = is_relative(o.position());
   if (relative) block += d * d + 2 * d;  // linear_pos (no bias), pos_bias_u, pos_bias_v
   if (b.head_gating()) block += d * b.num_heads() + b.num_heads();  // head_gate
   block += layer_norm + d * 2 * d + 2 * d;                          // conv.norm, pointwise_conv1
@@ -103,7 +105,7 @@ int64_t conformer_macs(const ConformerEncoderOptions& o, int64_t input_frames) {
   const int64_t d = b.input_dim(), ffn = b.ffn_dim(), k = b.depthwise_conv_kernel_size();
   int64_t macs = 0;
   int64_t t = input_frames;
-  if (o.subsampling() != "none") {
+  if (o.subsampling() != Subsampling::kNone) {
     const auto steps = conformer_subsampling_steps(o.subsampling());
     const int64_t c = subsampling_channels(o);
     int64_t f = o.input_dim();
@@ -119,8 +121,8 @@ int64_t conformer_macs(const ConformerEncoderOptions& o, int64_t input_frames) {
   int64_t block = 2 * 2 * t * d * ffn;  // ffn1, ffn2
   block += 3 * t * d * d + t * d * d;   // qkv, proj
   block += 2 * t * t * d;               // q·kᵀ and attention·v over all heads
-  if (o.position() == "rel_pos" || o.position() == "rel_pos_wenet") {
-    const int64_t positions = o.position() == "rel_pos" ? 2 * t - 1 : t;
+  if (is_relative(o.position())) {
+    const int64_t positions = o.position() == ConformerPosition::kRelPos ? 2 * t - 1 : t;
     block += positions * d * d;  // linear_pos
     block += t * positions * d;  // (q + v)·p
     block += t * d;              // u·k

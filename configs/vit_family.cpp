@@ -27,8 +27,9 @@ ViTOptions read_vit_architecture(MapReader arch) {
   o.patch_stride(arch.integer("patch_stride", o.patch_stride(), 0, kMaxImageSize));
   o.in_chans(arch.integer("in_chans", o.in_chans(), 1, kMaxChannels));
   o.num_classes(arch.integer("num_classes", o.num_classes(), 0, kMaxClasses));
-  o.global_pool(arch.choice("global_pool", o.global_pool(),
-                            {"token", "avg", "max", "avgmax", "cls_dist", "none"}));
+  o.global_pool(arch.enumeration("global_pool", o.global_pool(),
+                                 {GlobalPool::kToken, GlobalPool::kAvg, GlobalPool::kMax,
+                                  GlobalPool::kAvgMax, GlobalPool::kClsDist, GlobalPool::kNone}));
   o.embed_dim(arch.integer("embed_dim", o.embed_dim(), 1, kMaxEmbedDim));
   o.depth(arch.integer("depth", o.depth(), 1, kMaxDepth));
   o.num_heads(arch.integer("num_heads", o.num_heads(), 1, kMaxHeads));
@@ -46,7 +47,8 @@ ViTOptions read_vit_architecture(MapReader arch) {
   o.fc_norm(arch.nullable_boolean("fc_norm", o.fc_norm()));
   o.head_norm(arch.boolean("head_norm", o.head_norm()));
   o.norm_eps(arch.number("norm_eps", o.norm_eps(), 0.0, 1.0, true));
-  o.activation(arch.choice("activation", o.activation(), {"gelu", "gelu_tanh"}));
+  o.activation(
+      arch.enumeration("activation", o.activation(), {Activation::kGelu, Activation::kGeluTanh}));
   o.drop_rate(arch.number("drop_rate", o.drop_rate(), 0.0, kBelowOne));
   o.pos_drop_rate(arch.number("pos_drop_rate", o.pos_drop_rate(), 0.0, kBelowOne));
   o.proj_drop_rate(arch.number("proj_drop_rate", o.proj_drop_rate(), 0.0, kBelowOne));
@@ -78,11 +80,11 @@ ViTOptions read_vit_architecture(MapReader arch) {
     arch.fail(arch.relation_key("dist_token", "class_token"),
               "dist_token needs class_token: true (the distillation token follows it)");
   }
-  if (o.global_pool() == "cls_dist" && !o.dist_token()) {
+  if (o.global_pool() == GlobalPool::kClsDist && !o.dist_token()) {
     arch.fail(arch.relation_key("global_pool", "dist_token"),
               "global_pool 'cls_dist' needs dist_token: true");
   }
-  if (o.global_pool() == "token" && !o.class_token()) {
+  if (o.global_pool() == GlobalPool::kToken && !o.class_token()) {
     arch.fail(arch.relation_key("global_pool", "class_token"),
               "global_pool 'token' needs class_token: true; use avg, max, avgmax or none");
   }
@@ -227,7 +229,7 @@ TokenLayout ViTFamily::token_layout(const ModelConfig& config, const ModelInput&
   TokenLayout layout;
   layout.prefix = vit_prefix_tokens(o);
   std::tie(layout.rows, layout.cols) = vit_grid(o, input.values.size(-2), input.values.size(-1));
-  layout.first_token_predicts = o.class_token() && o.global_pool() == "token";
+  layout.first_token_predicts = o.class_token() && o.global_pool() == GlobalPool::kToken;
   return layout;
 }
 

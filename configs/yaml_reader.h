@@ -8,6 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <set>
 #include <string>
@@ -79,6 +80,18 @@ class MapReader {
   // One of `allowed`.
   std::string choice(const std::string& key, std::optional<std::string> fallback,
                      const std::vector<std::string>& allowed);
+  // A closed choice read into its enum: one of `allowed`, spelled as to_string(value) spells it
+  // (the error lists those names).
+  template <typename Enum>
+  Enum enumeration(const std::string& key, Enum fallback, std::initializer_list<Enum> allowed) {
+    std::vector<std::string> names;
+    for (const Enum value : allowed) names.emplace_back(to_string(value));
+    const auto name = choice(key, std::string(to_string(fallback)), names);
+    for (const Enum value : allowed) {
+      if (name == to_string(value)) return value;
+    }
+    return fallback;
+  }
   // As number() and boolean(), but an explicit `null` is a value of its own (std::nullopt).
   std::optional<double> nullable_number(const std::string& key, std::optional<double> fallback,
                                         double min, double max, bool min_exclusive = false);

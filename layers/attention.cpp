@@ -98,9 +98,6 @@ void MultiheadAttentionImpl::reset() {
                     ": proj_drop must lie in [0, 1), got ", o.proj_drop());
   TORCH_CHECK_VALUE(!o.scale() || (std::isfinite(*o.scale()) && *o.scale() > 0.0), kAttentionWho,
                     ": scale must be finite and > 0, got ", o.scale() ? *o.scale() : 0.0);
-  TORCH_CHECK_VALUE(o.init() == "trunc_normal" || o.init() == "xavier_qk" || o.init() == "jax",
-                    kAttentionWho, ": unknown init '", o.init(),
-                    "'; expected trunc_normal, xavier_qk or jax");
   set_backend(o.backend());
 
   const int64_t inner = inner_dim();
@@ -127,10 +124,22 @@ void MultiheadAttentionImpl::reset() {
   reset_parameters();
 }
 
+const char* to_string(AttentionInit init) {
+  switch (init) {
+    case AttentionInit::kTruncNormal:
+      return "trunc_normal";
+    case AttentionInit::kXavierQk:
+      return "xavier_qk";
+    case AttentionInit::kJax:
+      return "jax";
+  }
+  return "?";
+}
+
 void MultiheadAttentionImpl::reset_parameters() {
   torch::NoGradGuard no_grad;
   const int64_t inner = inner_dim();
-  const auto& scheme = options.init();
+  const auto scheme = options.init();
   // The projections as (layer, row offset, rows) slices: q, k, v in that order.
   struct Slice {
     torch::nn::Linear layer;
@@ -139,7 +148,7 @@ void MultiheadAttentionImpl::reset_parameters() {
   const std::vector<Slice> slices =
       options.cross_attention() ? std::vector<Slice>{{q, 0}, {kv, 0}, {kv, inner}}
                                 : std::vector<Slice>{{qkv, 0}, {qkv, inner}, {qkv, 2 * inner}};
-  if (scheme == "trunc_normal") {
+  if (scheme == AttentionInit::kTruncNormal) {
     for (auto* layer : {&qkv, &q, &kv, &proj}) {
       if (!*layer) continue;
       init::trunc_normal_((*layer)->weight, 0.0, 0.02);
@@ -150,7 +159,7 @@ void MultiheadAttentionImpl::reset_parameters() {
     // the initial values close to zero there, whereas JAX's ViT draws v like q and k.
     xavier_uniform_rows(slices[0].layer->weight, slices[0].begin, inner);
     xavier_uniform_rows(slices[1].layer->weight, slices[1].begin, inner);
-    if (scheme == "xavier_qk") {
+    if (scheme == AttentionInit::kXavierQk) {
       slices[2].layer->weight.narrow(0, slices[2].begin, inner).normal_(0.0, options.v_init_std());
     } else {
       xavier_uniform_rows(slices[2].layer->weight, slices[2].begin, inner);

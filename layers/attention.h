@@ -24,6 +24,14 @@
 
 namespace attnzoo {
 
+// How MultiheadAttention draws its parameters.
+enum class AttentionInit {
+  kTruncNormal,  // "trunc_normal" (timm): truncated normal, std 0.02; zero biases
+  kXavierQk,  // "xavier_qk": Xavier-uniform q, k and output, normal(0, v_init_std) v; zero biases
+  kJax,       // "jax": Xavier-uniform on each of q, k, v and the output; zero biases
+};
+const char* to_string(AttentionInit init);
+
 struct MultiheadAttentionOptions {
   MultiheadAttentionOptions(int64_t embed_dim, int64_t num_heads)
       : embed_dim_(embed_dim), num_heads_(num_heads) {}
@@ -57,10 +65,8 @@ struct MultiheadAttentionOptions {
   // output before the output projection. Gates are multiplied by H so that uniform gates leave the
   // layer unchanged; `head_gate` starts at zero, i.e. uniform.
   TORCH_ARG(bool, head_gating) = false;
-  // Parameter initialisation: "trunc_normal" (timm: std 0.02, zero biases), "xavier_qk"
-  // (Xavier-uniform q and k, normal(0, v_init_std) v, Xavier-uniform output, zero biases) or "jax"
-  // (Xavier-uniform on each of q, k, v and the output, zero biases).
-  TORCH_ARG(std::string, init) = "trunc_normal";
+  // Parameter initialisation (AttentionInit).
+  TORCH_ARG(AttentionInit, init) = AttentionInit::kTruncNormal;
   TORCH_ARG(double, v_init_std) = 0.02;
 };
 

@@ -44,7 +44,7 @@ void ConformerFeedForwardImpl::reset() {
 
 torch::Tensor ConformerFeedForwardImpl::forward(const torch::Tensor& x) {
   // Swish = SiLU (Ramachandran et al. 2017), as the paper's figure 4.
-  const auto h = linear1_packed_(linear1, norm(x), LinearActivation::kSilu);
+  const auto h = linear1_packed_(linear1, norm(x), Activation::kSilu);
   return dropout(linear2_packed_(linear2, dropout(h)));
 }
 
@@ -55,16 +55,13 @@ ConvNormImpl::ConvNormImpl(ConvNormOptions options_) : options(std::move(options
 void ConvNormImpl::reset() {
   const auto& o = options;
   TORCH_CHECK_VALUE(o.channels() > 0, "ConvNorm: channels must be > 0, got ", o.channels());
-  TORCH_CHECK_VALUE(
-      o.kind() == "batch_norm" || o.kind() == "group_norm" || o.kind() == "layer_norm",
-      "ConvNorm: unknown kind '", o.kind(), "'; expected batch_norm, group_norm or layer_norm");
   TORCH_CHECK_VALUE(o.eps() > 0.0, "ConvNorm: eps must be > 0, got ", o.eps());
   TORCH_CHECK_VALUE(o.momentum() >= 0.0 && o.momentum() <= 1.0,
                     "ConvNorm: momentum must lie in [0, 1], got ", o.momentum());
   const int64_t c = o.channels();
   weight = register_parameter("weight", torch::ones({c}));
   bias = register_parameter("bias", torch::zeros({c}));
-  if (o.kind() == "batch_norm") {
+  if (o.kind() == ConvNormKind::kBatchNorm) {
     running_mean = register_buffer("running_mean", torch::zeros({c}));
     running_var = register_buffer("running_var", torch::ones({c}));
     num_batches_tracked = register_buffer("num_batches_tracked", torch::zeros({}, torch::kLong));
@@ -81,13 +78,13 @@ torch::Tensor ConvNormImpl::forward(const torch::Tensor& x, const torch::Tensor&
                     ", got ", valid.defined() ? shape_string(valid.sizes()) : "");
   const double eps = options.eps();
   const auto per_channel = [](const torch::Tensor& t) { return t.view({1, -1, 1}); };
-  if (options.kind() == "layer_norm") {
+  if (options.kind() == ConvNormKind::kLayerNorm) {
     return torch::layer_norm(x.transpose(1, 2), {c}, weight, bias, eps).transpose(1, 2);
   }
   // [B, 1, T] weights of the frames in the statistics: 1 valid, 0 padding.
   const auto frames = valid.defined() ? valid.unsqueeze(1).to(x.scalar_type())
                                       : torch::ones_like(x.select(1, 0)).unsqueeze(1);
-  if (options.kind() == "group_norm") {
+  if (options.kind() == ConvNormKind::kGroupNorm) {
     // GroupNorm(1): one mean and variance per utterance over all channels of its valid frames.
     const auto count =
         (frames.sum(torch::IntArrayRef{1, 2}, /*keepdim=*/true) * c).clamp_min(1.0);  // [B, 1, 1]
@@ -175,7 +172,7 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerConvModuleImpl::forward_chunk(
   TORCH_CHECK_VALUE(o.causal(),
                     "ConformerConvModule: streaming needs the causal convolution (causal_conv: "
                     "true); a centred kernel would need frames that have not arrived");
-  TORCH_CHECK_VALUE(o.norm() != "group_norm",
+  TORCH_CHECK_VALUE(o.norm() != ConvNormKind::kGroupNorm,
                     "ConformerConvModule: group_norm normalises over the whole utterance and "
                     "cannot stream; use batch_norm or layer_norm");
   TORCH_CHECK_VALUE(x.dim() == 3 && x.size(2) == o.dim(), "ConformerConvModule: x must be [B, T, ",
@@ -198,22 +195,44 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerConvModuleImpl::forward_chunk(
 
 // ---------------------------------------------------------------------------------------------
 
-bool is_conformer_position_mode(const std::string& mode) {
-  return mode == "none" || mode == "rel_pos" || mode == "rel_pos_wenet";
+const char* to_string(ConvNormKind kind) {
+  switch (kind) {
+    case ConvNormKind::kBatchNorm:
+      return "batch_norm";
+    case ConvNormKind::kGroupNorm:
+      return "group_norm";
+    case ConvNormKind::kLayerNorm:
+      return "layer_norm";
+  }
+  return "?";
 }
 
-torch::Tensor relative_position_encoding(int64_t num_frames, int64_t dim, const std::string& mode,
+const char* to_string(ConformerPosition position) {
+  switch (position) {
+    case ConformerPosition::kNone:
+      return "none";
+    case ConformerPosition::kAbsPos:
+      return "abs_pos";
+    case ConformerPosition::kRelPos:
+      return "rel_pos";
+    case ConformerPosition::kRelPosWenet:
+      return "rel_pos_wenet";
+  }
+  return "?";
+}
+
+torch::Tensor relative_position_encoding(int64_t num_frames, int64_t dim, ConformerPosition mode,
                                          const torch::TensorOptions& options) {
   return relative_position_encoding(num_frames, num_frames, 0, dim, mode, options);
 }
 
 torch::Tensor relative_position_encoding(int64_t num_queries, int64_t num_keys,
                                          int64_t first_key_position, int64_t dim,
-                                         const std::string& mode,
+                                         ConformerPosition mode,
                                          const torch::TensorOptions& options) {
-  TORCH_CHECK_VALUE(mode == "rel_pos" || mode == "rel_pos_wenet",
-                    "relative_position_encoding: mode must be rel_pos or rel_pos_wenet, got '",
-                    mode, "'");
+  TORCH_CHECK_VALUE(is_relative(mode),
+                    "relative_position_encoding: mode must be rel_pos or rel_pos_wenet, got ",
+                    to_string(mode));
   TORCH_CHECK_VALUE(num_queries > 0 && num_keys >= num_queries,
                     "relative_position_encoding: need 0 < num_queries <= num_keys, got ",
                     num_queries, " queries and ", num_keys, " keys");
@@ -225,7 +244,7 @@ torch::Tensor relative_position_encoding(int64_t num_queries, int64_t num_keys,
   // Computed in float64 and rounded once, so every dtype sees the same encodings.
   const auto f64 = torch::TensorOptions().dtype(torch::kDouble).device(options.device());
   const auto positions =
-      mode == "rel_pos"
+      mode == ConformerPosition::kRelPos
           ? torch::arange(num_keys - 1, -num_queries, -1, f64)  // Lk − 1 ... −(Lq − 1)
           : torch::arange(first_key_position, first_key_position + num_keys, f64);
   const auto frequencies =
@@ -259,9 +278,9 @@ ConformerAttentionImpl::ConformerAttentionImpl(ConformerAttentionOptions options
 
 void ConformerAttentionImpl::reset() {
   const auto& o = options;
-  TORCH_CHECK_VALUE(is_conformer_position_mode(o.position()),
-                    "ConformerAttention: unknown position mode '", o.position(),
-                    "'; expected none, rel_pos or rel_pos_wenet");
+  TORCH_CHECK_VALUE(o.position() != ConformerPosition::kAbsPos,
+                    "ConformerAttention: position abs_pos is added to the encoder's input, not "
+                    "attended; expected none, rel_pos or rel_pos_wenet");
   check_rate(o.dropout(), "ConformerAttention", "dropout");
   mha = register_module("mha",
                         MultiheadAttention(MultiheadAttentionOptions(o.embed_dim(), o.num_heads())
@@ -270,10 +289,10 @@ void ConformerAttentionImpl::reset() {
                                                .backend(o.backend())
                                                .backend_options(o.backend_options())
                                                .head_gating(o.head_gating())
-                                               .init("jax")));
-  if (o.position() != "none") {
+                                               .init(AttentionInit::kJax)));
+  if (o.position() != ConformerPosition::kNone) {
     TORCH_CHECK_VALUE(o.embed_dim() % 2 == 0, "ConformerAttention: embed_dim must be even for ",
-                      o.position(), " (sinusoidal encodings), got ", o.embed_dim());
+                      to_string(o.position()), " (sinusoidal encodings), got ", o.embed_dim());
     const int64_t heads = o.num_heads(), e = mha->head_dim();
     linear_pos = register_module(
         "linear_pos",
@@ -288,7 +307,7 @@ void ConformerAttentionImpl::reset() {
 
 torch::Tensor ConformerAttentionImpl::forward(const torch::Tensor& x, const AttentionMask& mask,
                                               const torch::Tensor& pos_emb) {
-  if (options.position() == "none") return mha(x, mask);
+  if (options.position() == ConformerPosition::kNone) return mha(x, mask);
   return std::get<0>(attend(x, {}, 0, mask, pos_emb, /*want_cache=*/false));
 }
 
@@ -342,8 +361,8 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::attend(
   problem.value = v;
   problem.scale = 1.0 / std::sqrt(static_cast<double>(e));
   problem.mask = mask;
-  if (o.position() != "none") {
-    const int64_t positions = o.position() == "rel_pos" ? frames + keys - 1 : keys;
+  if (o.position() != ConformerPosition::kNone) {
+    const int64_t positions = o.position() == ConformerPosition::kRelPos ? frames + keys - 1 : keys;
     const auto pos = pos_emb.defined()
                          ? pos_emb
                          : relative_position_encoding(frames, keys, first_position - cached,
@@ -351,8 +370,8 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::attend(
     TORCH_CHECK_VALUE(pos.dim() == 3 && (pos.size(0) == 1 || pos.size(0) == batch) &&
                           pos.size(1) == positions && pos.size(2) == o.embed_dim(),
                       "ConformerAttention: pos_emb must be [1 or B, ", positions, " (",
-                      o.position(), " for T = ", frames, "), embed_dim = ", o.embed_dim(),
-                      "], got ", shape_string(pos.sizes()));
+                      to_string(o.position()), " for T = ", frames,
+                      "), embed_dim = ", o.embed_dim(), "], got ", shape_string(pos.sizes()));
     const auto p = linear_pos(pos).view({pos.size(0), positions, heads, e}).transpose(1, 2);
     const auto u = pos_bias_u.view({1, heads, 1, e});
     const auto bv = pos_bias_v.view({1, heads, 1, e});
@@ -360,7 +379,7 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::attend(
     const auto content_bias = torch::matmul(u, k.transpose(-2, -1));
     // Terms (b)+(d), (q_i + v)·p: [B, H, Lq, P], then aligned to the keys.
     auto position_scores = torch::matmul(q + bv, p.transpose(-2, -1));
-    if (o.position() == "rel_pos") position_scores = rel_shift(position_scores);
+    if (o.position() == ConformerPosition::kRelPos) position_scores = rel_shift(position_scores);
     auto bias = problem.scale * (content_bias + position_scores);  // [B, H, Lq, Lk]
     if (mask.bias().defined()) bias = bias + mask.bias();
     problem.mask.bias(bias);

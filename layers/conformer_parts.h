@@ -58,16 +58,21 @@ TORCH_MODULE(ConformerFeedForward);
 
 // ---------------------------------------------------------------------------------------------
 // The normalisation after the depthwise convolution, over valid frames only:
-//   "batch_norm"  per channel over (B, valid T); running statistics in evaluation (BatchNorm1d's
-//                 parameters and buffers, updated in training from the valid frames only)
-//   "group_norm"  GroupNorm(1): per utterance over (C, its valid T) (torchaudio's use_group_norm)
-//   "layer_norm"  per frame over C (WeNet's option), which no padding can reach.
+//   kBatchNorm  "batch_norm": per channel over (B, valid T); running statistics in evaluation
+//               (BatchNorm1d's parameters and buffers, updated in training from the valid frames
+//               only)
+//   kGroupNorm  "group_norm": GroupNorm(1), per utterance over (C, its valid T) (torchaudio's
+//               use_group_norm)
+//   kLayerNorm  "layer_norm": per frame over C (WeNet's option), which no padding can reach.
 // Parameters are named as torch.nn's norms name them (weight, bias, running_mean, running_var,
 // num_batches_tracked), so checkpoints map onto them one to one.
+enum class ConvNormKind { kBatchNorm, kGroupNorm, kLayerNorm };
+const char* to_string(ConvNormKind kind);
+
 struct ConvNormOptions {
   explicit ConvNormOptions(int64_t channels) : channels_(channels) {}
   TORCH_ARG(int64_t, channels);
-  TORCH_ARG(std::string, kind) = "batch_norm";
+  TORCH_ARG(ConvNormKind, kind) = ConvNormKind::kBatchNorm;
   TORCH_ARG(double, eps) = 1e-5;
   // BatchNorm's running-statistics momentum: running = (1 − m)·running + m·batch.
   TORCH_ARG(double, momentum) = 0.1;
@@ -108,8 +113,7 @@ struct ConformerConvModuleOptions {
   TORCH_ARG(int64_t, dim);
   TORCH_ARG(int64_t, kernel_size);
   TORCH_ARG(bool, causal) = false;
-  // "batch_norm", "group_norm" or "layer_norm" (ConvNorm).
-  TORCH_ARG(std::string, norm) = "batch_norm";
+  TORCH_ARG(ConvNormKind, norm) = ConvNormKind::kBatchNorm;
   TORCH_ARG(bool, bias) = true;
   TORCH_ARG(double, dropout) = 0.0;
   // eps of the LayerNorm in front, and of the norm after the depthwise convolution.
@@ -146,19 +150,26 @@ class ConformerConvModuleImpl : public torch::nn::Cloneable<ConformerConvModuleI
 TORCH_MODULE(ConformerConvModule);
 
 // ---------------------------------------------------------------------------------------------
-// Positions of the self-attention:
-//   "none"           no positional term (torchaudio's Conformer: plain multi-head attention)
-//   "rel_pos"        relative sinusoidal positions, Transformer-XL / ESPnet "latest": 2T − 1
-//                    relative positions T − 1 ... −(T − 1), aligned to (i, j) by rel_shift
-//   "rel_pos_wenet"  WeNet's RelPositionMultiHeadedAttention: T encodings of the absolute
-//                    positions 0 ... T − 1 and no shift (query i, key j uses the encoding of j)
-bool is_conformer_position_mode(const std::string& mode);
+// Positions in a Conformer:
+//   kNone         "none": no positional term (torchaudio's Conformer: plain multi-head attention)
+//   kAbsPos       "abs_pos": absolute sinusoidal encodings added to the encoder's input; the
+//                 blocks attend without positions (ConformerEncoderOptions only)
+//   kRelPos       "rel_pos": relative sinusoidal positions, Transformer-XL / ESPnet "latest":
+//                 2T − 1 relative positions T − 1 ... −(T − 1), aligned to (i, j) by rel_shift
+//   kRelPosWenet  "rel_pos_wenet": WeNet's RelPositionMultiHeadedAttention: T encodings of the
+//                 absolute positions 0 ... T − 1 and no shift (query i, key j uses that of j)
+enum class ConformerPosition { kNone, kAbsPos, kRelPos, kRelPosWenet };
+const char* to_string(ConformerPosition position);
+// Whether the blocks' attention has a relative positional term (kRelPos, kRelPosWenet).
+inline bool is_relative(ConformerPosition position) {
+  return position == ConformerPosition::kRelPos || position == ConformerPosition::kRelPosWenet;
+}
 
 // The sinusoidal encodings a position mode attends with, [1, P, dim]: P = 2·T − 1 rows for
 // "rel_pos" (row r is relative position T − 1 − r), T rows for "rel_pos_wenet" (row j is position
 // j); each row is [sin(p·ω_0), cos(p·ω_0), sin(p·ω_1), ...] with ω_k = 10000^(−2k/dim)
 // (Vaswani et al. 2017, section 3.5). dim must be even.
-torch::Tensor relative_position_encoding(int64_t num_frames, int64_t dim, const std::string& mode,
+torch::Tensor relative_position_encoding(int64_t num_frames, int64_t dim, ConformerPosition mode,
                                          const torch::TensorOptions& options = {});
 // The same for Lq queries attending Lk >= Lq keys, the queries being the last Lq keys (a chunk
 // attending its cache and itself), the keys at positions first_key_position ... + Lk − 1:
@@ -166,7 +177,7 @@ torch::Tensor relative_position_encoding(int64_t num_frames, int64_t dim, const 
 // −(Lq − 1)); "rel_pos_wenet" has Lk rows, row j the position first_key_position + j.
 torch::Tensor relative_position_encoding(int64_t num_queries, int64_t num_keys,
                                          int64_t first_key_position, int64_t dim,
-                                         const std::string& mode,
+                                         ConformerPosition mode,
                                          const torch::TensorOptions& options = {});
 
 // Transformer-XL's shift (Dai et al. 2019, appendix B): scores over relative positions
@@ -181,8 +192,8 @@ struct ConformerAttentionOptions {
       : embed_dim_(embed_dim), num_heads_(num_heads) {}
   TORCH_ARG(int64_t, embed_dim);
   TORCH_ARG(int64_t, num_heads);
-  // "none", "rel_pos" or "rel_pos_wenet" (see above).
-  TORCH_ARG(std::string, position) = "none";
+  // kNone, kRelPos or kRelPosWenet (see above).
+  TORCH_ARG(ConformerPosition, position) = ConformerPosition::kNone;
   // Dropout on the attention probabilities and after the output projection (training only).
   TORCH_ARG(double, dropout) = 0.0;
   TORCH_ARG(std::string, backend) = "auto";

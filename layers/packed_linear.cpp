@@ -36,20 +36,6 @@ const OneDnnOps& onednn_ops() {
   return ops;
 }
 
-torch::Tensor activate(const torch::Tensor& y, LinearActivation activation) {
-  switch (activation) {
-    case LinearActivation::kGelu:
-      return torch::gelu(y);
-    case LinearActivation::kGeluTanh:
-      return torch::gelu(y, "tanh");
-    case LinearActivation::kSilu:
-      return torch::silu(y);
-    case LinearActivation::kNone:
-      break;
-  }
-  return y;
-}
-
 }  // namespace
 
 void PackedLinear::set_enabled(bool enabled) { g_enabled = enabled; }
@@ -84,22 +70,23 @@ torch::Tensor PackedLinear::packed(const torch::Tensor& weight) const {
 }
 
 torch::Tensor PackedLinear::operator()(const torch::nn::Linear& linear, const torch::Tensor& x,
-                                       LinearActivation activation) const {
+                                       Activation activation) const {
   const auto& weight = linear->weight;
-  if (!applies(x, weight)) return activate(torch::linear(x, weight, linear->bias), activation);
+  if (!applies(x, weight))
+    return apply_activation(torch::linear(x, weight, linear->bias), activation);
   c10::List<std::optional<at::Scalar>> scalars;
   std::string attr = "none", algorithm;  // as LibTorch's CPU graph compiler calls it
   switch (activation) {
-    case LinearActivation::kGelu:
-    case LinearActivation::kGeluTanh:
+    case Activation::kGelu:
+    case Activation::kGeluTanh:
       attr = "gelu";
       scalars.push_back(std::nullopt);
-      algorithm = activation == LinearActivation::kGelu ? "none" : "tanh";
+      algorithm = activation == Activation::kGelu ? "none" : "tanh";
       break;
-    case LinearActivation::kSilu:
+    case Activation::kSilu:
       attr = "swish";
       break;
-    case LinearActivation::kNone:
+    case Activation::kNone:
       break;
   }
   const auto& bias = linear->bias;

@@ -14,6 +14,8 @@
 // so a module may run from several threads at once.
 #pragma once
 
+#include <attnzoo/layers/activation.h>
+
 #include <torch/nn/modules/linear.h>
 #include <torch/types.h>
 
@@ -21,8 +23,6 @@
 #include <mutex>
 
 namespace attnzoo {
-
-enum class LinearActivation { kNone, kGelu, kGeluTanh, kSilu };
 
 class PackedLinear {
  public:
@@ -32,7 +32,7 @@ class PackedLinear {
   PackedLinear& operator=(const PackedLinear&) { return *this; }
 
   torch::Tensor operator()(const torch::nn::Linear& linear, const torch::Tensor& x,
-                           LinearActivation activation = LinearActivation::kNone) const;
+                           Activation activation = Activation::kNone) const;
 
   // Whether the oneDNN path would serve x and weight now (for tests and benchmarks).
   static bool applies(const torch::Tensor& x, const torch::Tensor& weight);

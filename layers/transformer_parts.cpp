@@ -11,8 +11,6 @@ void MlpImpl::reset() {
   TORCH_CHECK_VALUE(o.in_features() > 0 && o.hidden_features() > 0 && o.out_features() >= 0,
                     "Mlp: feature sizes must be positive, got in ", o.in_features(), ", hidden ",
                     o.hidden_features(), ", out ", o.out_features());
-  TORCH_CHECK_VALUE(o.activation() == "gelu" || o.activation() == "gelu_tanh",
-                    "Mlp: unknown activation '", o.activation(), "'; expected gelu or gelu_tanh");
   const int64_t out = o.out_features() > 0 ? o.out_features() : o.in_features();
   fc1 = register_module(
       "fc1", torch::nn::Linear(
@@ -23,9 +21,7 @@ void MlpImpl::reset() {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  const auto activation =
-      options.activation() == "gelu_tanh" ? LinearActivation::kGeluTanh : LinearActivation::kGelu;
-  const auto h = fc1_packed_(fc1, x, activation);
+  const auto h = fc1_packed_(fc1, x, options.activation());
   return drop(fc2_packed_(fc2, drop(h)));
 }
 

@@ -2,6 +2,7 @@
 // the MLP (fc1 → GELU → fc2), LayerScale (`gamma`), stochastic depth (DropPath).
 #pragma once
 
+#include <attnzoo/layers/activation.h>
 #include <attnzoo/layers/packed_linear.h>
 
 #include <torch/nn/module.h>
@@ -21,8 +22,8 @@ struct MlpOptions {
   TORCH_ARG(int64_t, hidden_features);
   TORCH_ARG(int64_t, out_features) = 0;  // 0 = in_features
   TORCH_ARG(bool, bias) = true;
-  // "gelu" (exact, erf) or "gelu_tanh" (the tanh approximation, as in some JAX ports).
-  TORCH_ARG(std::string, activation) = "gelu";
+  // Between fc1 and fc2: exact GELU (timm), or its tanh approximation (some JAX ports), ...
+  TORCH_ARG(Activation, activation) = Activation::kGelu;
   TORCH_ARG(double, drop) = 0.0;
 };
 

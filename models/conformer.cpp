@@ -120,8 +120,9 @@ void ConformerImpl::reset() {
   TORCH_CHECK_VALUE(o.depthwise_conv_kernel_size() > 0, kConformerWho,
                     ": depthwise_conv_kernel_size must be > 0, got ",
                     o.depthwise_conv_kernel_size());
-  TORCH_CHECK_VALUE(is_conformer_position_mode(o.position()), kConformerWho, ": unknown position '",
-                    o.position(), "'; expected none, rel_pos or rel_pos_wenet");
+  TORCH_CHECK_VALUE(o.position() != ConformerPosition::kAbsPos, kConformerWho,
+                    ": position abs_pos belongs to ConformerEncoderOptions (added to the input); "
+                    "the blocks take none, rel_pos or rel_pos_wenet");
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < o.num_layers(); ++i) layers->push_back(ConformerBlock(o));
 }
@@ -133,7 +134,7 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerImpl::forward(const torch::Ten
   check_lengths(x, lengths);
   // The positional encodings depend on T only: computed once, shared by every block.
   torch::Tensor pos_emb;
-  if (options.position() != "none" && x.size(1) > 0) {
+  if (options.position() != ConformerPosition::kNone && x.size(1) > 0) {
     pos_emb =
         relative_position_encoding(x.size(1), options.input_dim(), options.position(), x.options());
   }
@@ -147,10 +148,6 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerImpl::forward(const torch::Ten
 }
 
 // ---------------------------------------------------------------------------------------------
-
-bool is_conformer_encoder_position(const std::string& mode) {
-  return mode == "none" || mode == "abs_pos" || mode == "rel_pos" || mode == "rel_pos_wenet";
-}
 
 torch::Tensor chunk_attention_mask(int64_t num_frames, int64_t chunk_size, int64_t num_left_chunks,
                                    torch::Device device) {
@@ -177,22 +174,18 @@ void ConformerEncoderImpl::reset() {
   constexpr const char* who = "ConformerEncoder";
   const int64_t d = o.blocks().input_dim();
   TORCH_CHECK_VALUE(o.input_dim() > 0, who, ": input_dim must be > 0, got ", o.input_dim());
-  TORCH_CHECK_VALUE(is_conformer_encoder_position(o.position()), who, ": unknown position '",
-                    o.position(), "'; expected none, abs_pos, rel_pos or rel_pos_wenet");
-  TORCH_CHECK_VALUE(o.subsampling() == "none" || is_conformer_subsampling(o.subsampling()), who,
-                    ": unknown subsampling '", o.subsampling(),
-                    "'; expected none, conv2d4, conv2d6, conv2d8 or dw_striding8");
-  TORCH_CHECK_VALUE(o.subsampling() != "none" || o.input_dim() == d, who,
+  TORCH_CHECK_VALUE(o.subsampling() != Subsampling::kNone || o.input_dim() == d, who,
                     ": without subsampling the features must be the model width: input_dim ",
                     o.input_dim(), " != ", d);
-  TORCH_CHECK_VALUE(o.position() != "abs_pos" || d % 2 == 0, who,
+  TORCH_CHECK_VALUE(o.position() != ConformerPosition::kAbsPos || d % 2 == 0, who,
                     ": abs_pos needs an even model width, got ", d);
   TORCH_CHECK_VALUE(o.vocab_size() >= 0, who, ": vocab_size must be >= 0, got ", o.vocab_size());
   TORCH_CHECK_VALUE(o.num_classes() >= 0, who, ": num_classes must be >= 0, got ", o.num_classes());
   // The blocks attend with relative positions in the rel modes only.
-  o.blocks().position(o.position() == "abs_pos" ? "none" : o.position());
+  o.blocks().position(o.position() == ConformerPosition::kAbsPos ? ConformerPosition::kNone
+                                                                 : o.position());
   if (o.global_cmvn()) global_cmvn = register_module("global_cmvn", GlobalCmvn(o.input_dim()));
-  if (o.subsampling() != "none") {
+  if (o.subsampling() != Subsampling::kNone) {
     embed = register_module(
         "embed", ConformerSubsampling(ConformerSubsamplingOptions(o.subsampling(), o.input_dim(), d)
                                           .channels(o.subsampling_channels())));
@@ -231,11 +224,12 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerEncoderImpl::forward(
   if (global_cmvn) x = global_cmvn(x);
   if (embed) std::tie(x, length) = embed(x, length);
   const int64_t d = o.blocks().input_dim();
-  if (o.position() != "none") {
+  if (o.position() != ConformerPosition::kNone) {
     x = x * std::sqrt(static_cast<double>(d));
-    if (o.position() == "abs_pos") {
+    if (o.position() == ConformerPosition::kAbsPos) {
       // Row j of the "rel_pos_wenet" encodings is the absolute encoding of position j.
-      x = x + relative_position_encoding(x.size(1), d, "rel_pos_wenet", x.options());
+      x = x +
+          relative_position_encoding(x.size(1), d, ConformerPosition::kRelPosWenet, x.options());
     }
   }
   x = dropout(x);
@@ -263,11 +257,11 @@ void ConformerEncoderImpl::check_streamable(const char* who) const {
   TORCH_CHECK_VALUE(o.blocks().causal_conv(), who,
                     ": streaming needs causal_conv (a centred depthwise kernel would read frames "
                     "that have not arrived)");
-  TORCH_CHECK_VALUE(o.blocks().conv_norm() != "group_norm", who,
+  TORCH_CHECK_VALUE(o.blocks().conv_norm() != ConvNormKind::kGroupNorm, who,
                     ": group_norm normalises over the whole utterance and cannot stream");
   if (embed) {
     for (const auto& step : embed->steps) {
-      TORCH_CHECK_VALUE(step.padding == 0, who, ": subsampling '", o.subsampling(),
+      TORCH_CHECK_VALUE(step.padding == 0, who, ": subsampling '", to_string(o.subsampling()),
                         "' pads its convolutions, so chunk edges differ from the whole utterance; "
                         "streaming needs none, conv2d4, conv2d6 or conv2d8");
     }
@@ -309,11 +303,11 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> ConformerEncoderImpl::fo
   if (global_cmvn) x = global_cmvn(x);
   if (embed) x = std::get<0>(embed(x, torch::Tensor{}));
   const int64_t d = o.blocks().input_dim();
-  if (o.position() != "none") {
+  if (o.position() != ConformerPosition::kNone) {
     x = x * std::sqrt(static_cast<double>(d));
-    if (o.position() == "abs_pos") {
-      x = x +
-          relative_position_encoding(x.size(1), x.size(1), offset, d, "rel_pos_wenet", x.options());
+    if (o.position() == ConformerPosition::kAbsPos) {
+      x = x + relative_position_encoding(x.size(1), x.size(1), offset, d,
+                                         ConformerPosition::kRelPosWenet, x.options());
     }
   }
   x = dropout(x);

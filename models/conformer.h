@@ -45,14 +45,14 @@ struct ConformerOptions {
   // Everywhere torchaudio applies it: feed-forward, attention probabilities and output,
   // convolution module.
   TORCH_ARG(double, dropout) = 0.0;
-  // "batch_norm" (paper), "group_norm" (torchaudio's use_group_norm) or "layer_norm".
-  TORCH_ARG(std::string, conv_norm) = "batch_norm";
+  // kBatchNorm (paper), kGroupNorm (torchaudio's use_group_norm) or kLayerNorm.
+  TORCH_ARG(ConvNormKind, conv_norm) = ConvNormKind::kBatchNorm;
   // Convolution module before self-attention (torchaudio's option).
   TORCH_ARG(bool, convolution_first) = false;
   // Causal depthwise convolution (left padding only), for streaming.
   TORCH_ARG(bool, causal_conv) = false;
-  // "none" (torchaudio), "rel_pos" (paper: Transformer-XL / ESPnet latest) or "rel_pos_wenet".
-  TORCH_ARG(std::string, position) = "none";
+  // kNone (torchaudio), kRelPos (paper: Transformer-XL / ESPnet latest) or kRelPosWenet.
+  TORCH_ARG(ConformerPosition, position) = ConformerPosition::kNone;
   // eps of every LayerNorm (ESPnet uses 1e-12), and of the norm after the depthwise convolution.
   TORCH_ARG(double, norm_eps) = 1e-5;
   TORCH_ARG(double, conv_norm_eps) = 1e-5;
@@ -114,16 +114,15 @@ TORCH_MODULE(Conformer);
 //   features [B, T, F] -> global_cmvn (optional) -> embed (subsampling, optional) -> x·√D and
 //   positions -> conformer (the blocks) -> after_norm (optional) -> encoded [B, T', D]
 //
-// Positions ("position"):
-//   "none"           no encodings and no x-scaling (torchaudio's Conformer, WeNet's
-//                    NoPositionalEncoding)
-//   "abs_pos"        x·√D + sinusoidal encodings of positions 0 ... T' − 1 (Vaswani et al. 2017;
-//                    WeNet's PositionalEncoding), then dropout; the blocks attend without positions
-//   "rel_pos"        x·√D, then dropout; the blocks add Transformer-XL's relative term (ESPnet
-//                    latest, the paper)
-//   "rel_pos_wenet"  x·√D, then dropout; WeNet's RelPositionMultiHeadedAttention in the blocks
+// Positions (ConformerPosition):
+//   kNone         no encodings and no x-scaling (torchaudio's Conformer, WeNet's
+//                 NoPositionalEncoding)
+//   kAbsPos       x·√D + sinusoidal encodings of positions 0 ... T' − 1 (Vaswani et al. 2017;
+//                 WeNet's PositionalEncoding), then dropout; the blocks attend without positions
+//   kRelPos       x·√D, then dropout; the blocks add Transformer-XL's relative term (ESPnet
+//                 latest, the paper)
+//   kRelPosWenet  x·√D, then dropout; WeNet's RelPositionMultiHeadedAttention in the blocks
 // WeNet also drops out the relative encodings themselves in training; we drop out x only.
-bool is_conformer_encoder_position(const std::string& mode);
 
 // WeNet's chunk mask (subsequent_chunk_mask) in AttentionMask's sense, true = excluded: [T, T]
 // bool on `device`, frame i in chunk c = i / chunk_size sees the frames of chunks
@@ -139,11 +138,11 @@ struct ConformerEncoderOptions {
       : input_dim_(input_dim), blocks_(std::move(blocks)) {}
   TORCH_ARG(int64_t, input_dim);
   TORCH_ARG(ConformerOptions, blocks);
-  // "none" (features already D wide: input_dim must equal D) or a ConformerSubsampling kind.
-  TORCH_ARG(std::string, subsampling) = "conv2d4";
+  // kNone (features already D wide: input_dim must equal D) or a ConformerSubsampling kind.
+  TORCH_ARG(Subsampling, subsampling) = Subsampling::kConv2d4;
   // Subsampling convolution channels; 0: D.
   TORCH_ARG(int64_t, subsampling_channels) = 0;
-  TORCH_ARG(std::string, position) = "rel_pos_wenet";
+  TORCH_ARG(ConformerPosition, position) = ConformerPosition::kRelPosWenet;
   TORCH_ARG(bool, global_cmvn) = false;
   // LayerNorm after the blocks (WeNet's after_norm, normalize_before).
   TORCH_ARG(bool, final_norm) = true;

@@ -26,8 +26,20 @@ torch::Tensor GlobalCmvnImpl::forward(const torch::Tensor& x) {
 
 // ---------------------------------------------------------------------------------------------
 
-bool is_conformer_subsampling(const std::string& kind) {
-  return kind == "conv2d4" || kind == "conv2d6" || kind == "conv2d8" || kind == "dw_striding8";
+const char* to_string(Subsampling kind) {
+  switch (kind) {
+    case Subsampling::kNone:
+      return "none";
+    case Subsampling::kConv2d4:
+      return "conv2d4";
+    case Subsampling::kConv2d6:
+      return "conv2d6";
+    case Subsampling::kConv2d8:
+      return "conv2d8";
+    case Subsampling::kDwStriding8:
+      return "dw_striding8";
+  }
+  return "?";
 }
 
 int64_t subsampled_length(const std::vector<ConformerSubsamplingImpl::Step>& steps,
@@ -48,8 +60,9 @@ ConformerSubsamplingImpl::ConformerSubsamplingImpl(ConformerSubsamplingOptions o
 
 void ConformerSubsamplingImpl::reset() {
   const auto& o = options;
-  TORCH_CHECK_VALUE(is_conformer_subsampling(o.kind()), "ConformerSubsampling: unknown kind '",
-                    o.kind(), "'; expected conv2d4, conv2d6, conv2d8 or dw_striding8");
+  TORCH_CHECK_VALUE(o.kind() != Subsampling::kNone,
+                    "ConformerSubsampling: kind none builds no module; expected conv2d4, conv2d6, "
+                    "conv2d8 or dw_striding8");
   TORCH_CHECK_VALUE(o.input_dim() > 0 && o.output_dim() > 0 && o.channels() >= 0,
                     "ConformerSubsampling: input_dim and output_dim must be > 0 and channels >= 0, "
                     "got ",
@@ -69,30 +82,37 @@ void ConformerSubsamplingImpl::reset() {
     if (!s.depthwise) conv->push_back(torch::nn::ReLU());
   }
   const int64_t frequencies = subsampled_length(steps, o.input_dim());
-  TORCH_CHECK_VALUE(frequencies > 0, "ConformerSubsampling: ", o.kind(), " needs at least ",
-                    min_frames(), " input features, got input_dim ", o.input_dim());
+  TORCH_CHECK_VALUE(frequencies > 0, "ConformerSubsampling: ", to_string(o.kind()),
+                    " needs at least ", min_frames(), " input features, got input_dim ",
+                    o.input_dim());
   out = register_module("out", torch::nn::Linear(c * frequencies, o.output_dim()));
 }
 
-std::vector<ConformerSubsamplingImpl::Step> conformer_subsampling_steps(const std::string& kind) {
-  TORCH_CHECK_VALUE(is_conformer_subsampling(kind), "ConformerSubsampling: unknown kind '", kind,
-                    "'; expected conv2d4, conv2d6, conv2d8 or dw_striding8");
+std::vector<ConformerSubsamplingImpl::Step> conformer_subsampling_steps(Subsampling kind) {
   using Step = ConformerSubsamplingImpl::Step;
-  if (kind == "dw_striding8") {
-    // Conv(3, 2, pad 1), then twice [depthwise Conv(3, 2, pad 1), pointwise Conv(1)].
-    return {Step{3, 2, 1}, Step{3, 2, 1, true}, Step{1, 1, 0}, Step{3, 2, 1, true}, Step{1, 1, 0}};
+  switch (kind) {
+    case Subsampling::kNone:
+      return {};
+    case Subsampling::kConv2d4:
+      return {Step{3, 2, 0}, Step{3, 2, 0}};
+    case Subsampling::kConv2d6:
+      return {Step{3, 2, 0}, Step{5, 3, 0}};
+    case Subsampling::kConv2d8:
+      return {Step{3, 2, 0}, Step{3, 2, 0}, Step{3, 2, 0}};
+    case Subsampling::kDwStriding8:
+      // Conv(3, 2, pad 1), then twice [depthwise Conv(3, 2, pad 1), pointwise Conv(1)].
+      return {Step{3, 2, 1}, Step{3, 2, 1, true}, Step{1, 1, 0}, Step{3, 2, 1, true},
+              Step{1, 1, 0}};
   }
-  if (kind == "conv2d6") return {Step{3, 2, 0}, Step{5, 3, 0}};
-  if (kind == "conv2d8") return {Step{3, 2, 0}, Step{3, 2, 0}, Step{3, 2, 0}};
-  return {Step{3, 2, 0}, Step{3, 2, 0}};  // conv2d4
+  return {};
 }
 
 int64_t ConformerSubsamplingImpl::output_length(int64_t frames) const {
   return subsampled_length(steps, frames);
 }
 
-int64_t conformer_subsampling_min_frames(const std::string& kind) {
-  if (kind == "none") return 1;
+int64_t conformer_subsampling_min_frames(Subsampling kind) {
+  if (kind == Subsampling::kNone) return 1;
   const auto steps = conformer_subsampling_steps(kind);
   int64_t frames = 1;
   while (subsampled_length(steps, frames) < 1) ++frames;
@@ -115,8 +135,9 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerSubsamplingImpl::forward(
   TORCH_CHECK_VALUE(x.dim() == 3 && x.size(2) == o.input_dim(),
                     "ConformerSubsampling: x must be [B, T, F = ", o.input_dim(), "], got ",
                     shape_string(x.sizes()));
-  TORCH_CHECK_VALUE(x.size(1) >= min_frames(), "ConformerSubsampling: ", o.kind(), " (factor ",
-                    factor(), ") needs at least ", min_frames(), " input frames, got ", x.size(1));
+  TORCH_CHECK_VALUE(x.size(1) >= min_frames(), "ConformerSubsampling: ", to_string(o.kind()),
+                    " (factor ", factor(), ") needs at least ", min_frames(), " input frames, got ",
+                    x.size(1));
   const int64_t batch = x.size(0);
   // Per-utterance lengths after each convolution, on the host (B values).
   auto length = lengths.defined() ? lengths.to(torch::kCPU, torch::kLong).contiguous()

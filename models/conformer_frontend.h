@@ -59,12 +59,19 @@ TORCH_MODULE(GlobalCmvn);
 // output of an odd length reaches one frame past L (zero for an utterance alone); hence the
 // zeroing of frames beyond each intermediate length, which NeMo does not do (we differ from NeMo
 // there only on batches with padding; an utterance alone is unaffected).
-bool is_conformer_subsampling(const std::string& kind);
+enum class Subsampling {
+  kNone,        // "none": no subsampling (ConformerEncoderOptions only: features already D wide)
+  kConv2d4,     // "conv2d4": WeNet's Conv2dSubsampling4
+  kConv2d6,     // "conv2d6": WeNet's Conv2dSubsampling6
+  kConv2d8,     // "conv2d8": WeNet's Conv2dSubsampling8
+  kDwStriding8  // "dw_striding8": NeMo's dw_striding, factor 8
+};
+const char* to_string(Subsampling kind);
 
 struct ConformerSubsamplingOptions {
-  ConformerSubsamplingOptions(std::string kind, int64_t input_dim, int64_t output_dim)
-      : kind_(std::move(kind)), input_dim_(input_dim), output_dim_(output_dim) {}
-  TORCH_ARG(std::string, kind);
+  ConformerSubsamplingOptions(Subsampling kind, int64_t input_dim, int64_t output_dim)
+      : kind_(kind), input_dim_(input_dim), output_dim_(output_dim) {}
+  TORCH_ARG(Subsampling, kind);
   TORCH_ARG(int64_t, input_dim);   // F
   TORCH_ARG(int64_t, output_dim);  // D
   // Convolution channels C; 0: D (WeNet's choice; NeMo's conv_channels is separate).
@@ -105,9 +112,9 @@ int64_t subsampled_length(const std::vector<ConformerSubsamplingImpl::Step>& ste
 
 // The Conv2d steps of a subsampling kind, in order (what ConformerSubsampling builds); throws for
 // an unknown kind. The frequency axis goes through the same arithmetic as time.
-std::vector<ConformerSubsamplingImpl::Step> conformer_subsampling_steps(const std::string& kind);
+std::vector<ConformerSubsamplingImpl::Step> conformer_subsampling_steps(Subsampling kind);
 
-// The fewest input frames that a subsampling of `kind` (or "none": 1) turns into one output frame.
-int64_t conformer_subsampling_min_frames(const std::string& kind);
+// The fewest input frames that a subsampling of `kind` (kNone: 1) turns into one output frame.
+int64_t conformer_subsampling_min_frames(Subsampling kind);
 
 }  // namespace attnzoo

@@ -11,7 +11,8 @@ constexpr const char* kVitWho = "VisionTransformer";
 
 bool uses_fc_norm(const ViTOptions& o) {
   if (o.fc_norm()) return *o.fc_norm();
-  return o.global_pool() == "avg" || o.global_pool() == "max" || o.global_pool() == "avgmax";
+  const auto pool = o.global_pool();
+  return pool == GlobalPool::kAvg || pool == GlobalPool::kMax || pool == GlobalPool::kAvgMax;
 }
 
 torch::nn::LayerNorm layer_norm(int64_t dim, double eps) {
@@ -19,6 +20,24 @@ torch::nn::LayerNorm layer_norm(int64_t dim, double eps) {
 }
 
 }  // namespace
+
+const char* to_string(GlobalPool pool) {
+  switch (pool) {
+    case GlobalPool::kToken:
+      return "token";
+    case GlobalPool::kAvg:
+      return "avg";
+    case GlobalPool::kMax:
+      return "max";
+    case GlobalPool::kAvgMax:
+      return "avgmax";
+    case GlobalPool::kClsDist:
+      return "cls_dist";
+    case GlobalPool::kNone:
+      return "none";
+  }
+  return "?";
+}
 
 ViTBlockImpl::ViTBlockImpl(const ViTOptions& options, double drop_path_rate)
     : options_(options), drop_path_rate_(drop_path_rate) {
@@ -117,16 +136,12 @@ void VisionTransformerImpl::reset() {
   TORCH_CHECK_VALUE(o.mlp_ratio() > 0.0, kVitWho, ": mlp_ratio must be > 0, got ", o.mlp_ratio());
   TORCH_CHECK_VALUE(o.num_classes() >= 0 && o.reg_tokens() >= 0, kVitWho,
                     ": num_classes and reg_tokens must be >= 0");
-  const auto& pool = o.global_pool();
-  TORCH_CHECK_VALUE(pool == "token" || pool == "avg" || pool == "max" || pool == "avgmax" ||
-                        pool == "cls_dist" || pool == "none",
-                    kVitWho, ": unknown global_pool '", pool,
-                    "'; expected token, avg, max, avgmax, cls_dist or none");
-  TORCH_CHECK_VALUE(pool != "token" || o.class_token(), kVitWho,
+  const auto pool = o.global_pool();
+  TORCH_CHECK_VALUE(pool != GlobalPool::kToken || o.class_token(), kVitWho,
                     ": global_pool 'token' needs class_token");
   TORCH_CHECK_VALUE(!o.dist_token() || o.class_token(), kVitWho,
                     ": dist_token needs class_token (it follows the class token)");
-  TORCH_CHECK_VALUE(pool != "cls_dist" || o.dist_token(), kVitWho,
+  TORCH_CHECK_VALUE(pool != GlobalPool::kClsDist || o.dist_token(), kVitWho,
                     ": global_pool 'cls_dist' needs class_token and dist_token");
   TORCH_CHECK_VALUE(o.drop_path_rate() >= 0.0 && o.drop_path_rate() < 1.0, kVitWho,
                     ": drop_path_rate must lie in [0, 1), got ", o.drop_path_rate());
@@ -159,7 +174,7 @@ void VisionTransformerImpl::reset() {
   if (o.head_norm()) head_norm = register_module("head_norm", layer_norm(d, o.norm_eps()));
   if (o.num_classes() > 0) {
     head = register_module("head", torch::nn::Linear(d, o.num_classes()));
-    if (o.dist_token() && pool == "token") {
+    if (o.dist_token() && pool == GlobalPool::kToken) {
       head_dist = register_module("head_dist", torch::nn::Linear(d, o.num_classes()));
     }
   }
@@ -254,10 +269,10 @@ torch::Tensor VisionTransformerImpl::forward_features(const torch::Tensor& image
 }
 
 torch::Tensor VisionTransformerImpl::forward_head(const torch::Tensor& tokens, bool pre_logits) {
-  const auto& pool = options.global_pool();
+  const auto pool = options.global_pool();
   torch::Tensor x;
   const int64_t prefix = num_prefix_tokens();
-  if (pool == "token" && head_dist) {
+  if (pool == GlobalPool::kToken && head_dist) {
     // DeiT distilled (timm's VisionTransformerDistilled): the class head and the distillation
     // head each on its token, their logits averaged.
     auto cls = torch::dropout(tokens.select(1, 0), options.drop_rate(), is_training());
@@ -265,19 +280,19 @@ torch::Tensor VisionTransformerImpl::forward_head(const torch::Tensor& tokens, b
     if (pre_logits) return (cls + dist) / 2;
     return (head(cls) + head_dist(dist)) / 2;
   }
-  if (pool == "token") {
+  if (pool == GlobalPool::kToken) {
     x = tokens.select(1, 0);
-  } else if (pool == "cls_dist") {
+  } else if (pool == GlobalPool::kClsDist) {
     x = (tokens.select(1, 0) + tokens.select(1, 1)) / 2;
-  } else if (pool == "avg") {
+  } else if (pool == GlobalPool::kAvg) {
     x = tokens.narrow(1, prefix, tokens.size(1) - prefix).mean(1);
-  } else if (pool == "max") {
+  } else if (pool == GlobalPool::kMax) {
     x = std::get<0>(tokens.narrow(1, prefix, tokens.size(1) - prefix).max(1));
-  } else if (pool == "avgmax") {
+  } else if (pool == GlobalPool::kAvgMax) {
     const auto patches = tokens.narrow(1, prefix, tokens.size(1) - prefix);
     x = 0.5 * (patches.mean(1) + std::get<0>(patches.max(1)));
   } else {
-    x = tokens;  // "none"
+    x = tokens;  // kNone
   }
   if (fc_norm) x = fc_norm(x);
   if (head_norm) x = head_norm(x);

@@ -24,6 +24,18 @@
 
 namespace attnzoo {
 
+// What the head sees of the tokens (timm's global_pool):
+enum class GlobalPool {
+  kToken,    // "token": the class token; with a distillation token, the mean of the class head's
+             // and the distillation head's logits (DeiT distilled)
+  kAvg,      // "avg": the mean of the patch tokens
+  kMax,      // "max": their maximum
+  kAvgMax,   // "avgmax": the mean of both
+  kClsDist,  // "cls_dist": the mean of the class and distillation tokens (AST)
+  kNone,     // "none": every token, [B, N, D]
+};
+const char* to_string(GlobalPool pool);
+
 struct ViTOptions {
   TORCH_ARG(int64_t, img_size) = 224;  // the height, and the width unless img_width is set
   TORCH_ARG(int64_t, img_width) = 0;   // 0: img_size (square)
@@ -32,10 +44,7 @@ struct ViTOptions {
   TORCH_ARG(int64_t, patch_stride) = 0;
   TORCH_ARG(int64_t, in_chans) = 3;
   TORCH_ARG(int64_t, num_classes) = 1000;  // 0: no classifier, forward returns pooled features
-  // "token" (class token; with a distillation token, the mean of the class head's and the
-  // distillation head's logits, as DeiT), "avg", "max", "avgmax" (mean of both), "cls_dist" (the
-  // mean of the class and distillation tokens, as AST), or "none" (all tokens).
-  TORCH_ARG(std::string, global_pool) = "token";
+  TORCH_ARG(GlobalPool, global_pool) = GlobalPool::kToken;
   TORCH_ARG(int64_t, embed_dim) = 768;
   TORCH_ARG(int64_t, depth) = 12;
   TORCH_ARG(int64_t, num_heads) = 12;
@@ -60,8 +69,8 @@ struct ViTOptions {
   TORCH_ARG(bool, head_norm) = false;
   // LayerNorm epsilon: timm 1e-6, Hugging Face 1e-12, CLIP 1e-5.
   TORCH_ARG(double, norm_eps) = 1e-6;
-  // "gelu" (exact) or "gelu_tanh".
-  TORCH_ARG(std::string, activation) = "gelu";
+  // The MLPs' activation: exact GELU (timm) or its tanh approximation.
+  TORCH_ARG(Activation, activation) = Activation::kGelu;
   TORCH_ARG(double, drop_rate) = 0.0;       // before the classifier
   TORCH_ARG(double, pos_drop_rate) = 0.0;   // after adding the position embedding
   TORCH_ARG(double, proj_drop_rate) = 0.0;  // after the attention and MLP projections
@@ -109,7 +118,7 @@ class VisionTransformerImpl : public torch::nn::Cloneable<VisionTransformerImpl>
   void reset_parameters();
 
   // images: [B, C, H, W] -> logits [B, num_classes] (or pooled features [B, D] if num_classes 0,
-  // or all tokens [B, N, D] with global_pool "none").
+  // or all tokens [B, N, D] with GlobalPool::kNone).
   torch::Tensor forward(const torch::Tensor& images);
   // images: [B, C, H, W] -> tokens [B, N, D] after the final norm. Any H, W divisible by the
   // patch size: the position embedding is resampled (bicubic, antialiased, as timm) when the grid

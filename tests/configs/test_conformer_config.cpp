@@ -70,9 +70,9 @@ TEST(ConformerConfig, ReadsEveryKey) {
   EXPECT_EQ(model_family(config.family).input_kind(), InputKind::kAudioFeatures);
   const auto& o = config.options<ConformerEncoderOptions>();
   EXPECT_EQ(o.input_dim(), 20);
-  EXPECT_EQ(o.subsampling(), "conv2d6");
+  EXPECT_EQ(o.subsampling(), Subsampling::kConv2d6);
   EXPECT_EQ(o.subsampling_channels(), 8);
-  EXPECT_EQ(o.position(), "rel_pos");
+  EXPECT_EQ(o.position(), ConformerPosition::kRelPos);
   EXPECT_TRUE(o.global_cmvn());
   EXPECT_FALSE(o.final_norm());
   EXPECT_EQ(o.vocab_size(), 9);
@@ -82,7 +82,7 @@ TEST(ConformerConfig, ReadsEveryKey) {
   EXPECT_EQ(b.num_heads(), 4);
   EXPECT_EQ(b.ffn_dim(), 24);
   EXPECT_EQ(b.depthwise_conv_kernel_size(), 5);
-  EXPECT_EQ(b.conv_norm(), "layer_norm");
+  EXPECT_EQ(b.conv_norm(), ConvNormKind::kLayerNorm);
   EXPECT_TRUE(b.convolution_first());
   EXPECT_TRUE(b.causal_conv());
   EXPECT_DOUBLE_EQ(b.dropout(), 0.2);
@@ -130,8 +130,8 @@ TEST(ConformerConfig, AbsentKeysTakeWenetsLibrispeechConformer) {
   EXPECT_EQ(o.blocks().num_heads(), 4);
   EXPECT_EQ(o.blocks().ffn_dim(), 2048);
   EXPECT_EQ(o.blocks().depthwise_conv_kernel_size(), 15);
-  EXPECT_EQ(o.subsampling(), "conv2d4");
-  EXPECT_EQ(o.position(), "rel_pos_wenet");
+  EXPECT_EQ(o.subsampling(), Subsampling::kConv2d4);
+  EXPECT_EQ(o.position(), ConformerPosition::kRelPosWenet);
   EXPECT_EQ(o.blocks().attention_backend(), "auto");
   EXPECT_EQ(config.features.kind, "none");  // no features section: features made elsewhere
   EXPECT_EQ(config.streaming.chunk_size, 0);
@@ -257,17 +257,19 @@ TEST(ConformerStats, ParameterCountEqualsTheBuiltModelForEveryLayoutOption) {
   const auto base = [] { return ConformerEncoderOptions(40, ConformerOptions(16, 4, 24, 2, 5)); };
   const std::vector<std::pair<std::string, ConformerEncoderOptions>> cases = {
       {"wenet defaults", base()},
-      {"conv2d6", base().subsampling("conv2d6")},
-      {"conv2d8", base().subsampling("conv2d8")},
-      {"dw_striding8 with 8 channels", base().subsampling("dw_striding8").subsampling_channels(8)},
-      {"no subsampling",
-       ConformerEncoderOptions(16, ConformerOptions(16, 4, 24, 2, 5)).subsampling("none")},
-      {"rel_pos", base().position("rel_pos")},
-      {"abs_pos", base().position("abs_pos")},
-      {"no positions", base().position("none")},
+      {"conv2d6", base().subsampling(Subsampling::kConv2d6)},
+      {"conv2d8", base().subsampling(Subsampling::kConv2d8)},
+      {"dw_striding8 with 8 channels",
+       base().subsampling(Subsampling::kDwStriding8).subsampling_channels(8)},
+      {"no subsampling", ConformerEncoderOptions(16, ConformerOptions(16, 4, 24, 2, 5))
+                             .subsampling(Subsampling::kNone)},
+      {"rel_pos", base().position(ConformerPosition::kRelPos)},
+      {"abs_pos", base().position(ConformerPosition::kAbsPos)},
+      {"no positions", base().position(ConformerPosition::kNone)},
       {"cmvn, ctc, no final norm", base().global_cmvn(true).vocab_size(11).final_norm(false)},
       {"group_norm",
-       ConformerEncoderOptions(40, ConformerOptions(16, 4, 24, 2, 5).conv_norm("group_norm"))},
+       ConformerEncoderOptions(
+           40, ConformerOptions(16, 4, 24, 2, 5).conv_norm(ConvNormKind::kGroupNorm))},
       {"head gating",
        ConformerEncoderOptions(40, ConformerOptions(16, 4, 24, 3, 4).head_gating(true))},
   };
@@ -279,23 +281,26 @@ TEST(ConformerStats, ParameterCountEqualsTheBuiltModelForEveryLayoutOption) {
 TEST(ConformerStats, MacsFollowTheConvention) {
   // No subsampling, no positions, no head: only the blocks. T = 10, D = 8, ffn 12, kernel 3.
   const auto plain = ConformerEncoderOptions(8, ConformerOptions(8, 2, 12, 1, 3))
-                         .subsampling("none")
-                         .position("none");
+                         .subsampling(Subsampling::kNone)
+                         .position(ConformerPosition::kNone);
   const int64_t t = 10, d = 8;
   const int64_t block =
       2 * 2 * t * d * 12 + 4 * t * d * d + 2 * t * t * d + (t * d * 2 * d + t * d * 3 + t * d * d);
   EXPECT_EQ(conformer_macs(plain, t), block);
   // rel_pos adds linear_pos over 2T − 1 positions, (q + v)·p and u·k; WeNet's over T positions.
-  EXPECT_EQ(conformer_macs(ConformerEncoderOptions(plain).position("rel_pos"), t) - block,
+  EXPECT_EQ(conformer_macs(ConformerEncoderOptions(plain).position(ConformerPosition::kRelPos), t) -
+                block,
             19 * d * d + t * 19 * d + t * d);
-  EXPECT_EQ(conformer_macs(ConformerEncoderOptions(plain).position("rel_pos_wenet"), t) - block,
-            t * d * d + t * t * d + t * d);
+  EXPECT_EQ(
+      conformer_macs(ConformerEncoderOptions(plain).position(ConformerPosition::kRelPosWenet), t) -
+          block,
+      t * d * d + t * t * d + t * d);
   // The CTC head: T' · D · vocab.
   EXPECT_EQ(conformer_macs(ConformerEncoderOptions(plain).vocab_size(5), t) - block, t * d * 5);
   // conv2d4 on 100 frames of 40 features, 8 channels: 49 x 19 then 24 x 9 outputs.
   const auto sub = ConformerEncoderOptions(40, ConformerOptions(8, 2, 12, 0, 3))
-                       .subsampling("conv2d4")
-                       .position("none");
+                       .subsampling(Subsampling::kConv2d4)
+                       .position(ConformerPosition::kNone);
   EXPECT_EQ(conformer_macs(sub, 100), 49 * 19 * 8 * 9 + 24 * 9 * 8 * 8 * 9 + 24 * 8 * 9 * 8);
 }
 

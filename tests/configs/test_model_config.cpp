@@ -86,7 +86,7 @@ checkpoint:
   EXPECT_EQ(o.patch_size(), 12);
   EXPECT_EQ(o.in_chans(), 4);
   EXPECT_EQ(o.num_classes(), 0);
-  EXPECT_EQ(o.global_pool(), "avgmax");
+  EXPECT_EQ(o.global_pool(), GlobalPool::kAvgMax);
   EXPECT_EQ(o.embed_dim(), 64);
   EXPECT_EQ(o.depth(), 3);
   EXPECT_EQ(o.num_heads(), 8);
@@ -104,7 +104,7 @@ checkpoint:
   ASSERT_TRUE(o.fc_norm().has_value());
   EXPECT_TRUE(*o.fc_norm());
   EXPECT_DOUBLE_EQ(o.norm_eps(), 1e-12);
-  EXPECT_EQ(o.activation(), "gelu_tanh");
+  EXPECT_EQ(o.activation(), Activation::kGeluTanh);
   EXPECT_DOUBLE_EQ(o.drop_rate(), 0.1);
   EXPECT_DOUBLE_EQ(o.pos_drop_rate(), 0.2);
   EXPECT_DOUBLE_EQ(o.proj_drop_rate(), 0.3);

@@ -27,11 +27,11 @@ TEST(ModelStats, ParameterCountEqualsTheBuiltModelForEveryLayoutOption) {
       {"layer_scale", small().init_values(0.1)},
       {"registers", small().reg_tokens(3)},
       {"no_embed_class", small().reg_tokens(2).no_embed_class(true)},
-      {"no class token", small().class_token(false).global_pool("avg")},
+      {"no class token", small().class_token(false).global_pool(GlobalPool::kAvg)},
       {"pre_norm", small().pre_norm(true)},
       {"no biases", small().qkv_bias(false).proj_bias(false)},
       {"no final norm", small().final_norm(false)},
-      {"fc_norm", small().global_pool("avg").fc_norm(true)},
+      {"fc_norm", small().global_pool(GlobalPool::kAvg).fc_norm(true)},
       {"features only", small().num_classes(0)},
       {"mlp_ratio 2.5", small().mlp_ratio(2.5)},
       {"4 channels, patch 4", small().in_chans(4).patch_size(4)},
@@ -66,7 +66,7 @@ TEST(ModelStats, MacsFollowTheInputSize) {
       tokens * 48 * 144 + 2 * tokens * tokens * 48 + tokens * 48 * 48 + 2 * tokens * 48 * 192;
   EXPECT_EQ(vit_macs(o, 48, 64), 48 * 48 * 3 * 64 + 2 * block + 48 * 5);
   // Without pooling, the classifier sees every token.
-  EXPECT_EQ(vit_macs(ViTOptions(o).global_pool("none"), 48, 64) - vit_macs(o, 48, 64),
+  EXPECT_EQ(vit_macs(ViTOptions(o).global_pool(GlobalPool::kNone), 48, 64) - vit_macs(o, 48, 64),
             (tokens - 1) * 48 * 5);
   EXPECT_EQ(vit_macs(ViTOptions(o).num_classes(0), 48, 64), vit_macs(o, 48, 64) - 48 * 5);
 }

@@ -82,7 +82,7 @@ TEST_P(Zoo, ArchitectureIsTimms) {
   EXPECT_EQ(t.at("num_heads").get<int64_t>(), o.num_heads());
   EXPECT_EQ(t.at("mlp_hidden").get<int64_t>(), static_cast<int64_t>(o.embed_dim() * o.mlp_ratio()));
   EXPECT_EQ(t.at("num_classes").get<int64_t>(), o.num_classes());
-  EXPECT_EQ(t.at("global_pool").get<std::string>(), o.global_pool());
+  EXPECT_EQ(t.at("global_pool").get<std::string>(), to_string(o.global_pool()));
   EXPECT_EQ(t.at("class_token").get<bool>(), o.class_token());
   EXPECT_EQ(t.at("reg_tokens").get<int64_t>(), o.reg_tokens());
   EXPECT_EQ(t.at("no_embed_class").get<bool>(), o.no_embed_class());
@@ -90,12 +90,13 @@ TEST_P(Zoo, ArchitectureIsTimms) {
   EXPECT_EQ(t.at("qk_norm").get<bool>(), o.qk_norm());
   EXPECT_EQ(t.at("layer_scale").get<bool>(), o.init_values().has_value());
   EXPECT_EQ(t.at("pre_norm").get<bool>(), o.pre_norm());
-  const auto& pool = o.global_pool();
-  const bool fc_norm = o.fc_norm().value_or(pool == "avg" || pool == "max" || pool == "avgmax");
+  const auto pool = o.global_pool();
+  const bool fc_norm = o.fc_norm().value_or(pool == GlobalPool::kAvg || pool == GlobalPool::kMax ||
+                                            pool == GlobalPool::kAvgMax);
   EXPECT_EQ(t.at("fc_norm").get<bool>(), o.final_norm() && fc_norm);
   EXPECT_EQ(t.at("final_norm").get<bool>(), o.final_norm());
   EXPECT_DOUBLE_EQ(t.at("norm_eps").get<double>(), o.norm_eps());
-  EXPECT_EQ(t.at("activation").get<std::string>(), o.activation());
+  EXPECT_EQ(t.at("activation").get<std::string>(), to_string(o.activation()));
 }
 
 TEST_P(Zoo, PreprocessingIsTimms) {

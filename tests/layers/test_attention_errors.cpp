@@ -26,8 +26,6 @@ TEST(AttentionErrors, BadOptions) {
   EXPECT_THAT(
       error_of([] { MultiheadAttention(MultiheadAttentionOptions(8, 2).backend("flashy")); }),
       AllOf(HasSubstr("unknown attention backend 'flashy'"), HasSubstr("math"), HasSubstr("sdpa")));
-  EXPECT_THAT(error_of([] { MultiheadAttention(MultiheadAttentionOptions(8, 2).init("kaiming")); }),
-              HasSubstr("unknown init 'kaiming'"));
   EXPECT_THAT(error_of([] { MultiheadAttention(MultiheadAttentionOptions(8, 2).attn_drop(1.0)); }),
               HasSubstr("attn_drop must lie in [0, 1), got 1"));
   EXPECT_THAT(error_of([] { MultiheadAttention(MultiheadAttentionOptions(8, 2).kv_dim(4)); }),

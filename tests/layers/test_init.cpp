@@ -35,7 +35,7 @@ TEST(Init, TruncNormalIsTimmsDefault) {
 TEST(Init, XavierQkDrawsQAndKUniformlyAndVSmall) {
   torch::manual_seed(2);
   const int64_t d = 512;
-  MultiheadAttention layer(MultiheadAttentionOptions(d, 8).init("xavier_qk"));
+  MultiheadAttention layer(MultiheadAttentionOptions(d, 8).init(AttentionInit::kXavierQk));
   const auto w = layer->qkv->weight;
   // Each of q and k is its own [D, D] Xavier-uniform draw: bound sqrt(6 / 2D), std bound/sqrt(3).
   const double bound = std::sqrt(6.0 / (2.0 * d));
@@ -53,7 +53,7 @@ TEST(Init, JaxDrawsEachProjectionLikeASeparateLayer) {
   torch::manual_seed(3);
   const int64_t d = 256;
   MultiheadAttention layer(
-      MultiheadAttentionOptions(d, 4).cross_attention(true).kv_dim(128).init("jax"));
+      MultiheadAttentionOptions(d, 4).cross_attention(true).kv_dim(128).init(AttentionInit::kJax));
   const double q_bound = std::sqrt(6.0 / (d + d));
   const double kv_bound = std::sqrt(6.0 / (128 + d));
   EXPECT_NEAR(layer->q->weight.abs().max().item<double>(), q_bound, q_bound * 0.01);

@@ -12,16 +12,16 @@ namespace attnzoo {
 namespace {
 
 torch::Tensor reference(const torch::nn::Linear& linear, const torch::Tensor& x,
-                        LinearActivation activation) {
+                        Activation activation) {
   const auto y = torch::linear(x, linear->weight, linear->bias);
   switch (activation) {
-    case LinearActivation::kGelu:
+    case Activation::kGelu:
       return torch::gelu(y);
-    case LinearActivation::kGeluTanh:
+    case Activation::kGeluTanh:
       return torch::gelu(y, "tanh");
-    case LinearActivation::kSilu:
+    case Activation::kSilu:
       return torch::silu(y);
-    case LinearActivation::kNone:
+    case Activation::kNone:
       break;
   }
   return y;
@@ -38,8 +38,8 @@ TEST(PackedLinear, EqualsLinearAndActivationInInference) {
   for (bool bias : {true, false}) {
     torch::nn::Linear linear(torch::nn::LinearOptions(48, 40).bias(bias));
     const PackedLinear packed;
-    for (auto activation : {LinearActivation::kNone, LinearActivation::kGelu,
-                            LinearActivation::kGeluTanh, LinearActivation::kSilu}) {
+    for (auto activation :
+         {Activation::kNone, Activation::kGelu, Activation::kGeluTanh, Activation::kSilu}) {
       for (const auto& shape : std::vector<std::vector<int64_t>>{{7, 48}, {2, 5, 48}}) {
         const auto x = torch::randn(shape);
         torch::InferenceMode inference;
@@ -75,7 +75,7 @@ TEST(PackedLinear, TakenOnlyWhereAutogradCannotSeeIt) {
   }
   // Gradients flow through the fallback as through torch::linear.
   const PackedLinear packed;
-  auto y = packed(linear, x.clone().requires_grad_(), LinearActivation::kGelu);
+  auto y = packed(linear, x.clone().requires_grad_(), Activation::kGelu);
   y.sum().backward();
   EXPECT_TRUE(linear->weight.grad().defined());
 }
@@ -91,8 +91,7 @@ TEST(PackedLinear, RepacksWhenTheWeightChanges) {
   };
   const auto expect_reference = [&](const torch::Tensor& input, double tolerance) {
     torch::InferenceMode inference;
-    EXPECT_LE(relative_error(run(input), reference(linear, input, LinearActivation::kNone)),
-              tolerance);
+    EXPECT_LE(relative_error(run(input), reference(linear, input, Activation::kNone)), tolerance);
   };
   const auto before = run(x);
   {
@@ -122,7 +121,7 @@ TEST(PackedLinear, FourThreadsAtOnce) {
   for (int i = 0; i < 4; ++i) {
     inputs.push_back(torch::randn({9, 64}));
     torch::InferenceMode inference;
-    expected.push_back(reference(linear, inputs.back(), LinearActivation::kGelu));
+    expected.push_back(reference(linear, inputs.back(), Activation::kGelu));
   }
   std::vector<double> errors(4, 0.0);
   std::vector<std::thread> threads;
@@ -130,7 +129,7 @@ TEST(PackedLinear, FourThreadsAtOnce) {
     threads.emplace_back([&, t] {
       torch::InferenceMode inference;
       for (int round = 0; round < 20; ++round) {
-        const auto got = packed(linear, inputs[static_cast<size_t>(t)], LinearActivation::kGelu);
+        const auto got = packed(linear, inputs[static_cast<size_t>(t)], Activation::kGelu);
         errors[static_cast<size_t>(t)] = std::max(
             errors[static_cast<size_t>(t)], relative_error(got, expected[static_cast<size_t>(t)]));
       }

@@ -29,7 +29,7 @@ const std::vector<int64_t> kLengths = {11, 7, 3};
 ConformerOptions fixture_options(bool convolution_first, bool group_norm) {
   return ConformerOptions(kDim, kHeads, kFfn, kLayers, kKernel)
       .convolution_first(convolution_first)
-      .conv_norm(group_norm ? "group_norm" : "batch_norm");
+      .conv_norm(group_norm ? ConvNormKind::kGroupNorm : ConvNormKind::kBatchNorm);
 }
 
 struct Reference {
@@ -145,9 +145,10 @@ TEST(Conformer, BatchedEqualsPerUtteranceInTrainingForEveryNormAndPosition) {
   // Training mode (dropout 0): GroupNorm and LayerNorm statistics are per utterance, so each
   // utterance must compute alone what it computes in the batch.
   torch::manual_seed(1);
-  for (const char* norm : {"group_norm", "layer_norm"}) {
-    for (const char* position : {"none", "rel_pos", "rel_pos_wenet"}) {
-      SCOPED_TRACE(std::string(norm) + " " + position);
+  for (const auto norm : {ConvNormKind::kGroupNorm, ConvNormKind::kLayerNorm}) {
+    for (const auto position :
+         {ConformerPosition::kNone, ConformerPosition::kRelPos, ConformerPosition::kRelPosWenet}) {
+      SCOPED_TRACE(std::string(to_string(norm)) + " " + to_string(position));
       Conformer model(ConformerOptions(16, 2, 32, 2, 5).conv_norm(norm).position(position));
       perturb(*model);
       model->train();
@@ -159,9 +160,9 @@ TEST(Conformer, BatchedEqualsPerUtteranceInTrainingForEveryNormAndPosition) {
 
 TEST(Conformer, EvalBatchedEqualsPerUtteranceWithRelativePositionsAndCausalConv) {
   torch::manual_seed(2);
-  for (const char* position : {"rel_pos", "rel_pos_wenet"}) {
+  for (const auto position : {ConformerPosition::kRelPos, ConformerPosition::kRelPosWenet}) {
     for (const bool causal : {false, true}) {
-      SCOPED_TRACE(std::string(position) + (causal ? " causal" : ""));
+      SCOPED_TRACE(std::string(to_string(position)) + (causal ? " causal" : ""));
       Conformer model(
           ConformerOptions(16, 4, 32, 2, 4).position(position).causal_conv(causal));  // even K
       perturb(*model);
@@ -277,8 +278,8 @@ torch::Tensor paper_attention(ConformerAttentionImpl& attn, const torch::Tensor&
 
 TEST(ConformerAttention, RelativePositionsMatchThePaperEquationsInFloat64) {
   torch::manual_seed(4);
-  for (const char* position : {"rel_pos", "rel_pos_wenet"}) {
-    SCOPED_TRACE(position);
+  for (const auto position : {ConformerPosition::kRelPos, ConformerPosition::kRelPosWenet}) {
+    SCOPED_TRACE(to_string(position));
     ConformerAttention attn(ConformerAttentionOptions(12, 3).position(position).backend("math"));
     perturb(*attn, 0.3);
     attn->to(torch::kDouble);
@@ -288,7 +289,7 @@ TEST(ConformerAttention, RelativePositionsMatchThePaperEquationsInFloat64) {
     const auto x = torch::randn({2, 7, 12}, torch::kDouble);
     const auto ours = attn(x, AttentionMask().key_lengths(torch::tensor(lengths)));
     const auto expected =
-        paper_attention(*attn, x, lengths, std::string(position) == "rel_pos_wenet");
+        paper_attention(*attn, x, lengths, position == ConformerPosition::kRelPosWenet);
     EXPECT_LE(max_abs_diff(ours, expected), 1e-10);
     // The positional term matters: without it the output differs.
     const auto plain = attn->mha(x, AttentionMask().key_lengths(torch::tensor(lengths)));
@@ -297,13 +298,14 @@ TEST(ConformerAttention, RelativePositionsMatchThePaperEquationsInFloat64) {
 }
 
 TEST(ConformerAttention, EncodingsAndShiftLayout) {
-  const auto rel = relative_position_encoding(4, 6, "rel_pos", torch::kDouble);
+  const auto rel = relative_position_encoding(4, 6, ConformerPosition::kRelPos, torch::kDouble);
   ASSERT_EQ(rel.sizes(), (std::vector<int64_t>{1, 7, 6}));
   // Row r is relative position T − 1 − r: row 3 is position 0, i.e. [0, 1, 0, 1, 0, 1].
   EXPECT_LE(max_abs_diff(rel[0][3], torch::tensor({0.0, 1.0, 0.0, 1.0, 0.0, 1.0})), 1e-12);
   EXPECT_NEAR(rel[0][0][0].item<double>(), std::sin(3.0), 1e-12);
   EXPECT_NEAR(rel[0][6][0].item<double>(), std::sin(-3.0), 1e-12);
-  const auto wenet = relative_position_encoding(4, 6, "rel_pos_wenet", torch::kDouble);
+  const auto wenet =
+      relative_position_encoding(4, 6, ConformerPosition::kRelPosWenet, torch::kDouble);
   EXPECT_LE(max_abs_diff(wenet[0], rel[0].narrow(0, 0, 4).flip(0)), 1e-12);
   const auto scores = torch::arange(3 * 5, torch::kDouble).view({1, 1, 3, 5});
   const auto shifted = rel_shift(scores);
@@ -317,8 +319,8 @@ TEST(ConformerAttention, EncodingsAndShiftLayout) {
 TEST(Conformer, RelativePositionsGiveTheSameOutputOnEveryBackend) {
   torch::manual_seed(5);
   const auto [x, lengths] = padded_batch(24, {13, 6, 1});
-  for (const char* position : {"rel_pos", "rel_pos_wenet"}) {
-    SCOPED_TRACE(position);
+  for (const auto position : {ConformerPosition::kRelPos, ConformerPosition::kRelPosWenet}) {
+    SCOPED_TRACE(to_string(position));
     torch::Tensor expected;
     Conformer base(ConformerOptions(24, 4, 32, 2, 5).position(position).attention_backend("math"));
     perturb(*base);
@@ -346,8 +348,9 @@ TEST(Conformer, RelativePositionsGiveTheSameOutputOnEveryBackend) {
 
 TEST(Conformer, GradientsAreFiniteAndReachEveryParameter) {
   torch::manual_seed(6);
-  for (const char* position : {"none", "rel_pos", "rel_pos_wenet"}) {
-    SCOPED_TRACE(position);
+  for (const auto position :
+       {ConformerPosition::kNone, ConformerPosition::kRelPos, ConformerPosition::kRelPosWenet}) {
+    SCOPED_TRACE(to_string(position));
     Conformer model(ConformerOptions(16, 2, 32, 2, 32).position(position).dropout(0.1));
     model->train();
     const auto [x, lengths] = padded_batch(16, {10, 3, 1});
@@ -368,9 +371,10 @@ TEST(Conformer, GradientsAreFiniteAndReachEveryParameter) {
 TEST(Conformer, AnEmptyUtteranceInTheBatchIsHarmless) {
   // Length 0: its queries see no key (zeros from attention), its frames count in no statistic.
   torch::manual_seed(8);
-  for (const char* norm : {"batch_norm", "group_norm"}) {
-    SCOPED_TRACE(norm);
-    Conformer model(ConformerOptions(16, 2, 32, 2, 3).conv_norm(norm).position("rel_pos"));
+  for (const auto norm : {ConvNormKind::kBatchNorm, ConvNormKind::kGroupNorm}) {
+    SCOPED_TRACE(to_string(norm));
+    Conformer model(
+        ConformerOptions(16, 2, 32, 2, 3).conv_norm(norm).position(ConformerPosition::kRelPos));
     perturb(*model);
     model->train();
     const auto [x, lengths] = padded_batch(16, {6, 0});
@@ -443,7 +447,7 @@ TEST(Conformer, CheckpointLayoutsAndStrictLoading) {
   EXPECT_TRUE(mapped.tensors.contains("layers.1.conv.conv_norm.num_batches_tracked"));
   EXPECT_TRUE(mapped.tensors.contains("layers.0.attn.mha.qkv.weight"));
   // A relative-position model lacks nothing torchaudio has but needs what torchaudio lacks.
-  Conformer rel(fixture_options(false, false).position("rel_pos"));
+  Conformer rel(fixture_options(false, false).position(ConformerPosition::kRelPos));
   try {
     load_state_dict(*rel, mapped.tensors, {{}, {}, "torchaudio"});
     FAIL() << "no error";
@@ -489,13 +493,11 @@ TEST(Conformer, BadConfigurationsAndInputs) {
               HasSubstr("input_dim 16 is not divisible by num_heads 3"));
   EXPECT_THAT(error_of<c10::Error>([] { Conformer(ConformerOptions(16, 2, 32, 1, 0)); }),
               HasSubstr("depthwise_conv_kernel_size must be > 0"));
-  EXPECT_THAT(
-      error_of<c10::Error>([] { Conformer(ConformerOptions(16, 2, 32, 1, 3).position("abs")); }),
-      HasSubstr("unknown position 'abs'"));
-  EXPECT_THAT(
-      error_of<c10::Error>([] { Conformer(ConformerOptions(16, 2, 32, 1, 3).conv_norm("bn")); }),
-      HasSubstr("unknown kind 'bn'"));
-  ConformerAttention attn(ConformerAttentionOptions(16, 2).position("rel_pos"));
+  EXPECT_THAT(error_of<c10::Error>([] {
+                Conformer(ConformerOptions(16, 2, 32, 1, 3).position(ConformerPosition::kAbsPos));
+              }),
+              HasSubstr("position abs_pos belongs to ConformerEncoderOptions"));
+  ConformerAttention attn(ConformerAttentionOptions(16, 2).position(ConformerPosition::kRelPos));
   EXPECT_THAT(error_of<c10::Error>([&] {
                 attn(x, AttentionMask(), torch::randn({1, 5, 16}));
               }),
@@ -513,32 +515,36 @@ TEST(Conformer, BadConfigurationsAndInputs) {
 
 // WeNet's mask subsampling (x_mask[:, :, 2::2][:, :, 2::2] for ×4, [2::2][4::3] for ×6, [2::2]
 // three times for ×8): the number of valid frames it keeps of `frames`.
-int64_t wenet_mask_length(const std::string& kind, int64_t frames) {
+int64_t wenet_mask_length(Subsampling kind, int64_t frames) {
   auto mask = torch::ones({frames});
   const auto every = [&](int64_t start, int64_t step) {
     mask = start < mask.size(0) ? mask.slice(0, start, mask.size(0), step) : mask.slice(0, 0, 0);
   };
   every(2, 2);
-  if (kind == "conv2d6") {
+  if (kind == Subsampling::kConv2d6) {
     every(4, 3);
   } else {
     every(2, 2);
-    if (kind == "conv2d8") every(2, 2);
+    if (kind == Subsampling::kConv2d8) every(2, 2);
   }
   return mask.size(0);
 }
 
 TEST(ConformerSubsampling, LengthsFollowTheConvolutionsAndWeNetsMasks) {
   torch::NoGradGuard no_grad;
-  const std::vector<std::pair<std::string, int64_t>> minimum = {
-      {"conv2d4", 7}, {"conv2d6", 11}, {"conv2d8", 15}, {"dw_striding8", 1}};
+  const std::vector<std::pair<Subsampling, int64_t>> minimum = {{Subsampling::kConv2d4, 7},
+                                                                {Subsampling::kConv2d6, 11},
+                                                                {Subsampling::kConv2d8, 15},
+                                                                {Subsampling::kDwStriding8, 1}};
   for (const auto& [kind, min_frames] : minimum) {
-    SCOPED_TRACE(kind);
+    SCOPED_TRACE(to_string(kind));
     ConformerSubsampling sub(ConformerSubsamplingOptions(kind, 20, 8).channels(3));
     EXPECT_EQ(sub->min_frames(), min_frames);
-    EXPECT_EQ(sub->factor(), kind == "conv2d6" ? 6 : kind == "conv2d4" ? 4 : 8);
+    EXPECT_EQ(sub->factor(), kind == Subsampling::kConv2d6   ? 6
+                             : kind == Subsampling::kConv2d4 ? 4
+                                                             : 8);
     for (int64_t t = 1; t <= 50; ++t) {
-      if (kind != "dw_striding8") {
+      if (kind != Subsampling::kDwStriding8) {
         EXPECT_EQ(sub->output_length(t), wenet_mask_length(kind, t)) << "T = " << t;
       }
       if (t < min_frames) {
@@ -554,30 +560,32 @@ TEST(ConformerSubsampling, LengthsFollowTheConvolutionsAndWeNetsMasks) {
     EXPECT_EQ(sub->out->weight.size(1), 3 * sub->output_length(20));
   }
   // NeMo's calc_length for dw_striding: ceil(L / 2) three times.
-  ConformerSubsampling dw(ConformerSubsamplingOptions("dw_striding8", 20, 8));
+  ConformerSubsampling dw(ConformerSubsamplingOptions(Subsampling::kDwStriding8, 20, 8));
   for (int64_t t = 1; t <= 50; ++t) {
     EXPECT_EQ(dw->output_length(t), (((t + 1) / 2 + 1) / 2 + 1) / 2) << "T = " << t;
   }
 }
 
 TEST(ConformerSubsampling, TooShortInputNamesTheMinimum) {
-  ConformerSubsampling sub(ConformerSubsamplingOptions("conv2d8", 20, 8));
+  ConformerSubsampling sub(ConformerSubsamplingOptions(Subsampling::kConv2d8, 20, 8));
   EXPECT_THAT(error_of<c10::Error>([&] {
                 sub(torch::randn({2, 14, 20}), torch::tensor({14, 9}));
               }),
               HasSubstr("conv2d8 (factor 8) needs at least 15 input frames, got 14"));
-  ConformerEncoder encoder(
-      ConformerEncoderOptions(20, ConformerOptions(8, 2, 16, 1, 3)).subsampling("conv2d6"));
+  ConformerEncoder encoder(ConformerEncoderOptions(20, ConformerOptions(8, 2, 16, 1, 3))
+                               .subsampling(Subsampling::kConv2d6));
   EXPECT_THAT(error_of<c10::Error>([&] {
                 encoder(torch::randn({1, 10, 20}));
               }),
               HasSubstr("conv2d6 (factor 6) needs at least 11 input frames, got 10"));
-  EXPECT_THAT(error_of<c10::Error>(
-                  [] { ConformerSubsampling(ConformerSubsamplingOptions("conv2d4", 6, 8)); }),
+  EXPECT_THAT(error_of<c10::Error>([] {
+                ConformerSubsampling(ConformerSubsamplingOptions(Subsampling::kConv2d4, 6, 8));
+              }),
               HasSubstr("needs at least 7 input features, got input_dim 6"));
-  EXPECT_THAT(error_of<c10::Error>(
-                  [] { ConformerSubsampling(ConformerSubsamplingOptions("conv2d5", 20, 8)); }),
-              HasSubstr("unknown kind 'conv2d5'"));
+  EXPECT_THAT(error_of<c10::Error>([] {
+                ConformerSubsampling(ConformerSubsamplingOptions(Subsampling::kNone, 20, 8));
+              }),
+              HasSubstr("kind none builds no module"));
 }
 
 // Largest difference, over the valid output frames, between the batched encoder and each
@@ -612,11 +620,14 @@ TEST(ConformerEncoder, BatchedEqualsPerUtteranceThroughEverySubsampling) {
   // Padded frames hold large random values (padded_batch); the lengths hit every remainder of the
   // factors, so the last valid output frames sit at the subsampling boundary.
   torch::manual_seed(3);
-  for (const char* subsampling : {"conv2d4", "conv2d6", "conv2d8", "dw_striding8"}) {
-    for (const char* position : {"abs_pos", "rel_pos", "rel_pos_wenet"}) {
-      SCOPED_TRACE(std::string(subsampling) + " " + position);
+  for (const auto subsampling : {Subsampling::kConv2d4, Subsampling::kConv2d6,
+                                 Subsampling::kConv2d8, Subsampling::kDwStriding8}) {
+    for (const auto position : {ConformerPosition::kAbsPos, ConformerPosition::kRelPos,
+                                ConformerPosition::kRelPosWenet}) {
+      SCOPED_TRACE(std::string(to_string(subsampling)) + " " + to_string(position));
       auto model = perturbed_encoder(
-          ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 2, 5).conv_norm("layer_norm"))
+          ConformerEncoderOptions(
+              20, ConformerOptions(16, 4, 32, 2, 5).conv_norm(ConvNormKind::kLayerNorm))
               .subsampling(subsampling)
               .subsampling_channels(6)
               .position(position)
@@ -632,8 +643,8 @@ TEST(ConformerEncoder, BatchedEqualsPerUtteranceThroughEverySubsampling) {
 TEST(ConformerEncoder, TorchaudioStyleWithoutSubsamplingIsTheBlockStack) {
   torch::manual_seed(4);
   auto model = perturbed_encoder(ConformerEncoderOptions(16, ConformerOptions(16, 2, 32, 2, 3))
-                                     .subsampling("none")
-                                     .position("none")
+                                     .subsampling(Subsampling::kNone)
+                                     .position(ConformerPosition::kNone)
                                      .final_norm(false));
   model->eval();
   torch::NoGradGuard no_grad;
@@ -648,8 +659,8 @@ TEST(ConformerEncoder, TorchaudioStyleWithoutSubsamplingIsTheBlockStack) {
 TEST(ConformerEncoder, CmvnBuffersLoadByNameAndNormaliseTheFeatures) {
   torch::manual_seed(5);
   const auto options = ConformerEncoderOptions(12, ConformerOptions(8, 2, 16, 1, 3))
-                           .subsampling("conv2d4")
-                           .position("abs_pos");
+                           .subsampling(Subsampling::kConv2d4)
+                           .position(ConformerPosition::kAbsPos);
   auto with_cmvn = perturbed_encoder(ConformerEncoderOptions(options).global_cmvn(true));
   ConformerEncoder without(options);
   // Everything but the CMVN buffers copied by name; loading must accept them by their names.
@@ -678,7 +689,7 @@ TEST(ConformerEncoder, CmvnBuffersLoadByNameAndNormaliseTheFeatures) {
 TEST(ConformerEncoder, CtcHeadAndUtteranceEmbedding) {
   torch::manual_seed(6);
   auto model = perturbed_encoder(ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 1, 5))
-                                     .subsampling("conv2d4")
+                                     .subsampling(Subsampling::kConv2d4)
                                      .vocab_size(11));
   model->eval();
   torch::NoGradGuard no_grad;
@@ -699,17 +710,16 @@ TEST(ConformerEncoder, CtcHeadAndUtteranceEmbedding) {
   ConformerEncoder no_head(ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 1, 5)));
   EXPECT_THAT(error_of<c10::Error>([&] { no_head->ctc_log_probs(encoded); }),
               HasSubstr("no CTC head"));
-  EXPECT_THAT(
-      error_of<c10::Error>([] {
-        ConformerEncoder(
-            ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 1, 5)).subsampling("none"));
-      }),
-      HasSubstr("input_dim 20 != 16"));
   EXPECT_THAT(error_of<c10::Error>([] {
-                ConformerEncoder(
-                    ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 1, 5)).position("abs"));
+                ConformerEncoder(ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 1, 5))
+                                     .subsampling(Subsampling::kNone));
               }),
-              HasSubstr("unknown position 'abs'"));
+              HasSubstr("input_dim 20 != 16"));
+  EXPECT_THAT(error_of<c10::Error>([] {
+                ConformerEncoder(ConformerEncoderOptions(20, ConformerOptions(15, 3, 32, 1, 5))
+                                     .position(ConformerPosition::kAbsPos));
+              }),
+              HasSubstr("abs_pos needs an even model width, got 15"));
   EXPECT_THAT(error_of<c10::Error>([&] {
                 model(torch::randn({2, 30, 19}));
               }),
@@ -720,8 +730,8 @@ TEST(ConformerEncoder, CtcHeadAndUtteranceEmbedding) {
 // shapes, and OUR float64 transcription of WeNet's encoder run on each utterance alone.
 ConformerEncoderOptions wenet_fixture_options() {
   return ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 2, 5))
-      .subsampling("conv2d4")
-      .position("rel_pos_wenet")
+      .subsampling(Subsampling::kConv2d4)
+      .position(ConformerPosition::kRelPosWenet)
       .global_cmvn(true)
       .final_norm(true)
       .vocab_size(7);

@@ -23,8 +23,8 @@ using test_util::max_abs_diff;
 // torch's default 1e-5.
 ConformerEncoderOptions espnet_fixture_options() {
   return ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 2, 5).norm_eps(1e-12))
-      .subsampling("conv2d4")
-      .position("rel_pos")
+      .subsampling(Subsampling::kConv2d4)
+      .position(ConformerPosition::kRelPos)
       .global_cmvn(true)
       .final_norm(true)
       .vocab_size(7);
@@ -63,7 +63,7 @@ TEST(ConformerEncoder, EspnetModelLoadsAndMatchesEspnetOnValidFrames) {
   }
   std::cout << "max |ours - ESPnet| on valid frames: " << worst << "\n";
   // The positions matter: WeNet's variant on the same weights is another model.
-  ConformerEncoder wenet_style(espnet_fixture_options().position("rel_pos_wenet"));
+  ConformerEncoder wenet_style(espnet_fixture_options().position(ConformerPosition::kRelPosWenet));
   load_state_dict(*wenet_style, mapped.tensors, {{}, {}, "espnet"});
   wenet_style->eval();
   const auto single0 = ref.tensors["single_0"];

@@ -21,20 +21,21 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kFeatures = 20;  // conv2d8 needs at least 15
 
-ConformerEncoder streaming_encoder(const std::string& subsampling, const std::string& position,
-                                   const std::string& norm = "batch_norm",
+ConformerEncoder streaming_encoder(Subsampling subsampling, ConformerPosition position,
+                                   ConvNormKind norm = ConvNormKind::kBatchNorm,
                                    bool convolution_first = false) {
   torch::manual_seed(7);
   // Without subsampling the features are the model width.
-  ConformerEncoder encoder(ConformerEncoderOptions(subsampling == "none" ? 16 : kFeatures,
-                                                   ConformerOptions(16, 4, 24, 2, 5)
-                                                       .causal_conv(true)
-                                                       .conv_norm(norm)
-                                                       .convolution_first(convolution_first)
-                                                       .attention_backend("math"))
-                               .subsampling(subsampling)
-                               .position(position)
-                               .global_cmvn(true));
+  ConformerEncoder encoder(
+      ConformerEncoderOptions(subsampling == Subsampling::kNone ? 16 : kFeatures,
+                              ConformerOptions(16, 4, 24, 2, 5)
+                                  .causal_conv(true)
+                                  .conv_norm(norm)
+                                  .convolution_first(convolution_first)
+                                  .attention_backend("math"))
+          .subsampling(subsampling)
+          .position(position)
+          .global_cmvn(true));
   encoder->eval();
   // Non-trivial running statistics and CMVN, so the caches meet realistic values.
   torch::NoGradGuard no_grad;
@@ -95,23 +96,27 @@ TEST(RelShift, RectangularShiftMatchesItsDefinition) {
 TEST(RelativePositionEncoding, ChunkRowsAreRowsOfTheWholeSequence) {
   // rel_pos: the rows of a chunk of 3 queries over 7 keys are relative positions 6 ... −2, i.e.
   // rows (T − 1 − 6) ... (T − 1 + 2) of the encodings of a T = 10 sequence.
-  const auto whole = relative_position_encoding(10, 8, "rel_pos", torch::kDouble);
-  const auto chunk = relative_position_encoding(3, 7, 0, 8, "rel_pos", torch::kDouble);
+  const auto whole = relative_position_encoding(10, 8, ConformerPosition::kRelPos, torch::kDouble);
+  const auto chunk =
+      relative_position_encoding(3, 7, 0, 8, ConformerPosition::kRelPos, torch::kDouble);
   EXPECT_TRUE(torch::allclose(chunk, whole.narrow(1, 3, 9), 0.0, 1e-15));
   // rel_pos_wenet: keys at positions 4 ... 10.
-  const auto wenet_whole = relative_position_encoding(11, 8, "rel_pos_wenet", torch::kDouble);
-  const auto wenet_chunk = relative_position_encoding(3, 7, 4, 8, "rel_pos_wenet", torch::kDouble);
+  const auto wenet_whole =
+      relative_position_encoding(11, 8, ConformerPosition::kRelPosWenet, torch::kDouble);
+  const auto wenet_chunk =
+      relative_position_encoding(3, 7, 4, 8, ConformerPosition::kRelPosWenet, torch::kDouble);
   EXPECT_TRUE(torch::allclose(wenet_chunk, wenet_whole.narrow(1, 4, 7), 0.0, 1e-15));
 }
 
 struct StreamingCase {
-  std::string subsampling, position;
+  Subsampling subsampling;
+  ConformerPosition position;
   int64_t chunk_size, num_left_chunks;
 };
 
 void PrintTo(const StreamingCase& c, std::ostream* os) {
-  *os << c.subsampling << " " << c.position << " chunk " << c.chunk_size << " left "
-      << c.num_left_chunks;
+  *os << to_string(c.subsampling) << " " << to_string(c.position) << " chunk " << c.chunk_size
+      << " left " << c.num_left_chunks;
 }
 
 class StreamingEqualsOffline : public ::testing::TestWithParam<StreamingCase> {};
@@ -134,29 +139,30 @@ TEST_P(StreamingEqualsOffline, ChunkByChunkEqualsTheChunkMaskedForward) {
   EXPECT_GT(max_abs_diff(full, offline), 1e-3);
 }
 
-INSTANTIATE_TEST_SUITE_P(Conformer, StreamingEqualsOffline,
-                         ::testing::Values(StreamingCase{"conv2d4", "rel_pos_wenet", 4, -1},
-                                           StreamingCase{"conv2d4", "rel_pos_wenet", 4, 1},
-                                           StreamingCase{"conv2d4", "rel_pos", 4, -1},
-                                           StreamingCase{"conv2d4", "rel_pos", 3, 2},
-                                           StreamingCase{"conv2d4", "abs_pos", 5, 0},
-                                           StreamingCase{"conv2d4", "none", 1, -1},
-                                           StreamingCase{"conv2d6", "rel_pos_wenet", 2, 1},
-                                           StreamingCase{"conv2d8", "rel_pos", 2, -1},
-                                           StreamingCase{"none", "rel_pos", 7, 1},
-                                           StreamingCase{"none", "rel_pos_wenet", 16, 0}),
-                         [](const auto& info) {
-                           return info.param.subsampling + "_" + info.param.position + "_chunk" +
-                                  std::to_string(info.param.chunk_size) + "_left" +
-                                  (info.param.num_left_chunks < 0
-                                       ? std::string("all")
-                                       : std::to_string(info.param.num_left_chunks));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Conformer, StreamingEqualsOffline,
+    ::testing::Values(StreamingCase{Subsampling::kConv2d4, ConformerPosition::kRelPosWenet, 4, -1},
+                      StreamingCase{Subsampling::kConv2d4, ConformerPosition::kRelPosWenet, 4, 1},
+                      StreamingCase{Subsampling::kConv2d4, ConformerPosition::kRelPos, 4, -1},
+                      StreamingCase{Subsampling::kConv2d4, ConformerPosition::kRelPos, 3, 2},
+                      StreamingCase{Subsampling::kConv2d4, ConformerPosition::kAbsPos, 5, 0},
+                      StreamingCase{Subsampling::kConv2d4, ConformerPosition::kNone, 1, -1},
+                      StreamingCase{Subsampling::kConv2d6, ConformerPosition::kRelPosWenet, 2, 1},
+                      StreamingCase{Subsampling::kConv2d8, ConformerPosition::kRelPos, 2, -1},
+                      StreamingCase{Subsampling::kNone, ConformerPosition::kRelPos, 7, 1},
+                      StreamingCase{Subsampling::kNone, ConformerPosition::kRelPosWenet, 16, 0}),
+    [](const auto& info) {
+      return std::string(to_string(info.param.subsampling)) + "_" + to_string(info.param.position) +
+             "_chunk" + std::to_string(info.param.chunk_size) + "_left" +
+             (info.param.num_left_chunks < 0 ? std::string("all")
+                                             : std::to_string(info.param.num_left_chunks));
+    });
 
 TEST(ConformerStream, IrregularPushesGiveTheSameFramesAsOneCall) {
-  for (const char* norm : {"batch_norm", "layer_norm"}) {
+  for (const auto norm : {ConvNormKind::kBatchNorm, ConvNormKind::kLayerNorm}) {
     for (bool conv_first : {false, true}) {
-      auto encoder = streaming_encoder("conv2d4", "rel_pos", norm, conv_first);
+      auto encoder =
+          streaming_encoder(Subsampling::kConv2d4, ConformerPosition::kRelPos, norm, conv_first);
       torch::NoGradGuard no_grad;
       const auto features = torch::randn({1, 101, kFeatures});
       const auto reference = std::get<0>(encoder->forward(features, {}, 4, 2));
@@ -171,8 +177,9 @@ TEST(ConformerStream, IrregularPushesGiveTheSameFramesAsOneCall) {
       ASSERT_EQ(start, features.size(1));
       pieces.push_back(stream.finish());
       const auto streamed = torch::cat(pieces, 1);
-      ASSERT_EQ(streamed.sizes(), reference.sizes()) << norm;
-      EXPECT_LE(max_abs_diff(streamed, reference), 1e-5) << norm << " conv_first " << conv_first;
+      ASSERT_EQ(streamed.sizes(), reference.sizes()) << to_string(norm);
+      EXPECT_LE(max_abs_diff(streamed, reference), 1e-5)
+          << to_string(norm) << " conv_first " << conv_first;
       EXPECT_EQ(stream.offset(), reference.size(1));
       EXPECT_THAT(error_of([&] { stream.push(features); }), HasSubstr("push after finish()"));
       stream.reset();
@@ -183,7 +190,7 @@ TEST(ConformerStream, IrregularPushesGiveTheSameFramesAsOneCall) {
 }
 
 TEST(ConformerEncoder, ForwardChunkKeepsTheRequiredCacheAndShapes) {
-  auto encoder = streaming_encoder("conv2d4", "rel_pos_wenet");
+  auto encoder = streaming_encoder(Subsampling::kConv2d4, ConformerPosition::kRelPosWenet);
   torch::NoGradGuard no_grad;
   // Window of chunk 4 for x4 subsampling: (4 − 1)·4 + 6 + 1 = 19 input frames.
   EXPECT_EQ(encoder->subsampling_rate(), 4);
@@ -209,7 +216,7 @@ TEST(ConformerEncoder, StreamingRefusesWhatCannotStream) {
   torch::NoGradGuard no_grad;
   const auto window = torch::randn({1, 19, kFeatures});
   {
-    auto encoder = streaming_encoder("conv2d4", "rel_pos");
+    auto encoder = streaming_encoder(Subsampling::kConv2d4, ConformerPosition::kRelPos);
     encoder->train();
     EXPECT_THAT(error_of([&] { encoder->forward_chunk(window, 0, -1); }),
                 HasSubstr("inference only; call eval() first"));
@@ -240,13 +247,14 @@ TEST(ConformerEncoder, StreamingRefusesWhatCannotStream) {
     EXPECT_THAT(error_of([&] { centred->forward_chunk(window, 0, -1); }),
                 HasSubstr("streaming needs causal_conv"));
     ConformerEncoder group(ConformerEncoderOptions(
-        kFeatures, ConformerOptions(16, 4, 24, 1, 5).causal_conv(true).conv_norm("group_norm")));
+        kFeatures,
+        ConformerOptions(16, 4, 24, 1, 5).causal_conv(true).conv_norm(ConvNormKind::kGroupNorm)));
     group->eval();
     EXPECT_THAT(error_of([&] { group->forward_chunk(window, 0, -1); }),
                 HasSubstr("group_norm normalises over the whole utterance and cannot stream"));
     ConformerEncoder padded(
         ConformerEncoderOptions(kFeatures, ConformerOptions(16, 4, 24, 1, 5).causal_conv(true))
-            .subsampling("dw_striding8"));
+            .subsampling(Subsampling::kDwStriding8));
     padded->eval();
     EXPECT_THAT(error_of([&] {
                   padded->forward_chunk(torch::randn({1, 40, kFeatures}), 0, -1);

@@ -56,7 +56,7 @@ TEST(ViT, MatchesTimmWithRegistersNoEmbedClassAvgPoolQkNormLayerScale) {
                                         .num_classes(10)
                                         .reg_tokens(2)
                                         .no_embed_class(true)
-                                        .global_pool("avg")
+                                        .global_pool(GlobalPool::kAvg)
                                         .qk_norm(true)
                                         .init_values(0.1));
 }
@@ -76,9 +76,9 @@ TEST(ViT, MatchesTimmPatch14MaxPoolNoClassTokenTanhGelu) {
                                         .num_heads(3)
                                         .num_classes(5)
                                         .class_token(false)
-                                        .global_pool("max")
+                                        .global_pool(GlobalPool::kMax)
                                         .qkv_bias(false)
-                                        .activation("gelu_tanh"));
+                                        .activation(Activation::kGeluTanh));
 }
 
 // A checkpoint of another layout: detected, mapped onto timm's names, loaded strictly.
@@ -201,7 +201,7 @@ TEST(ViT, EveryAttentionBackendGivesTheSameLogits) {
                                 .num_classes(10)
                                 .reg_tokens(2)
                                 .no_embed_class(true)
-                                .global_pool("avg")
+                                .global_pool(GlobalPool::kAvg)
                                 .qk_norm(true)
                                 .init_values(0.1)
                                 .attention_backend(backend)
@@ -262,7 +262,7 @@ TEST(ViT, LoaderReportsEveryProblemAtOnce) {
 TEST(ViT, BadConfigurationsAndInputs) {
   EXPECT_THROW(VisionTransformer(ViTOptions().img_size(100)), c10::Error);  // 100 % 16 != 0
   EXPECT_THROW(VisionTransformer(ViTOptions().embed_dim(100).num_heads(3)), c10::Error);
-  EXPECT_THROW(VisionTransformer(ViTOptions().global_pool("mean")), c10::Error);
+  EXPECT_THROW(VisionTransformer(ViTOptions().global_pool(GlobalPool::kClsDist)), c10::Error);
   EXPECT_THROW(VisionTransformer(ViTOptions().class_token(false)), c10::Error);  // token pool
   VisionTransformer model(ViTOptions().img_size(32).embed_dim(32).depth(1).num_heads(2));
   try {

@@ -54,8 +54,8 @@ VisionTransformer small_vit() {
 ConformerEncoder small_encoder(double dropout = 0.0) {
   return ConformerEncoder(
       ConformerEncoderOptions(12, ConformerOptions(16, 4, 32, 2, 3).dropout(dropout))
-          .subsampling("conv2d4")
-          .position("rel_pos")
+          .subsampling(Subsampling::kConv2d4)
+          .position(ConformerPosition::kRelPos)
           .vocab_size(6));
 }
 
@@ -157,7 +157,8 @@ TEST(AttentionRecorder, RelativePositionProbabilitiesAreTheRealOnes) {
   // / sqrt(E), R_{i−j} being row T − 1 − (i − j) of the 2T − 1 encodings; padded keys excluded.
   torch::manual_seed(2);
   const int64_t b = 2, t = 6, d = 8, h = 2, e = 4;
-  ConformerAttention attn(ConformerAttentionOptions(d, h).position("rel_pos").backend("sdpa"));
+  ConformerAttention attn(
+      ConformerAttentionOptions(d, h).position(ConformerPosition::kRelPos).backend("sdpa"));
   attn->eval();
   const auto x = torch::randn({b, t, d});
   const auto lengths = torch::tensor({6, 4}, torch::kLong);
@@ -170,7 +171,8 @@ TEST(AttentionRecorder, RelativePositionProbabilitiesAreTheRealOnes) {
   const auto& recorded = recorder.records()[0].weights;
 
   const auto [q, k] = reference_qk(*attn->mha, x);  // [B, H, T, E]
-  const auto pos = relative_position_encoding(t, d, "rel_pos").to(torch::kDouble)[0];  // [2T-1, D]
+  const auto pos = relative_position_encoding(t, d, ConformerPosition::kRelPos)
+                       .to(torch::kDouble)[0];  // [2T-1, D]
   const auto p =
       torch::matmul(pos, attn->linear_pos->weight.to(torch::kDouble).t()).view({2 * t - 1, h, e});
   const auto u = attn->pos_bias_u.to(torch::kDouble), v = attn->pos_bias_v.to(torch::kDouble);
@@ -232,7 +234,7 @@ TEST(AttentionRecorder, RecordingChangesNoOutputNorTheRandomStream) {
 TEST(AttentionStatistics, PaddedFramesChangeNothing) {
   // An utterance alone and the same utterance padded with garbage frames: equal statistics.
   torch::manual_seed(4);
-  Conformer blocks(ConformerOptions(16, 4, 32, 2, 3).position("rel_pos"));
+  Conformer blocks(ConformerOptions(16, 4, 32, 2, 3).position(ConformerPosition::kRelPos));
   const auto x = torch::randn({1, 9, 16});
   const auto padded = torch::cat({x, 100 * torch::randn({1, 5, 16})}, 1);
   const auto alone = attention_statistics(*blocks, x);
