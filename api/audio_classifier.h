@@ -4,7 +4,7 @@
 // sound.
 //
 //   attnzoo::AudioClassifierOptions options;
-//   options.weights = "configs/conformer/conformer_kws.safetensors";
+//   options.weights = "assets/weights/conformer_kws.safetensors";
 //   attnzoo::AudioClassifier classifier("conformer_kws", options);
 //   for (const auto& p : classifier.classify("yes.wav", 3))
 //     std::cout << p.label << " " << p.probability << "\n";

@@ -1,9 +1,9 @@
 #include <attnzoo/api/image_classifier.h>
 
+#include <attnzoo/api/frontend_options.h>
 #include <attnzoo/api/inference.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/models/cuda_graph.h>
-#include <attnzoo/preprocess/from_config.h>
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>

@@ -16,8 +16,8 @@
 
 #include <attnzoo/api/prediction.h>
 #include <attnzoo/configs/model_config.h>
-#include <attnzoo/preprocess/image_decode.h>
-#include <attnzoo/preprocess/image_transform.h>
+#include <attnzoo/preprocess/image/decode.h>
+#include <attnzoo/preprocess/image/transform.h>
 
 #include <torch/types.h>
 #include <opencv2/core/mat.hpp>

@@ -1,12 +1,12 @@
 #include <attnzoo/api/speech_encoder.h>
 
+#include <attnzoo/api/frontend_options.h>
 #include <attnzoo/api/inference.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/models/conformer_frontend.h>
-#include <attnzoo/preprocess/audio_error.h>
-#include <attnzoo/preprocess/audio_features.h>
-#include <attnzoo/preprocess/audio_from_config.h>
-#include <attnzoo/preprocess/resample.h>
+#include <attnzoo/preprocess/audio/error.h>
+#include <attnzoo/preprocess/audio/features.h>
+#include <attnzoo/preprocess/audio/resample.h>
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>

@@ -16,7 +16,7 @@
 #pragma once
 
 #include <attnzoo/configs/model_config.h>
-#include <attnzoo/preprocess/audio_read.h>
+#include <attnzoo/preprocess/audio/read.h>
 
 #include <torch/types.h>
 

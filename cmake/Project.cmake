@@ -25,8 +25,37 @@ function(attnzoo_link_source_folder folder link)
   file(CREATE_LINK ${target} ${link} SYMBOLIC)
 endfunction()
 
+# attnzoo_assemble_zoo(<folder>): <folder> becomes the zoo as an install lays it out, made of
+# links into the source tree: each folder of configs/ (the YAML configs by family, labels/,
+# train/), and assets/'s weights/ and samples/. A folder added to configs/ re-runs CMake.
+function(attnzoo_assemble_zoo zoo)
+  if(IS_SYMLINK ${zoo})
+    file(REMOVE ${zoo})  # the layout of earlier builds: one link to configs/
+  endif()
+  file(GLOB config_folders LIST_DIRECTORIES true CONFIGURE_DEPENDS ${ATTNZOO_SOURCE_DIR}/configs/*)
+  set(names "")
+  foreach(path ${config_folders})
+    if(IS_DIRECTORY ${path})
+      get_filename_component(name ${path} NAME)
+      attnzoo_link_source_folder(configs/${name} ${zoo}/${name})
+      list(APPEND names ${name})
+    endif()
+  endforeach()
+  foreach(name weights samples)
+    attnzoo_link_source_folder(assets/${name} ${zoo}/${name})
+    list(APPEND names ${name})
+  endforeach()
+  file(GLOB present LIST_DIRECTORIES true ${zoo}/*)
+  foreach(path ${present})
+    get_filename_component(name ${path} NAME)
+    if(IS_SYMLINK ${path} AND NOT name IN_LIST names)
+      file(REMOVE ${path})  # a folder since removed from the source tree
+    endif()
+  endforeach()
+endfunction()
+
 # The build tree is laid out as an installed prefix: executables in bin/, libraries in lib/, the
-# zoo in share/attnzoo (a link to the source tree's configs/). The zoo is found at run time
+# zoo in share/attnzoo (links to the source tree's configs/ and assets/). The zoo is found at run time
 # relative to the library that holds the registry (configs/zoo_path.h), so the same rule finds
 # it in the build tree and in an install, and nothing absolute is compiled in.
 set(ATTNZOO_BUILD_PREFIX ${PROJECT_BINARY_DIR})
@@ -38,7 +67,7 @@ set(ATTNZOO_ZOO_INSTALL_DIR ${CMAKE_INSTALL_DATADIR}/attnzoo)
 file(RELATIVE_PATH ATTNZOO_BINDIR_TO_LIBDIR /p/${CMAKE_INSTALL_BINDIR} /p/${CMAKE_INSTALL_LIBDIR})
 file(RELATIVE_PATH ATTNZOO_LIBDIR_TO_ZOO /p/${CMAKE_INSTALL_LIBDIR} /p/${ATTNZOO_ZOO_INSTALL_DIR})
 file(RELATIVE_PATH ATTNZOO_BINDIR_TO_ZOO /p/${CMAKE_INSTALL_BINDIR} /p/${ATTNZOO_ZOO_INSTALL_DIR})
-attnzoo_link_source_folder(configs ${ATTNZOO_BUILD_PREFIX}/${ATTNZOO_ZOO_INSTALL_DIR})
+attnzoo_assemble_zoo(${ATTNZOO_BUILD_PREFIX}/${ATTNZOO_ZOO_INSTALL_DIR})
 
 # An installed prefix is relocatable: binaries and libraries find attnzoo's libraries through
 # $ORIGIN, and LibTorch where it was at build time (it lives outside the prefix, in the venv or

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace attnzoo {
@@ -47,11 +48,19 @@ ModelRegistry::ModelRegistry(const std::vector<std::string>& folders) : folders_
                         "");
     }
     // Sorted, so that which of two clashing files is named first does not depend on the file
-    // system's order. The training runs of <folder>/train/ are not models: not searched.
+    // system's order. The training runs of <folder>/train/ are not models: not searched. Links to
+    // folders are followed (a build tree's zoo is made of them), each real folder once.
     std::vector<fs::path> files;
-    for (auto it = fs::recursive_directory_iterator(folder); it != fs::end(it); ++it) {
-      if (it.depth() == 0 && it->is_directory() && it->path().filename() == kTrainRunsFolder) {
-        it.disable_recursion_pending();
+    std::set<fs::path> seen{fs::canonical(folder, error)};
+    for (auto it = fs::recursive_directory_iterator(
+             folder, fs::directory_options::follow_directory_symlink);
+         it != fs::end(it); ++it) {
+      if (it->is_directory()) {
+        const auto real = fs::canonical(it->path(), error);
+        if ((it.depth() == 0 && it->path().filename() == kTrainRunsFolder) || error ||
+            !seen.insert(real).second) {
+          it.disable_recursion_pending();
+        }
         continue;
       }
       if (it->is_regular_file() && has_yaml_extension(it->path())) files.push_back(it->path());

@@ -46,7 +46,7 @@ struct TrainAugmentConfig {
   std::array<double, 2> crop_ratio = {3.0 / 4.0, 4.0 / 3.0};
   double hflip = 0.5;
   double color_jitter = 0.0;  // brightness, contrast and saturation factor range
-  // torchvision RandomAffine after the crop (preprocess/image_augment.h AffineOptions): rotation
+  // torchvision RandomAffine after the crop (preprocess/image/augment.h AffineOptions): rotation
   // in degrees, translation as a fraction of the size, scale range, shear in degrees.
   double affine_degrees = 0.0;
   double affine_translate = 0.0;
@@ -63,7 +63,7 @@ struct TrainAugmentConfig {
   double mixup_alpha = 0.0;
   double cutmix_alpha = 0.0;
   double mix_prob = 1.0;
-  // Audio: SpecAugment (preprocess/spec_augment.h) on each training utterance's features.
+  // Audio: SpecAugment (preprocess/audio/spec_augment.h) on each training utterance's features.
   bool spec_augment = false;
   int64_t freq_masks = 2;
   int64_t freq_width = 27;

@@ -95,9 +95,10 @@ std::vector<ZooFolder> zoo_search_path() {
     const auto zoo =
         (library.parent_path() / (in_program ? ATTNZOO_BINDIR_TO_ZOO : ATTNZOO_LIBDIR_TO_ZOO))
             .lexically_normal();
+    // A build tree's zoo is made of links into the source tree (cmake/Project.cmake).
     std::error_code error;
-    add(zoo,
-        fs::is_symlink(zoo, error) ? ZooFolderOrigin::kBuildTree : ZooFolderOrigin::kInstalled);
+    add(zoo, fs::is_symlink(zoo / "labels", error) ? ZooFolderOrigin::kBuildTree
+                                                   : ZooFolderOrigin::kInstalled);
   }
   return path;
 }

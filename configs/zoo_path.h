@@ -5,8 +5,8 @@
 //   3. the installed zoo, <prefix>/share/attnzoo, found relative to the attnzoo library that
 //      holds this code (or the program, when attnzoo is linked statically): an installed prefix
 //      can be moved or copied and still finds its own zoo;
-//   4. the source tree's configs/, in a build tree: the build is laid out as a prefix, and its
-//      share/attnzoo is a link to configs/.
+//   4. in a build tree, the source tree's zoo: the build is laid out as a prefix, and its
+//      share/attnzoo holds links to configs/'s folders and to assets/weights and assets/samples.
 // A model name resolves to the first folder that defines it, so a user's folder shadows a model
 // of the zoo or adds new ones (configs/registry.h). The same idea as OpenCV's
 // cv::samples::findFile with addSamplesDataSearchPath and OPENCV_SAMPLES_DATA_PATH.
@@ -28,7 +28,7 @@ enum class ZooFolderOrigin {
   kAdded,        // add_zoo_folder()
   kEnvironment,  // $ATTNZOO_ZOO_PATH
   kInstalled,    // <prefix>/share/attnzoo beside the library
-  kBuildTree,    // the build tree's share/attnzoo: a link to the source tree's configs/
+  kBuildTree,    // the build tree's share/attnzoo: links into the source tree
 };
 const char* zoo_folder_origin_name(ZooFolderOrigin origin);
 

@@ -10,13 +10,14 @@
 // Tensor preconditions and option values stay c10::Errors (TORCH_CHECK), as in LibTorch.
 //
 // The subclasses live beside the code that throws them:
-//   ConfigError       configs/model_config.h   a YAML document or an override (file, key, line)
-//   CheckpointError   models/checkpoint.h      weights that do not fit the module (every tensor)
-//   SafetensorsError  io/safetensors_format.h  a malformed, truncated or hostile .safetensors file
-//   ImageError        preprocess/image_header.h    an unreadable or unsupported image
-//   AudioError        preprocess/audio_error.h     an unreadable or unusable audio file or waveform
-//   DatasetError      train/data.h             a training folder or list file
-//   InputError        here                     a tensor a model cannot take (shape, dtype, length)
+//   ConfigError       configs/model_config.h      a YAML document or an override (file, key, line)
+//   CheckpointError   models/checkpoint.h         weights that do not fit the module (every tensor)
+//   SafetensorsError  io/safetensors_format.h     a malformed, truncated or hostile .safetensors
+//   file ImageError        preprocess/image/header.h   an unreadable or unsupported image
+//   AudioError        preprocess/audio/error.h    an unreadable or unusable audio file or waveform
+//   DatasetError      train/data.h                a training folder or list file
+//   InputError        here                        a tensor a model cannot take (shape, dtype,
+//   length)
 //
 // This header depends on the standard library only: the torch-free parsers (and their fuzz
 // targets) include it.

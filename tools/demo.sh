@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up (tools/setup.sh) and runs the main job on what the repository ships: the two
-# trained models of the zoo. vit_digits classifies a handwritten digit (configs/samples/
+# trained models of the zoo. vit_digits classifies a handwritten digit (assets/samples/
 # digit_7.png, from the test split of opencv-doc's digits.png); conformer_kws classifies a spoken
-# keyword synthesized with a voice it never heard in training (configs/samples/keyword_stop.wav),
+# keyword synthesized with a voice it never heard in training (assets/samples/keyword_stop.wav),
 # and `attnzoo encode` encodes the same clip. Then the attention layer's self-checking demo, which
 # writes its per-head attention maps as a PNG.
 set -euo pipefail
@@ -16,15 +16,15 @@ cd "$ROOT"
 echo
 echo "== attnzoo classify: a handwritten digit (vit_digits) =="
 "$az" classify --model configs/vit/vit_digits.yaml \
-  --weights configs/vit/vit_digits.safetensors --topk 3 configs/samples/digit_7.png
+  --weights assets/weights/vit_digits.safetensors --topk 3 assets/samples/digit_7.png
 echo
 echo "== attnzoo classify: a spoken keyword (conformer_kws) =="
 "$az" classify --model configs/conformer/conformer_kws.yaml \
-  --weights configs/conformer/conformer_kws.safetensors --topk 3 configs/samples/keyword_stop.wav
+  --weights assets/weights/conformer_kws.safetensors --topk 3 assets/samples/keyword_stop.wav
 echo
 echo "== attnzoo encode: the same clip through the Conformer encoder =="
 "$az" encode --model configs/conformer/conformer_kws.yaml \
-  --weights configs/conformer/conformer_kws.safetensors configs/samples/keyword_stop.wav
+  --weights assets/weights/conformer_kws.safetensors assets/samples/keyword_stop.wav
 echo
 echo "== attnzoo demo: the attention layer's backends checked against each other =="
 "$az" demo --png "$ROOT/build/attention_demo.png"

@@ -11,9 +11,7 @@ build="$ROOT/build-fuzz"
 # fuzz_image and fuzz_audio link LibTorch: that of the venv tools/setup.sh makes (named as it
 # names it), unless ATTNZOO_TORCH_PREFIX says where another is.
 if [ -z "${ATTNZOO_TORCH_PREFIX:-}" ]; then
-  key=$({ "${ATTNZOO_BASE_PYTHON:-python3}" -c 'import sys; print(sys.version)'
-          cat "$ROOT/tools/requirements.lock"; } | sha256sum | cut -c1-12)
-  vpy="${XDG_CACHE_HOME:-$HOME/.cache}/attnzoo/venv-$key/bin/python"
+  vpy="$("$ROOT/tools/requirements/venv_path.sh")/bin/python"
   if [ -x "$vpy" ]; then
     ATTNZOO_TORCH_PREFIX=$("$vpy" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
   fi

@@ -5,9 +5,9 @@
 #                  [--build-type Release|Debug|RelWithDebInfo]
 #
 # 1. Debian packages (only the missing ones are installed; needs root or sudo).
-# 2. A Python venv with exactly the packages of tools/requirements.lock (the pins of
-#    tools/requirements.txt and everything they pull in), kept outside the checkout in
-#    ${XDG_CACHE_HOME:-~/.cache}/attnzoo/venv-<hash of the lock>, so every clone on this machine
+# 2. A Python venv with exactly the packages of tools/requirements/requirements.lock (the pins of
+#    tools/requirements/requirements.txt and everything they pull in), kept outside the checkout in
+#    ${XDG_CACHE_HOME:-~/.cache}/attnzoo/venv-<hash of the lock's pins>, so every clone on this machine
 #    (CI included) reuses it. pip's own cache makes a rebuilt venv cheap.
 # 3. The data of the shipped models in build/data: opencv-doc's handwritten digits and the test
 #    split of the synthesized keywords (tools/data/; about a minute the first time), for
@@ -80,12 +80,11 @@ phase_done "packages"
 
 # --- 2. Python venv keyed by the pins -----------------------------------------------------------
 PYTHON=${ATTNZOO_BASE_PYTHON:-python3}
-REQS="$ROOT/tools/requirements.lock"
-key=$({ "$PYTHON" -c 'import sys; print(sys.version)'; cat "$REQS"; } | sha256sum | cut -c1-12)
-CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/attnzoo"
-VENV="$CACHE_ROOT/venv-$key"
+REQS="$ROOT/tools/requirements/requirements.lock"
+VENV=$(ATTNZOO_BASE_PYTHON="$PYTHON" "$ROOT/tools/requirements/venv_path.sh")
+CACHE_ROOT=$(dirname "$VENV")
 if [ ! -f "$VENV/.attnzoo-complete" ]; then
-  say "creating venv $VENV from tools/requirements.lock (a few minutes, once per set of pins)"
+  say "creating venv $VENV from tools/requirements/requirements.lock (a few minutes, once per set of pins)"
   mkdir -p "$CACHE_ROOT"
   rm -rf "$VENV" # an interrupted earlier attempt: start over (pip's cache keeps the downloads)
   "$PYTHON" -m venv "$VENV"
@@ -97,10 +96,10 @@ else
 fi
 VPY="$VENV/bin/python"
 # Reference packages installed without their dependencies, stamped by the file's content.
-NODEPS="$ROOT/tools/requirements-nodeps.txt"
+NODEPS="$ROOT/tools/requirements/requirements-nodeps.txt"
 nodeps_stamp="$VENV/.attnzoo-nodeps-$(sha256sum "$NODEPS" | cut -c1-12)"
 if [ ! -f "$nodeps_stamp" ]; then
-  say "installing tools/requirements-nodeps.txt without dependencies"
+  say "installing tools/requirements/requirements-nodeps.txt without dependencies"
   "$VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q --no-deps -r "$NODEPS"
   rm -f "$VENV"/.attnzoo-nodeps-*
   touch "$nodeps_stamp"

@@ -1,4 +1,4 @@
-#include <attnzoo/preprocess/image_augment.h>
+#include <attnzoo/preprocess/image/augment.h>
 #include <attnzoo/train/mixup.h>
 
 #include <torch/torch.h>

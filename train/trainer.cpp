@@ -1,13 +1,12 @@
 #include <attnzoo/train/trainer.h>
 
+#include <attnzoo/api/frontend_options.h>
 #include <attnzoo/io/safetensors.h>
 #include <attnzoo/models/checkpoint.h>
-#include <attnzoo/preprocess/audio_features.h>
-#include <attnzoo/preprocess/audio_from_config.h>
-#include <attnzoo/preprocess/from_config.h>
-#include <attnzoo/preprocess/image_augment.h>
-#include <attnzoo/preprocess/image_decode.h>
-#include <attnzoo/preprocess/spec_augment.h>
+#include <attnzoo/preprocess/audio/features.h>
+#include <attnzoo/preprocess/audio/spec_augment.h>
+#include <attnzoo/preprocess/image/augment.h>
+#include <attnzoo/preprocess/image/decode.h>
 #include <attnzoo/train/diagnostics.h>
 #include <attnzoo/train/distributed.h>
 #include <attnzoo/train/mixup.h>

@@ -23,7 +23,7 @@ from timm.models.vision_transformer import VisionTransformer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
 from make_forward_reference import timm_kwargs  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "scripts"))
 from to_safetensors import save_state_dict  # noqa: E402
 
 

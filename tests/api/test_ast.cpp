@@ -2,10 +2,10 @@
 // and ASTFeatureExtractor (tests/api/make_ast_reference.py: random weights, a synthetic clip), and
 // through AudioClassifier on a WAV file.
 #include <attnzoo/api/audio_classifier.h>
+#include <attnzoo/api/frontend_options.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/io/safetensors.h>
-#include <attnzoo/preprocess/audio_from_config.h>
-#include <attnzoo/preprocess/fbank.h>
+#include <attnzoo/preprocess/audio/fbank.h>
 #include "common/test_util.h"
 
 #include <gmock/gmock.h>

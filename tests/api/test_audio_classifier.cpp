@@ -4,8 +4,8 @@
 #include <attnzoo/api/audio_classifier.h>
 #include "common/test_util.h"
 
+#include <attnzoo/api/frontend_options.h>
 #include <attnzoo/configs/registry.h>
-#include <attnzoo/preprocess/audio_from_config.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -4,8 +4,8 @@
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/io/safetensors.h>
 #include <attnzoo/models/checkpoint.h>
-#include <attnzoo/preprocess/audio_read.h>
-#include <attnzoo/preprocess/image_decode.h>
+#include <attnzoo/preprocess/audio/read.h>
+#include <attnzoo/preprocess/image/decode.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -3,8 +3,8 @@
 #include <attnzoo/api/speech_encoder.h>
 #include "common/test_util.h"
 
+#include <attnzoo/api/frontend_options.h>
 #include <attnzoo/configs/registry.h>
-#include <attnzoo/preprocess/audio_from_config.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -16,11 +16,11 @@ trap 'rm -rf "$out"' EXIT
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 vit=$root/configs/vit/vit_digits.yaml
-vit_w=$root/configs/vit/vit_digits.safetensors
+vit_w=$root/assets/weights/vit_digits.safetensors
 kws=$root/configs/conformer/conformer_kws.yaml
-kws_w=$root/configs/conformer/conformer_kws.safetensors
-digit=$root/configs/samples/digit_7.png
-word=$root/configs/samples/keyword_stop.wav
+kws_w=$root/assets/weights/conformer_kws.safetensors
+digit=$root/assets/samples/digit_7.png
+word=$root/assets/samples/keyword_stop.wav
 
 # check_accuracy MODEL: top1 of $out/stdout (attnzoo eval --json) within 0.5 points of the report
 check_accuracy() {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 
 namespace attnzoo {
@@ -51,6 +52,18 @@ TEST(ModelRegistry, FindsYamlFilesRecursivelyByTheirName) {
   EXPECT_TRUE(registry.contains("model_a"));
   EXPECT_FALSE(registry.contains("model_c"));
   EXPECT_EQ(registry.config("model_a").source, a);
+}
+
+TEST(ModelRegistry, FollowsLinksToFoldersEachRealFolderOnce) {
+  // A build tree's zoo is a folder of links; a link back up must not loop or register twice.
+  TempDir source, zoo;
+  source.write("vit/linked.yaml", tiny("model_linked"));
+  std::filesystem::create_directory_symlink(source.path() / "vit", zoo.path() / "vit");
+  std::filesystem::create_directory_symlink(zoo.path(), zoo.path() / "vit_again");
+  std::filesystem::create_directory_symlink(source.path() / "vit", zoo.path() / "alias");
+  std::filesystem::create_directory_symlink(zoo.path() / "missing", zoo.path() / "dangling");
+  const ModelRegistry registry(zoo.path().string());
+  EXPECT_THAT(registry.names(), ElementsAre("model_linked"));
 }
 
 TEST(ModelRegistry, ANameRegisteredTwiceIsAnErrorNamingBothFiles) {

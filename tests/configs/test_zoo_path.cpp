@@ -39,12 +39,20 @@ TEST(ZooPath, TheBuildTreeFindsTheSourceZooThroughTheLibrarysLocation) {
   const auto path = zoo_search_path();
   ASSERT_EQ(path.size(), 1u);
   // The registry's code is in build/lib/libattnzoo_configs.so (or, linked statically, in this
-  // program in build/bin): the zoo is build/share/attnzoo, a link to the source tree's configs/.
+  // program in build/bin): the zoo is build/share/attnzoo, links to the source tree's configs/
+  // folders and assets/weights and assets/samples.
   const fs::path library = attnzoo_library_file();
   EXPECT_EQ(fs::path(path[0].path), library.parent_path().parent_path() / "share" / "attnzoo");
   EXPECT_EQ(path[0].origin, ZooFolderOrigin::kBuildTree);
   EXPECT_TRUE(path[0].exists);
-  EXPECT_TRUE(same_file(path[0].path, ATTNZOO_CONFIGS_SOURCE_DIR));
+  const fs::path zoo = path[0].path, configs = ATTNZOO_CONFIGS_SOURCE_DIR;
+  EXPECT_TRUE(same_file((zoo / "vit").string(), (configs / "vit").string()));
+  EXPECT_TRUE(same_file((zoo / "labels").string(), (configs / "labels").string()));
+  EXPECT_TRUE(
+      same_file((zoo / "weights").string(), (configs / ".." / "assets" / "weights").string()));
+  EXPECT_TRUE(
+      same_file((zoo / "samples").string(), (configs / ".." / "assets" / "samples").string()));
+  EXPECT_TRUE(find_in_zoo("weights/vit_digits.safetensors").has_value());
   EXPECT_THAT(zoo_folders(), ElementsAre(path[0].path));
 }
 
@@ -77,13 +85,14 @@ TEST(ZooPath, AddedFoldersThenTheVariableThenTheZooInOrder) {
 TEST(ZooPath, AFolderGivenTwiceIsSearchedOnce) {
   AddedFoldersCleared cleared;
   TempDir a;
-  ScopedEnv env(kZooPathVariable, a.path().string() + ":" + ATTNZOO_CONFIGS_SOURCE_DIR);
+  const auto build_zoo = zoo_search_path().back().path;  // the build tree's, beside the library
+  ScopedEnv env(kZooPathVariable, a.path().string() + ":" + build_zoo);
   add_zoo_folder(a.path().string());
   const auto folders = zoo_folders();
-  // a once; the source configs/ once, although the variable and the build tree both lead there.
+  // a once; the build tree's zoo once, although the variable leads there too.
   ASSERT_EQ(folders.size(), 2u);
   EXPECT_EQ(folders[0], a.path().string());
-  EXPECT_TRUE(same_file(folders[1], ATTNZOO_CONFIGS_SOURCE_DIR));
+  EXPECT_TRUE(same_file(folders[1], build_zoo));
 }
 
 TEST(ZooPath, AddingSomethingThatIsNotAFolderIsAnError) {

@@ -5,9 +5,9 @@
 // finite values and the frame count of the samples that came out of the resampler; whatever is
 // refused must be refused with AudioError. The seed corpus (tests/fuzz/corpus/audio/) holds a
 // tiny file of each container and encoding.
-#include <attnzoo/preprocess/audio_features.h>
-#include <attnzoo/preprocess/audio_read.h>
-#include <attnzoo/preprocess/fbank.h>
+#include <attnzoo/preprocess/audio/fbank.h>
+#include <attnzoo/preprocess/audio/features.h>
+#include <attnzoo/preprocess/audio/read.h>
 
 #include <torch/torch.h>
 

@@ -4,10 +4,10 @@
 // tensors of the model's size; whatever is refused must be refused with ImageError, or with
 // c10::ValueError for an aspect ratio the transform will not scale up. The seed corpus
 // (tests/fuzz/corpus/image/) holds a tiny image of each format, depth and layout.
-#include <attnzoo/preprocess/image_augment.h>
-#include <attnzoo/preprocess/image_decode.h>
-#include <attnzoo/preprocess/image_header.h>
-#include <attnzoo/preprocess/image_transform.h>
+#include <attnzoo/preprocess/image/augment.h>
+#include <attnzoo/preprocess/image/decode.h>
+#include <attnzoo/preprocess/image/header.h>
+#include <attnzoo/preprocess/image/transform.h>
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>

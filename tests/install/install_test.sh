@@ -57,13 +57,15 @@ case "$case_name" in
       lib/cmake/attnzoo/attnzooTargets.cmake lib/pkgconfig/attnzoo.pc bin/attnzoo \
       include/attnzoo/api/image_classifier.h include/attnzoo/api/speech_encoder.h \
       include/attnzoo/layers/attention.h include/attnzoo/configs/registry.h \
-      include/attnzoo/kernels/ops.h share/attnzoo/vit/vit_digits.yaml \
-      share/attnzoo/vit/vit_digits.safetensors share/attnzoo/conformer/conformer_kws.safetensors \
+      include/attnzoo/kernels/ops.h include/attnzoo/preprocess/image/decode.h \
+      include/attnzoo/preprocess/audio/features.h share/attnzoo/vit/vit_digits.yaml \
+      share/attnzoo/weights/vit_digits.safetensors share/attnzoo/weights/conformer_kws.safetensors \
       share/attnzoo/labels/imagenet1k.txt share/attnzoo/samples/digit_7.png; do
       [ -e "$prefix/$f" ] || fail "$f is not installed"
     done
     # Internal headers, test and tool headers, sources and training runs stay out.
     for f in include/attnzoo/configs/yaml_reader.h include/attnzoo/kernels/common \
+      include/attnzoo/preprocess/image/internal.h \
       include/attnzoo/kernels/flash_attn/flash_fwd_params.h include/attnzoo/tests \
       include/attnzoo/tools share/attnzoo/train share/attnzoo/CMakeLists.txt \
       share/attnzoo/registry.cpp; do
@@ -108,9 +110,9 @@ case "$case_name" in
     cd "$work"
     # classify_image on the shipped digit model, by its zoo name: the top-5 labels and
     # probabilities of the installed CLI's.
-    "${consumer_env[@]}" "$work/examples/classify_image" vit_digits "$zoo/vit/vit_digits.safetensors" \
+    "${consumer_env[@]}" "$work/examples/classify_image" vit_digits "$zoo/weights/vit_digits.safetensors" \
       "$zoo/samples/digit_7.png" >"$out/example" || fail "classify_image failed"
-    "$prefix/bin/attnzoo" classify --model vit_digits --weights "$zoo/vit/vit_digits.safetensors" \
+    "$prefix/bin/attnzoo" classify --model vit_digits --weights "$zoo/weights/vit_digits.safetensors" \
       --topk 5 --json "$zoo/samples/digit_7.png" >"$out/cli" || fail "attnzoo classify failed"
     python3 - "$out/example" "$out/cli" <<'PY' || fail "classify_image and attnzoo classify disagree"
 import json
@@ -126,10 +128,10 @@ assert all(abs(a - b) <= 1e-6 for (_, a), (_, b) in zip(ours, cli)), (ours, cli)
 assert ours[0][0] == "7", ours
 PY
     # encode_audio on the shipped keyword model: the frames of the installed CLI's.
-    "${consumer_env[@]}" "$work/examples/encode_audio" conformer_kws "$zoo/conformer/conformer_kws.safetensors" \
+    "${consumer_env[@]}" "$work/examples/encode_audio" conformer_kws "$zoo/weights/conformer_kws.safetensors" \
       "$zoo/samples/keyword_stop.wav" >"$out/example" || fail "encode_audio failed"
     "$prefix/bin/attnzoo" encode --model conformer_kws \
-      --weights "$zoo/conformer/conformer_kws.safetensors" --json "$zoo/samples/keyword_stop.wav" \
+      --weights "$zoo/weights/conformer_kws.safetensors" --json "$zoo/samples/keyword_stop.wav" \
       >"$out/cli" || fail "attnzoo encode failed"
     cat "$out/example" "$out/cli"
     frames=$(sed -E 's/.*"encoder_frames":([0-9]+).*/\1/' "$out/cli")
@@ -150,7 +152,7 @@ PY
     zoo=$prefix/share/attnzoo
     cd "$work"
     "${consumer_env[@]}" "$out/top1" "$zoo/samples/digit_7.png" >"$out/ours" || fail "top1 failed"
-    "$prefix/bin/attnzoo" classify --model vit_digits --weights "$zoo/vit/vit_digits.safetensors" \
+    "$prefix/bin/attnzoo" classify --model vit_digits --weights "$zoo/weights/vit_digits.safetensors" \
       --topk 1 --json "$zoo/samples/digit_7.png" >"$out/cli" || fail "attnzoo classify failed"
     cat "$out/ours"
     read -r label prob < <(top_of_json "$out/cli")
@@ -183,7 +185,7 @@ cd "$work"
 "$prefix/bin/attnzoo" version
 "$prefix/bin/attnzoo" models
 "$prefix/bin/attnzoo" classify --model vit_digits \
-  --weights "$prefix/share/attnzoo/vit/vit_digits.safetensors" --topk 1 \
+  --weights "$prefix/share/attnzoo/weights/vit_digits.safetensors" --topk 1 \
   "$prefix/share/attnzoo/samples/digit_7.png"
 EOF
     if [ ${#hide[@]} -gt 0 ]; then

@@ -41,7 +41,7 @@ def main() -> None:
     (out / "reference.json").write_text(json.dumps({"tensors": expected, "metadata": metadata}))
 
     # A training checkpoint as users have them: wrapped, with a DataParallel "module." prefix, tied
-    # weights (shared storage) and non-tensor entries; converted by tools/to_safetensors.py.
+    # weights (shared storage) and non-tensor entries; converted by tools/scripts/to_safetensors.py.
     embedding = torch.randn(10, 4, generator=g)
     wrapped = {
         "state_dict": {"module.embed.weight": embedding, "module.head.weight": embedding,
@@ -50,7 +50,7 @@ def main() -> None:
         "config": {"lr": 0.1},
     }
     torch.save(wrapped, out / "checkpoint.pth")
-    tool = Path(__file__).resolve().parents[2] / "tools" / "to_safetensors.py"
+    tool = Path(__file__).resolve().parents[2] / "tools" / "scripts" / "to_safetensors.py"
     subprocess.run([sys.executable, str(tool), str(out / "checkpoint.pth"),
                     str(out / "from_pth.safetensors"), "--strip-prefix", "module."], check=True)
 

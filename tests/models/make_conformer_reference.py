@@ -19,7 +19,7 @@ import torch
 import torchaudio
 from safetensors.torch import save_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "scripts"))
 from to_safetensors import save_state_dict  # noqa: E402
 
 # Shared with test_conformer.cpp.

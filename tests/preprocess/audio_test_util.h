@@ -4,7 +4,7 @@
 #pragma once
 
 #include <attnzoo/io/safetensors.h>
-#include <attnzoo/preprocess/fbank.h>
+#include <attnzoo/preprocess/audio/fbank.h>
 
 #include <gtest/gtest.h>
 #include <sndfile.h>

@@ -51,7 +51,7 @@ RATE = 16000
 TEXT = ("The quick brown fox jumps over the lazy dog. "
         "Seven slim swans swam silently, while thirty thin thistles shook.")
 
-# Option sets, in the names of AudioFeatureOptions (preprocess/fbank.h); the rest keep the
+# Option sets, in the names of AudioFeatureOptions (preprocess/audio/fbank.h); the rest keep the
 # defaults of configs' AudioFeaturesConfig (Kaldi's, dither 0, energy_floor 0, 80 bins).
 DEFAULTS = dict(num_mel_bins=80, frame_length_ms=25.0, frame_shift_ms=10.0, preemphasis=0.97,
                 remove_dc_offset=True, window="povey", snip_edges=True, energy_floor=0.0,
@@ -133,7 +133,7 @@ def whisper_audio_module():
     """whisper/audio.py of the installed openai-whisper, imported without whisper/__init__.py."""
     spec = importlib.util.find_spec("whisper")
     if spec is None or not spec.submodule_search_locations:
-        sys.exit("openai-whisper is not installed (tools/requirements-nodeps.txt; run "
+        sys.exit("openai-whisper is not installed (tools/requirements/requirements-nodeps.txt; run "
                  "tools/setup.sh)")
     package = types.ModuleType("whisper")
     package.__path__ = list(spec.submodule_search_locations)

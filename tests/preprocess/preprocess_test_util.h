@@ -3,7 +3,7 @@
 #pragma once
 
 #include <attnzoo/io/safetensors.h>
-#include <attnzoo/preprocess/image_transform.h>
+#include <attnzoo/preprocess/image/transform.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

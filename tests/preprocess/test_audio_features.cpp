@@ -1,10 +1,10 @@
 // Files to features: the block pipeline (reader -> soxr -> FeatureStream) equals reading,
 // resampling and featurising all at once; a long stream goes through in bounded memory; batches
 // are padded; a config's features section becomes the options.
+#include <attnzoo/api/frontend_options.h>
 #include <attnzoo/configs/registry.h>
-#include <attnzoo/preprocess/audio_features.h>
-#include <attnzoo/preprocess/audio_from_config.h>
-#include <attnzoo/preprocess/resample.h>
+#include <attnzoo/preprocess/audio/features.h>
+#include <attnzoo/preprocess/audio/resample.h>
 #include "audio_test_util.h"
 #include "tools/bench/memory_tracking.h"
 

@@ -2,7 +2,7 @@
 // from the espeak-ng speech of the fixture (skipped visibly where this libsndfile lacks a codec),
 // channels, blocks, memory against file, and each bad input of the issue refused with one
 // message naming the file.
-#include <attnzoo/preprocess/audio_read.h>
+#include <attnzoo/preprocess/audio/read.h>
 #include "audio_test_util.h"
 
 #include <gmock/gmock.h>

@@ -3,10 +3,10 @@
 // sets (make_audio_reference.py), the stereo 22.05 and 44.1 kHz files through our downmix and
 // resampler, openai-whisper's log_mel_spectrogram; then streaming equals one-shot, dither,
 // and the errors of a waveform too short, empty or not finite.
-#include <attnzoo/preprocess/audio_features.h>
-#include <attnzoo/preprocess/audio_read.h>
-#include <attnzoo/preprocess/fbank.h>
-#include <attnzoo/preprocess/resample.h>
+#include <attnzoo/preprocess/audio/fbank.h>
+#include <attnzoo/preprocess/audio/features.h>
+#include <attnzoo/preprocess/audio/read.h>
+#include <attnzoo/preprocess/audio/resample.h>
 #include "audio_test_util.h"
 #include "common/test_util.h"
 

@@ -2,7 +2,7 @@
 // functional ones (reference tensors from the fixture), the crop sampler's distribution, the
 // affine warp against its float64 definition, and the whole transform's shapes, ranges and
 // determinism under a seed.
-#include <attnzoo/preprocess/image_augment.h>
+#include <attnzoo/preprocess/image/augment.h>
 #include "common/test_util.h"
 #include "preprocess_test_util.h"
 

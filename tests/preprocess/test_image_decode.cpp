@@ -1,8 +1,8 @@
 // Decoding: every format, depth and channel layout against PIL's convert('RGB') (the pixels timm
 // and torchvision start from), EXIF orientations, limits, and the bad inputs of the issue, each
 // refused with one message naming the file.
-#include <attnzoo/preprocess/image_decode.h>
-#include <attnzoo/preprocess/image_transform.h>
+#include <attnzoo/preprocess/image/decode.h>
+#include <attnzoo/preprocess/image/transform.h>
 #include "preprocess_test_util.h"
 
 #include <gmock/gmock.h>

@@ -1,6 +1,6 @@
 // The header reader: formats and sizes of crafted and real files, and every kind of truncated,
 // malformed or unsupported data refused with a message naming the source.
-#include <attnzoo/preprocess/image_header.h>
+#include <attnzoo/preprocess/image/header.h>
 #include "preprocess_test_util.h"
 
 #include <gmock/gmock.h>

@@ -1,9 +1,9 @@
 // The eval transform against timm's (resolve_data_config + create_transform) and torchvision's
 // ImageClassification preset: the same resize geometry exactly, and after normalisation a mean
 // absolute difference of at most 1/255 on every image (the max is printed).
+#include <attnzoo/api/frontend_options.h>
 #include <attnzoo/configs/registry.h>
-#include <attnzoo/preprocess/from_config.h>
-#include <attnzoo/preprocess/image_transform.h>
+#include <attnzoo/preprocess/image/transform.h>
 #include "common/test_util.h"
 #include "preprocess_test_util.h"
 
@@ -213,7 +213,7 @@ TEST(EvalTransform, Validation) {
               HasSubstr("image: expected an 8-bit RGB cv::Mat (CV_8UC3)"));
 }
 
-// The zoo's configs feed the transform through preprocess/from_config.h.
+// The zoo's configs feed the transform through api/frontend_options.h.
 TEST(EvalTransform, FromZooConfig) {
   const auto config = model_config("vit_base_patch16_224");
   const auto options = image_transform_options(config.image);

@@ -1,6 +1,6 @@
 // libsoxr through Resampler: blocks of any size give exactly the one-shot samples, the output
 // has round(N · to / from) samples, and a sine comes out as the sine at the new rate.
-#include <attnzoo/preprocess/resample.h>
+#include <attnzoo/preprocess/audio/resample.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // SpecAugment: shapes, a seed reproduces the masks, the masks are where the record says and
 // nowhere else, their counts and widths, the warp, and batches leave padding alone.
-#include <attnzoo/preprocess/spec_augment.h>
+#include <attnzoo/preprocess/audio/spec_augment.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

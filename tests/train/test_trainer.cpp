@@ -129,7 +129,7 @@ TEST(Trainer, SmallViTLearnsStripes) {
 // dropout, drop-path, random crops, flips, mixup and cutmix all drawing random numbers, and with
 // a different number of loading workers after the resume.
 TEST(Trainer, ResumeEqualsTheUninterruptedRun) {
-  // With the design notes' per-projection learning rates on the fused qkv weight (slices q, k, v)
+  // With per-projection learning rates on the fused qkv weight (slices q, k, v)
   // and the output projection: the optimiser's per-slice state must survive the checkpoint.
   const std::vector<std::string> extra = {
       "train.epochs=5",

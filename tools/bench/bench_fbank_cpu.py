@@ -168,7 +168,7 @@ def main() -> None:
     print(f"{'attnzoo, file':16} {file_ms:10.2f} {min(file_times):8.2f} "
           f"{file_ms / 1e3 / args.seconds:9.6f}   (read + features)")
     print(f"# max |attnzoo - knf| {diff_knf:.2e}, max |attnzoo - torchaudio| {diff_ta:.2e} "
-          "(log mel; see preprocess/fbank.h on float32 rounding)")
+          "(log mel; see preprocess/audio/fbank.h on float32 rounding)")
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"seconds": args.seconds, "threads": args.threads, "rounds": args.rounds,

@@ -1,10 +1,10 @@
 #include "tools/cli/bench_features.h"
 #include "tools/bench/timing.h"
 
+#include <attnzoo/api/frontend_options.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/io/safetensors.h>
-#include <attnzoo/preprocess/audio_features.h>
-#include <attnzoo/preprocess/audio_from_config.h>
+#include <attnzoo/preprocess/audio/features.h>
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>

@@ -13,12 +13,11 @@
 // approximation of it.
 #include "tools/cli/commands.h"
 
+#include <attnzoo/api/frontend_options.h>
 #include <attnzoo/api/inference.h>
 #include <attnzoo/configs/registry.h>
-#include <attnzoo/preprocess/audio_features.h>
-#include <attnzoo/preprocess/audio_from_config.h>
-#include <attnzoo/preprocess/from_config.h>
-#include <attnzoo/preprocess/image_decode.h>
+#include <attnzoo/preprocess/audio/features.h>
+#include <attnzoo/preprocess/image/decode.h>
 #include <attnzoo/train/diagnostics.h>
 
 #include <torch/torch.h>

@@ -6,10 +6,10 @@
 // recording costs the memory of its features, not of its samples.
 #include "tools/cli/commands.h"
 
+#include <attnzoo/api/frontend_options.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/io/safetensors.h>
-#include <attnzoo/preprocess/audio_features.h>
-#include <attnzoo/preprocess/audio_from_config.h>
+#include <attnzoo/preprocess/audio/features.h>
 
 #include <torch/torch.h>
 

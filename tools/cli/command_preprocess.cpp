@@ -4,11 +4,11 @@
 // with timm's or torchvision's from a script.
 #include "tools/cli/commands.h"
 
+#include <attnzoo/api/frontend_options.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/io/safetensors.h>
-#include <attnzoo/preprocess/from_config.h>
-#include <attnzoo/preprocess/image_decode.h>
-#include <attnzoo/preprocess/image_transform.h>
+#include <attnzoo/preprocess/image/decode.h>
+#include <attnzoo/preprocess/image/transform.h>
 
 #include <torch/torch.h>
 

@@ -1,8 +1,8 @@
 // Classifies images with a model of the zoo: the README's C++ example, built against an installed
 // attnzoo (CMakeLists.txt beside it; README "Use attnzoo from your project").
 //
-//   classify_image vit_digits $PREFIX/share/attnzoo/vit/vit_digits.safetensors digit.png
-//   python tools/to_safetensors.py vit_base_patch16_224.pth vit_base.safetensors   # once
+//   classify_image vit_digits $PREFIX/share/attnzoo/weights/vit_digits.safetensors digit.png
+//   python tools/scripts/to_safetensors.py vit_base_patch16_224.pth vit_base.safetensors   # once
 //   classify_image vit_base_patch16_224 vit_base.safetensors cat.jpg
 //
 // The model is a name of the zoo (found at run time: configs/zoo_path.h) or a YAML file; its

@@ -1,8 +1,8 @@
 // Encodes audio files with a Conformer of the zoo, offline and as a live stream: the README's
 // speech example, built against an installed attnzoo (CMakeLists.txt beside it).
 //
-//   encode_audio conformer_kws $PREFIX/share/attnzoo/conformer/conformer_kws.safetensors a.wav
-//   python tools/to_safetensors.py wenet/final.pt wenet.safetensors   # once
+//   encode_audio conformer_kws $PREFIX/share/attnzoo/weights/conformer_kws.safetensors a.wav
+//   python tools/scripts/to_safetensors.py wenet/final.pt wenet.safetensors   # once
 //   encode_audio wenet_u2pp_conformer_librispeech wenet.safetensors a.wav
 //
 // The model is a name of the zoo (configs/conformer/) or a YAML file; its `features:` section
@@ -10,7 +10,7 @@
 // that stream (a `streaming:` chunk), the file is also pushed through SpeechEncoder::Stream in
 // 100 ms blocks, as live audio would arrive, and compared with the offline frames.
 #include <attnzoo/api/speech_encoder.h>
-#include <attnzoo/preprocess/audio_read.h>
+#include <attnzoo/preprocess/audio/read.h>
 
 #include <torch/torch.h>
 

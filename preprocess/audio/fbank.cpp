@@ -1,4 +1,4 @@
-#include <attnzoo/preprocess/fbank.h>
+#include <attnzoo/preprocess/audio/fbank.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>

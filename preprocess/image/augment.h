@@ -7,7 +7,7 @@
 // owns (one per data-loading worker), so that a seed reproduces a run's augmentations.
 #pragma once
 
-#include <attnzoo/preprocess/image_transform.h>
+#include <attnzoo/preprocess/image/transform.h>
 
 #include <torch/types.h>
 #include <opencv2/core/mat.hpp>

@@ -5,7 +5,7 @@
 // libsndfile decodes it (libsndfile_decodes() asks it at run time). The format is identified
 // from the first bytes before libsndfile sees the data, and anything else (AIFF, ADPCM codecs,
 // raw PCM, a text file) is refused: libsndfile reads some thirty formats, and its less-travelled
-// parsers stay away from untrusted input, as preprocess/image_header.h does for OpenCV.
+// parsers stay away from untrusted input, as preprocess/image/header.h does for OpenCV.
 //
 // Samples come as float32 in [-1, 1] (libsndfile's normalisation: 16-bit PCM v / 32768 exactly,
 // so features scaled back by 32768 see Kaldi's integers). Channels are averaged into one
@@ -18,7 +18,7 @@
 // samples (float WAV), longer than AudioReadOptions::max_seconds.
 #pragma once
 
-#include <attnzoo/preprocess/audio_error.h>
+#include <attnzoo/preprocess/audio/error.h>
 
 #include <torch/types.h>
 

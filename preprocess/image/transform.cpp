@@ -1,6 +1,6 @@
-#include <attnzoo/preprocess/image_transform.h>
+#include <attnzoo/preprocess/image/transform.h>
 
-#include <attnzoo/preprocess/image_internal.h>
+#include <attnzoo/preprocess/image/internal.h>
 
 #include <c10/util/Exception.h>
 #include <torch/nn/functional/upsampling.h>

@@ -1,4 +1,4 @@
-#include <attnzoo/preprocess/image_decode.h>
+#include <attnzoo/preprocess/image/decode.h>
 
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>

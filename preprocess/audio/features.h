@@ -7,8 +7,8 @@
 //   auto batch = attnzoo::pad_features({a.features, b.features});       // [2, T, 80], lengths
 #pragma once
 
-#include <attnzoo/preprocess/audio_read.h>
-#include <attnzoo/preprocess/fbank.h>
+#include <attnzoo/preprocess/audio/fbank.h>
+#include <attnzoo/preprocess/audio/read.h>
 
 #include <torch/types.h>
 

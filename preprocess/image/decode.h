@@ -13,12 +13,12 @@
 //     IMREAD_UNCHANGED, hence IMREAD_COLOR | IMREAD_ANYDEPTH here). timm's loader does not call
 //     ImageOps.exif_transpose, so for a rotated photo we match timm after exif_transpose.
 //
-// Every file is checked before a decoder sees it (preprocess/image_header.h): the format must be
+// Every file is checked before a decoder sees it (preprocess/image/header.h): the format must be
 // JPEG, PNG, WebP, BMP or TIFF, the data complete, and the pixel count within a limit. Errors are
 // ImageError, naming the file.
 #pragma once
 
-#include <attnzoo/preprocess/image_header.h>
+#include <attnzoo/preprocess/image/header.h>
 
 #include <opencv2/core/mat.hpp>
 

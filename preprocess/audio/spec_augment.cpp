@@ -1,4 +1,4 @@
-#include <attnzoo/preprocess/spec_augment.h>
+#include <attnzoo/preprocess/audio/spec_augment.h>
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
@@ -12,7 +12,7 @@ namespace {
 namespace F = torch::nn::functional;
 
 // An integer uniform in [low, high] (inclusive), computed here rather than by <random>'s
-// distributions, whose algorithms differ between standard libraries (as image_augment.h does).
+// distributions, whose algorithms differ between standard libraries (as image/augment.h does).
 int64_t draw(std::mt19937_64& rng, int64_t low, int64_t high) {
   const double unit = static_cast<double>(rng() >> 11) * 0x1.0p-53;  // [0, 1)
   return std::min(high, low + static_cast<int64_t>(unit * static_cast<double>(high - low + 1)));

@@ -2,7 +2,7 @@
 
 From the command line, for a checkpoint file:
 
-    python tools/to_safetensors.py model.pth model.safetensors [--key state_dict] [--strip-prefix module.]
+    python tools/scripts/to_safetensors.py model.pth model.safetensors [--key state_dict] [--strip-prefix module.]
 
 From Python (the parity tests use this), for any module or state_dict:
 

@@ -1,16 +1,23 @@
-// A model config's `features:` section (configs/model_config.h, AudioFeaturesConfig) as the
-// options of the audio frontend. Header-only, like preprocess/from_config.h for images: the
-// audio library does not depend on configs/; the targets that read configs include this.
-#pragma once
-
-#include <attnzoo/configs/model_config.h>
-#include <attnzoo/preprocess/fbank.h>
+#include <attnzoo/api/frontend_options.h>
 
 #include <c10/util/Exception.h>
 
 namespace attnzoo {
 
-inline AudioFeatureOptions audio_feature_options(const AudioFeaturesConfig& config) {
+ImageTransformOptions image_transform_options(const ImagePreprocessConfig& config) {
+  TORCH_CHECK_VALUE(config.input_size[0] == 3, "preprocess.input_size: the image frontend makes ",
+                    "RGB images (3 channels); the config asks for ", config.input_size[0]);
+  ImageTransformOptions options;
+  options.height = config.input_size[1];
+  options.width = config.input_size[2];
+  options.crop_pct = config.crop_pct;
+  options.interpolation = parse_interpolation(config.interpolation);
+  options.mean = config.mean;
+  options.std = config.std;
+  return options;
+}
+
+AudioFeatureOptions audio_feature_options(const AudioFeaturesConfig& config) {
   TORCH_CHECK_VALUE(config.kind != "none",
                     "the config has no features section (features: kind none); the model takes ",
                     "features made elsewhere");

@@ -18,7 +18,7 @@
 // images (any other source) the float path, clamped to [0, 1] as PIL's output is.
 #pragma once
 
-#include <attnzoo/preprocess/image_decode.h>
+#include <attnzoo/preprocess/image/decode.h>
 
 #include <torch/types.h>
 #include <opencv2/core/mat.hpp>
@@ -36,7 +36,7 @@ Interpolation parse_interpolation(const std::string& name);
 const char* interpolation_name(Interpolation mode);
 
 // The fields of a config's preprocessing (configs' ImagePreprocessConfig; see
-// preprocess/from_config.h), with the defaults of timm's transforms_imagenet_eval.
+// api/frontend_options.h), with the defaults of timm's transforms_imagenet_eval.
 struct ImageTransformOptions {
   int64_t height = 224;  // the model's input size, input_size[1] and [2]
   int64_t width = 224;
@@ -88,7 +88,7 @@ torch::Tensor image_to_tensor(const cv::Mat& rgb);
 torch::Tensor resize_image(const torch::Tensor& image, int64_t height, int64_t width,
                            Interpolation mode);
 
-// Decodes each file (preprocess/image_decode.h) and applies `transform`: [N, 3, height, width].
+// Decodes each file (preprocess/image/decode.h) and applies `transform`: [N, 3, height, width].
 // Errors of any image are ImageErrors naming its file.
 torch::Tensor load_image_batch(const std::vector<std::string>& paths,
                                const EvalImageTransform& transform,

@@ -36,7 +36,7 @@
 // waveform do not depend on how it was split into blocks.
 #pragma once
 
-#include <attnzoo/preprocess/audio_error.h>
+#include <attnzoo/preprocess/audio/error.h>
 
 #include <torch/types.h>
 
@@ -57,7 +57,7 @@ FrameWindow parse_frame_window(const std::string& name);
 const char* frame_window_name(FrameWindow window);
 
 // The fields of a config's `features:` section (configs' AudioFeaturesConfig; see
-// preprocess/audio_from_config.h), with Kaldi's defaults except dither (0) and energy_floor (0),
+// api/frontend_options.h), with Kaldi's defaults except dither (0) and energy_floor (0),
 // as configs/model_config.h has them.
 struct AudioFeatureOptions {
   AudioFeatureKind kind = AudioFeatureKind::kFbank;

@@ -1,4 +1,4 @@
-#include <attnzoo/preprocess/resample.h>
+#include <attnzoo/preprocess/audio/resample.h>
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>

@@ -1,4 +1,4 @@
-#include <attnzoo/preprocess/audio_read.h>
+#include <attnzoo/preprocess/audio/read.h>
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>

@@ -1,6 +1,6 @@
-#include <attnzoo/preprocess/audio_features.h>
+#include <attnzoo/preprocess/audio/features.h>
 
-#include <attnzoo/preprocess/resample.h>
+#include <attnzoo/preprocess/audio/resample.h>
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>

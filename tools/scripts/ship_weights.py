@@ -2,7 +2,7 @@
 """Write a training run's model.safetensors as shippable weights: floating-point tensors in
 float16 (or bfloat16), everything else and the metadata (the run's class names) unchanged.
 
-    ship_weights.py RUN/model.safetensors configs/vit/vit_digits.safetensors [--dtype fp16]
+    ship_weights.py RUN/model.safetensors assets/weights/vit_digits.safetensors [--dtype fp16]
 
 Refuses a tensor whose values do not fit the target type (float16 overflows above 65504).
 attnzoo loads such weights into its float32 models (the values are widened on load).

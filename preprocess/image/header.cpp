@@ -1,4 +1,4 @@
-#include <attnzoo/preprocess/image_header.h>
+#include <attnzoo/preprocess/image/header.h>
 
 #include <cstdio>
 #include <cstring>
