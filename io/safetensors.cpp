@@ -1,3 +1,4 @@
+#include <attnzoo/io/atomic_file.h>
 #include <attnzoo/io/safetensors.h>
 
 #include <cerrno>
@@ -188,29 +189,14 @@ std::string serialize_safetensors(const TensorDict& tensors,
 void save_safetensors(const std::string& path, const TensorDict& tensors,
                       const std::map<std::string, std::string>& metadata) {
   check_host(path);
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw SafetensorsError(path + ": cannot write (" + std::strerror(errno) + ")");
-    try {
-      write_safetensors(out, tensors, metadata);
-    } catch (...) {
-      out.close();
-      std::remove(temporary.c_str());
-      throw;
-    }
-    out.flush();
-    if (!out) {
-      out.close();
-      std::remove(temporary.c_str());
-      throw SafetensorsError(path + ": write failed (disk full?)");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) {
-    std::remove(temporary.c_str());
-    throw SafetensorsError(path + ": cannot move the written file into place: " + ec.message());
+  try {
+    AtomicFileWriter file(path);
+    write_safetensors(file.stream(), tensors, metadata);
+    file.commit();
+  } catch (const SafetensorsError&) {
+    throw;
+  } catch (const Error& e) {
+    throw SafetensorsError(e.what());
   }
 }
 

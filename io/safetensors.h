@@ -2,8 +2,8 @@
 //
 // Loading validates the whole header against the file size first (safetensors_format.h), then
 // reads each tensor straight into its own storage: no second copy of the file in memory, and no
-// read outside the file whatever the header says. Saving writes to a temporary file beside the
-// target and renames it into place, so an interrupted save never leaves a truncated checkpoint.
+// read outside the file whatever the header says. Saving goes through io/atomic_file.h: after a
+// kill or a crash at any moment the file is the previous one or the new one, never a truncated one.
 #pragma once
 
 #include <attnzoo/io/safetensors_format.h>

@@ -11,8 +11,9 @@
 // torn last line are dropped first, so that the file has each step once, in order.
 #pragma once
 
+#include <attnzoo/train/run_log.h>
+
 #include <cstdint>
-#include <fstream>
 #include <limits>
 #include <string>
 
@@ -45,14 +46,13 @@ class MetricsWriter {
   // Appends the row and flushes.
   void write(const TrainMetrics& row);
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return log_.path(); }
 
   // A row as written (without the newline).
   static std::string format(const TrainMetrics& row);
 
  private:
-  std::string path_;
-  std::ofstream out_;
+  RunLog log_;
 };
 
 }  // namespace attnzoo

@@ -1,6 +1,7 @@
 #include <attnzoo/train/trainer.h>
 
 #include <attnzoo/api/frontend_options.h>
+#include <attnzoo/io/atomic_file.h>
 #include <attnzoo/io/safetensors.h>
 #include <attnzoo/models/checkpoint.h>
 #include <attnzoo/preprocess/audio/features.h>
@@ -12,6 +13,7 @@
 #include <attnzoo/train/mixup.h>
 #include <attnzoo/train/optimizer.h>
 #include <attnzoo/train/progress.h>
+#include <attnzoo/train/run_log.h>
 #include <attnzoo/train/training_checkpoint.h>
 #include <attnzoo/train/weight_average.h>
 
@@ -373,7 +375,7 @@ struct Trainer::State {
   // added to `window`), diagnostics when due, clipping, the update, the weight average. Returns
   // the gradient norm before clipping and the learning rate the update used.
   std::pair<double, double> train_step(TrainingBatches& batches, const Mixup& mixup,
-                                       MetricsWindow& window, std::ostream* diagnostics,
+                                       MetricsWindow& window, RunLog* diagnostics,
                                        ProgressReport& progress) {
     const auto& t = config.train;
     // The step's generator (mixing) depends on the seed and the step alone.
@@ -406,15 +408,14 @@ struct Trainer::State {
 
   // The step's attention statistics (recorded during its first forward) with its gradient norms:
   // a line of diagnostics.jsonl and a summary in the log.
-  void diagnose_step(nlohmann::json diagnosis, std::ostream& jsonl, ProgressReport& progress) {
+  void diagnose_step(nlohmann::json diagnosis, RunLog& jsonl, ProgressReport& progress) {
     const auto norms = gradient_norms(model.module->named_parameters());
     diagnosis["step"] = step;
     diagnosis["gradients"] = to_json(norms);
     progress.message("diagnostics at step " + std::to_string(step) + ":\n" +
                      diagnosis.value("attention_text", std::string()) + to_text(norms) + "\n");
     diagnosis.erase("attention_text");
-    jsonl << diagnosis.dump() << "\n";
-    jsonl.flush();
+    jsonl.append(diagnosis.dump());
   }
 
   // The validation columns of `row` (rank 0; the others leave them NaN).
@@ -543,13 +544,15 @@ std::vector<TrainMetrics> Trainer::run() {
   const auto& t = c.train;
   fs::create_directories(s.output);
   const auto csv_path = s.output / "metrics.csv", checkpoint = s.output / "checkpoint.safetensors";
-  const bool fresh = s.step == 0 || !fs::exists(csv_path);
-  std::optional<MetricsWriter> csv;  // rank 0 writes the run's files
-  if (s.main_rank()) csv.emplace(csv_path.string(), s.step);
-  std::unique_ptr<std::ofstream> diagnostics;  // every diagnostics_every steps
-  if (t.diagnostics_every > 0 && s.main_rank()) {
-    diagnostics = std::make_unique<std::ofstream>(s.output / "diagnostics.jsonl",
-                                                  fresh ? std::ios::trunc : std::ios::app);
+  std::optional<MetricsWriter> csv;   // rank 0 writes the run's files
+  std::optional<RunLog> diagnostics;  // every diagnostics_every steps
+  if (s.main_rank()) {
+    io::remove_abandoned_temporaries(s.output.string());
+    csv.emplace(csv_path.string(), s.step);
+    if (t.diagnostics_every > 0) {
+      diagnostics.emplace((s.output / "diagnostics.jsonl").string(), s.step, "",
+                          diagnostics_line_step);
+    }
   }
   const auto lo = s.loader_options();
   TrainingBatches batches(s.train, example_loader(c.model, &c.augment), lo, s.batches_per_epoch);
@@ -562,7 +565,8 @@ std::vector<TrainMetrics> Trainer::run() {
   std::vector<TrainMetrics> history;
   MetricsWindow window;
   while (s.step < last_step) {
-    const auto [grad_norm, lr] = s.train_step(batches, mixup, window, diagnostics.get(), progress);
+    const auto [grad_norm, lr] =
+        s.train_step(batches, mixup, window, diagnostics ? &*diagnostics : nullptr, progress);
     const bool epoch_end = s.epoch_ended();
     const bool log_row = s.step % t.log_every == 0 || s.step == s.total_steps;
     const bool eval_row = s.has_val && (t.eval_every > 0 ? s.step % t.eval_every == 0 : epoch_end);

@@ -158,7 +158,7 @@ PY
       "$out/image.png" --out "$out/x.png"
     refused 1 '--out .*x.jpg: must name a .png file' attention-map --model "$vit" "$out/image.png" \
       --out "$out/x.jpg"
-    refused 1 '--out .*no/such/dir/x.png: cannot write the PNG' attention-map --model "$vit" \
+    refused 1 '--out .*no/such/dir/x.png: cannot write \(No such file' attention-map --model "$vit" \
       "$out/image.png" --out "$out/no/such/dir/x.png"
     refused 1 'no_such_model' attention-map --model no_such_model "$out/image.png" --out "$out/x.png"
     refused 2 '--out' attention-map --model "$vit" "$out/image.png"

@@ -1,11 +1,13 @@
-// What every test binary needs to compare tensors and read errors.
+// What every test binary needs to compare tensors, read errors and write scratch files.
 #pragma once
 
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 #include <torch/types.h>
+#include <unistd.h>
 
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <type_traits>
 
@@ -37,6 +39,16 @@ std::string error_of(F&& f) {
     }
   }
   return "(no error)";
+}
+
+// An empty folder of the temp dir, private to this process: CTest runs each case as its own
+// process, several at a time (-j), and two cases must not clear each other's files.
+inline std::string fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) /
+                   ("attnzoo_" + std::to_string(::getpid())) / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
 }
 
 }  // namespace attnzoo::test_util

@@ -2,6 +2,8 @@
 // whose class is the stripes' direction, and tones whose class is the pitch.
 #pragma once
 
+#include "common/test_util.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <opencv2/core.hpp>
@@ -25,15 +27,7 @@ inline std::vector<int64_t> values(const torch::Tensor& t) {
   return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
 }
 
-// An empty folder of the temp dir, private to this process: CTest runs each case as its own
-// process, several at a time (-j), and two cases must not clear each other's files.
-inline std::string fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::path(::testing::TempDir()) /
-                   ("attnzoo_" + std::to_string(::getpid())) / name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
+using ::attnzoo::test_util::fresh_dir;
 
 // Class 0: horizontal stripes, 1: vertical, 2: diagonal; random period, phase, colours and noise.
 inline cv::Mat stripes(int label, std::mt19937& rng, int size = 40) {

@@ -5,6 +5,8 @@
 // kernels only (ATTNZOO_KERNELS_ONLY) for tools/device_check.sh, and in the normal build.
 //
 //   bench_flash [--quick] [--json FILE]
+#include <attnzoo/io/atomic_file.h>
+#include <attnzoo/io/error.h>
 #include <attnzoo/kernels/ops.h>
 
 #include "tools/bench/timing.h"
@@ -170,10 +172,10 @@ int main(int argc, char** argv) {
     }
   }
   if (!json_path.empty()) {
-    std::ofstream out(json_path);
-    out << json.dump(1) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "bench_flash: %s: cannot write\n", json_path.c_str());
+    try {
+      attnzoo::io::write_file_atomically(json_path, json.dump(1) + "\n");
+    } catch (const attnzoo::Error& e) {
+      std::fprintf(stderr, "bench_flash: %s\n", e.what());
       return 1;
     }
   }

@@ -8,6 +8,8 @@
 // torch.compile.
 //
 //   bench_vit_cuda [--batches 1,64,256] [--iterations 20] [--rounds 3] [--json FILE]
+#include <attnzoo/io/atomic_file.h>
+#include <attnzoo/io/error.h>
 #include <attnzoo/models/cuda_graph.h>
 #include <attnzoo/models/vit.h>
 
@@ -137,10 +139,10 @@ int main(int argc, char** argv) {
     }
   }
   if (!o.json.empty()) {
-    std::ofstream out(o.json);
-    out << json.dump(1) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "bench_vit_cuda: %s: cannot write\n", o.json.c_str());
+    try {
+      attnzoo::io::write_file_atomically(o.json, json.dump(1) + "\n");
+    } catch (const attnzoo::Error& e) {
+      std::fprintf(stderr, "bench_vit_cuda: %s\n", e.what());
       return 1;
     }
   }

@@ -1,6 +1,7 @@
 #include "tools/cli/bench_attention.h"
 
 #include <attnzoo/api/inference.h>
+#include <attnzoo/io/atomic_file.h>
 #include <attnzoo/layers/attention_backend.h>
 #include "tools/bench/memory_tracking.h"
 #include "tools/bench/timing.h"
@@ -610,10 +611,7 @@ void write_json(const Results& r, const AttentionBenchOptions& o, const std::str
                     {"memory_exponent_last2", json_number(f.memory_last2)}});
   }
   d["fits"] = fits;
-  std::ofstream out(o.json);
-  TORCH_CHECK_VALUE(out, "--json: cannot write '", o.json, "'");
-  out << d.dump(1) << "\n";
-  TORCH_CHECK(out.good(), "--json: error while writing '", o.json, "'");
+  io::write_file_atomically(o.json, d.dump(1) + "\n");
 }
 
 void write_plot(const Results& r, const AttentionBenchOptions& o) {

@@ -3,6 +3,7 @@
 
 #include <attnzoo/api/frontend_options.h>
 #include <attnzoo/configs/registry.h>
+#include <attnzoo/io/atomic_file.h>
 #include <attnzoo/io/safetensors.h>
 #include <attnzoo/preprocess/audio/features.h>
 
@@ -61,9 +62,7 @@ int run_feature_bench(const FeatureBenchOptions& o) {
                         {"file_ms", file.ms},
                         {"memory_median_ms", memory.median()},
                         {"file_median_ms", file.median()}};
-    std::ofstream out(o.json);
-    out << j.dump(1) << "\n";
-    if (!out) throw Error(o.json + ": cannot write");
+    io::write_file_atomically(o.json, j.dump(1) + "\n");
   }
   if (!o.output.empty()) {
     io::TensorDict tensors;

@@ -3,6 +3,7 @@
 
 #include <attnzoo/api/inference.h>
 #include <attnzoo/configs/registry.h>
+#include <attnzoo/io/atomic_file.h>
 #include <attnzoo/io/safetensors.h>
 #include <attnzoo/models/cuda_graph.h>
 
@@ -68,9 +69,7 @@ int run_model_bench(const ModelBenchOptions& o) {
                         {"times_ms", timings.ms},
                         {"median_ms", med},
                         {"min_ms", best}};
-    std::ofstream out(o.json);
-    out << j.dump(1) << "\n";
-    if (!out) throw Error(o.json + ": cannot write");
+    io::write_file_atomically(o.json, j.dump(1) + "\n");
   }
   if (!o.output.empty()) {
     io::TensorDict tensors;

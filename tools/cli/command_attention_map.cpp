@@ -12,6 +12,7 @@
 // math backend under the configured backend's mask: what the model computes, not an
 // approximation of it.
 #include "tools/cli/commands.h"
+#include "tools/cli/plot.h"
 
 #include <attnzoo/api/frontend_options.h>
 #include <attnzoo/api/inference.h>
@@ -21,7 +22,6 @@
 #include <attnzoo/train/diagnostics.h>
 
 #include <torch/torch.h>
-#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
 #include <algorithm>
@@ -96,16 +96,6 @@ cv::Mat to_gray(const torch::Tensor& values) {
 void put_label(cv::Mat& canvas, const std::string& text, int x, int baseline) {
   cv::putText(canvas, text, cv::Point(x, baseline), cv::FONT_HERSHEY_SIMPLEX, 0.45,
               cv::Scalar(0, 0, 0), 1, cv::LINE_AA);
-}
-
-void write_png(const cv::Mat& canvas, const std::string& path) {
-  bool written = false;
-  try {
-    written = cv::imwrite(path, canvas);
-  } catch (const cv::Exception&) {
-    written = false;
-  }
-  if (!written) throw Error("--out " + path + ": cannot write the PNG");
 }
 
 // The preprocessed image [3, H, W] (normalised) back to 8-bit BGR for display.
@@ -309,7 +299,11 @@ int run_attention_map(const AttentionMapOptions& options) {
   } else {
     canvas = draw_timeline(config, prepared, all, layer, what);
   }
-  write_png(canvas, options.out);
+  try {
+    write_png(canvas, options.out);
+  } catch (const Error& e) {
+    throw Error(std::string("--out ") + e.what());
+  }
   std::cout << config.name << " (" << config.source << "), " << weights << "\n"
             << options.input << ": " << prepared.description << what << " -> " << options.out
             << " (" << canvas.cols << " x " << canvas.rows << ")\n";

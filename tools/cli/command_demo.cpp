@@ -9,13 +9,13 @@
 // batch of three sequences exercises key padding: the second one is padded, the third has no valid
 // key.
 #include "tools/cli/commands.h"
+#include "tools/cli/plot.h"
 
 #include <attnzoo/io/error.h>
 #include <attnzoo/layers/attention.h>
 
 #include <torch/torch.h>
 #include <opencv2/core.hpp>
-#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
 #include <cmath>
@@ -49,7 +49,7 @@ torch::Tensor position_codes(int64_t length, int64_t dim) {
 }
 
 // Renders per-head maps [H, L, S] as one PNG: heads side by side, viridis, 6 px per cell.
-void write_png(const torch::Tensor& maps, const std::string& path) {
+void write_head_maps(const torch::Tensor& maps, const std::string& path) {
   const int64_t heads = maps.size(0), rows = maps.size(1), cols = maps.size(2);
   const int cell = 6, gap = 12, label = 22;
   cv::Mat canvas(static_cast<int>(rows * cell + label),
@@ -68,7 +68,7 @@ void write_png(const torch::Tensor& maps, const std::string& path) {
     cv::putText(canvas, "head " + std::to_string(h), cv::Point(x, 16), cv::FONT_HERSHEY_SIMPLEX,
                 0.5, cv::Scalar(0, 0, 0), 1, cv::LINE_AA);
   }
-  if (!cv::imwrite(path, canvas)) throw Error("could not write PNG '" + path + "'");
+  write_png(canvas, path);
 }
 
 // One row of characters per query, darker = more weight; the first `width` keys.
@@ -162,7 +162,7 @@ int run_demo(const DemoOptions& o) {
     print_ascii(w[0][o.heads - 1], 24);
   }
   if (!o.png.empty()) {
-    write_png(w[0], o.png);
+    write_head_maps(w[0], o.png);
     std::cout << "\nattention maps of sequence 1 written to " << o.png << "\n";
   }
   std::cout << (ok ? "\nall checks passed\n" : "\nSOME CHECKS FAILED\n");

@@ -1,5 +1,6 @@
 #include "tools/cli/plot.h"
 
+#include <attnzoo/io/atomic_file.h>
 #include <attnzoo/io/error.h>
 
 #include <opencv2/imgcodecs.hpp>
@@ -384,7 +385,19 @@ void write_log_log_plot(const std::vector<PlotPanel>& panels, const std::string&
   }
   cv::Mat canvas;
   cv::hconcat(rendered, canvas);
-  if (!cv::imwrite(path, canvas)) throw Error("could not write PNG '" + path + "'");
+  write_png(canvas, path);
+}
+
+void write_png(const cv::Mat& image, const std::string& path) {
+  std::vector<uchar> bytes;
+  bool encoded = false;
+  try {
+    encoded = cv::imencode(".png", image, bytes);
+  } catch (const cv::Exception&) {
+    encoded = false;
+  }
+  if (!encoded) throw Error(path + ": cannot encode the PNG");
+  io::write_file_atomically(path, {reinterpret_cast<const char*>(bytes.data()), bytes.size()});
 }
 
 }  // namespace attnzoo::cli

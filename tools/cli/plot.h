@@ -35,6 +35,10 @@ struct PlotPanel {
 // The i-th colour of a qualitative palette (distinguishable, colour-blind friendly order).
 cv::Scalar plot_color(size_t index);
 
+// `image` (8-bit BGR or gray) as a PNG file, written so that it survives a kill
+// (io/atomic_file.h). Throws attnzoo::Error naming the file.
+void write_png(const cv::Mat& image, const std::string& path);
+
 // One panel of width × height pixels (log-log unless the panel says otherwise).
 cv::Mat render_log_log_panel(const PlotPanel& panel, int width, int height);
 
