@@ -1,6 +1,7 @@
 #include <attnzoo/configs/yaml_reader.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <functional>
@@ -10,6 +11,45 @@
 
 namespace attnzoo::config_detail {
 namespace {
+
+// Refuses flow collections nested deeper than kMaxFlowNesting, counting brackets outside quoted
+// scalars and comments. (A bracket inside a plain scalar counts too; a config has none.)
+void check_flow_nesting(const std::string& text, const std::string& source) {
+  int depth = 0, line = 1;
+  char quote = 0;
+  bool comment = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      comment = false;
+      continue;
+    }
+    if (comment) continue;
+    if (quote) {
+      if (quote == '"' && c == '\\') {
+        ++i;
+      } else if (c == quote) {
+        quote = 0;
+      }
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '#' && (i == 0 || std::isspace(static_cast<unsigned char>(text[i - 1])))) {
+      comment = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxFlowNesting) {
+        throw ConfigError(source + ":" + std::to_string(line) +
+                              ": collections nested deeper than " +
+                              std::to_string(kMaxFlowNesting) + " levels (the limit of a config)",
+                          source, "", line);
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
 
 // yaml-cpp tags quoted scalars "!" and plain ones "?": a quoted "12" is a string, not a number.
 bool is_quoted(const YAML::Node& node) { return node.Tag() == "!"; }
@@ -128,6 +168,7 @@ Document::Document(const std::string& text, std::string source) : source_(std::m
                           " bytes",
                       source_, "");
   }
+  check_flow_nesting(text, source_);
   std::vector<YAML::Node> documents;
   try {
     documents = YAML::LoadAll(text);

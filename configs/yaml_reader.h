@@ -19,6 +19,10 @@ namespace attnzoo::config_detail {
 
 // Documents larger than this are refused before parsing: a model file is a few hundred bytes.
 constexpr size_t kMaxDocumentBytes = 1 << 20;
+// Flow collections ([...], {...}) nested deeper than this are refused before parsing: a config
+// nests two or three levels, and yaml-cpp holds every token of a deep document in memory before
+// its own depth check fails (+120 MB for 500,000 levels).
+constexpr int kMaxFlowNesting = 64;
 
 // One document: its tree, the file it came from and the overrides applied to it, so that an error
 // can say where the offending value was written.

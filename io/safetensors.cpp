@@ -142,11 +142,13 @@ Safetensors load_safetensors(const std::string& path) {
   const auto header = parse_header(json, file_size - 8 - length, path);
   Safetensors result;
   result.metadata = header.metadata;
+  // The tensors tile the data in offset order (parse_header checks it): read in sequence, without
+  // a seek per tensor (each would drop the stream's buffer: 10^5 small tensors took 0.3 s more).
+  in.seekg(static_cast<std::streamoff>(8 + length));
   for (const auto& t : header.tensors) {
     auto tensor = torch::empty(t.shape, torch::TensorOptions().dtype(to_torch_dtype(t.dtype)));
     const uint64_t n = t.end - t.begin;
     if (n > 0) {
-      in.seekg(static_cast<std::streamoff>(8 + length + t.begin));
       if (!in.read(static_cast<char*>(tensor.data_ptr()), static_cast<std::streamsize>(n))) {
         throw SafetensorsError(path + ": could not read tensor '" + t.name +
                                "' (was the file changed while being read?)");

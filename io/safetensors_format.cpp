@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
+#include <vector>
 
 namespace attnzoo::io {
 namespace {
@@ -108,6 +110,40 @@ TensorEntry parse_entry(const std::string& name, const nlohmann::json& value,
   return entry;
 }
 
+// The first key that appears twice in one JSON object, from the parser's events (a SAX handler
+// for nlohmann::json::sax_parse): one set of keys per open object, each key looked up once.
+struct DuplicateKeyFinder {
+  using Json = nlohmann::json;
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(Json::number_integer_t) { return true; }
+  bool number_unsigned(Json::number_unsigned_t) { return true; }
+  bool number_float(Json::number_float_t, const Json::string_t&) { return true; }
+  bool string(Json::string_t&) { return true; }
+  bool binary(Json::binary_t&) { return true; }
+  bool start_object(std::size_t) {
+    open_objects.emplace_back();
+    return true;
+  }
+  bool key(Json::string_t& key) {
+    if (!open_objects.back().insert(key).second && duplicate.empty()) duplicate = key;
+    return true;
+  }
+  bool end_object() {
+    open_objects.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) { return true; }
+  bool end_array() { return true; }
+  // The DOM parse that follows reports the error.
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
+    return false;
+  }
+};
+
 }  // namespace
 
 size_t dtype_size(SafetensorsDtype dtype) { return info(dtype).size; }
@@ -146,25 +182,17 @@ SafetensorsHeader parse_header(std::string_view header_json, uint64_t data_size,
     fail(source, "the header is not a JSON object (not a safetensors file?)");
   }
   // nlohmann keeps the last of duplicate keys silently; a header with two entries of one name is
-  // ambiguous, so the parse callback rejects it.
-  std::vector<std::set<std::string>> keys_per_object;
+  // ambiguous, so a first pass over the parse events looks for one. (Not nlohmann's parse
+  // callback: it rescans the enclosing object at the end of each inner one, quadratic in the
+  // number of tensors; 10^5 tensors took minutes.)
   std::string duplicate;
-  const auto callback = [&](int /*depth*/, nlohmann::json::parse_event_t event,
-                            nlohmann::json& parsed) {
-    using Event = nlohmann::json::parse_event_t;
-    if (event == Event::object_start) {
-      keys_per_object.emplace_back();
-    } else if (event == Event::object_end) {
-      if (!keys_per_object.empty()) keys_per_object.pop_back();
-    } else if (event == Event::key && !keys_per_object.empty()) {
-      const auto key = parsed.get<std::string>();
-      if (!keys_per_object.back().insert(key).second && duplicate.empty()) duplicate = key;
-    }
-    return true;
-  };
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(header_json.begin(), header_json.end(), callback);
+    DuplicateKeyFinder finder;
+    if (nlohmann::json::sax_parse(header_json.begin(), header_json.end(), &finder)) {
+      duplicate = finder.duplicate;
+    }
+    header = nlohmann::json::parse(header_json.begin(), header_json.end());
   } catch (const nlohmann::json::exception& e) {
     fail(source, std::string("the header is not valid JSON: ") + e.what());
   }

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <sstream>
 
 namespace attnzoo {
@@ -42,10 +43,14 @@ void load_state_dict(torch::nn::Module& module, const io::TensorDict& tensors,
   if (!missing.empty() || !mismatched.empty() || !unexpected.empty()) {
     std::ostringstream message;
     message << options.source << ": the weights do not fit the model";
+    // The first names of each kind show the pattern of a wrong layout; a hostile file's 10^5
+    // names would bury it.
+    constexpr size_t kListed = 30;
     const auto list = [&](const char* what, const std::vector<std::string>& names) {
       if (names.empty()) return;
       message << "\n  " << what << " (" << names.size() << "):";
-      for (const auto& n : names) message << "\n    " << n;
+      for (size_t i = 0; i < std::min(names.size(), kListed); ++i) message << "\n    " << names[i];
+      if (names.size() > kListed) message << "\n    ... and " << names.size() - kListed << " more";
     };
     list("missing", missing);
     list("wrong shape", mismatched);

@@ -32,7 +32,8 @@ struct LoadOptions {
 };
 
 // Copies tensors[name] into every parameter and buffer of `module` (converted to its dtype and
-// device). Throws CheckpointError listing all problems; on error the module is left unchanged.
+// device). Throws CheckpointError listing the problems (the first 30 names of each kind, and how
+// many); on error the module is left unchanged.
 void load_state_dict(torch::nn::Module& module, const io::TensorDict& tensors,
                      const LoadOptions& options = {});
 

@@ -12,6 +12,7 @@ using test_util::kTinyConfig;
 using test_util::parse_error;
 using test_util::with;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 TEST(ModelConfig, ReadsTheTinyConfig) {
@@ -285,6 +286,20 @@ TEST(ModelConfigErrors, MalformedYaml) {
   EXPECT_THAT(parse_error(std::string(kTinyConfig) + "---\nname: second\n").what(),
               StartsWith("bad.yaml:22:1: expected one YAML document"));
   EXPECT_THAT(parse_error(std::string(2 << 20, '#')).what(), HasSubstr("at most 1048576 bytes"));
+  // Deep flow nesting is refused before yaml-cpp tokenizes it, at the line that crosses the limit;
+  // brackets in quotes and comments do not count.
+  const auto nested = [](int levels) {
+    return "name: x\nfamily: vit\narchitecture: {depth: " + std::string(levels, '[') + "1" +
+           std::string(levels, ']') + "}\n";
+  };
+  const auto deep = parse_error(nested(400000));
+  EXPECT_THAT(deep.what(), StartsWith("bad.yaml:3: collections nested deeper than 64 levels"));
+  EXPECT_EQ(deep.line(), 3);
+  EXPECT_THAT(parse_error(nested(63)).what(), Not(HasSubstr("nested deeper")));
+  EXPECT_THAT(parse_error("name: '" + std::string(100, '[') + "'\n# " + std::string(100, '{') +
+                          "\nfamily: \"" + std::string(100, '[') + "\"\n")
+                  .what(),
+              Not(HasSubstr("nested deeper")));
 }
 
 TEST(ModelConfigErrors, FilesThatCannotBeRead) {

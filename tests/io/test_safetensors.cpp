@@ -215,6 +215,13 @@ TEST(Safetensors, RejectsMalformedFilesWithAMessage) {
                                  R"("x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
                                  data)),
               HasSubstr("duplicate key 'x'"));
+  EXPECT_THAT(error_of(file_with(R"({"x":{"dtype":"F32","dtype":"F16","shape":[2],)"
+                                 R"("data_offsets":[0,8]}})",
+                                 data)),
+              HasSubstr("duplicate key 'dtype'"));
+  // One name in two objects is no duplicate.
+  const auto shared_name = file_with(R"({"__metadata__":{"x":"1"},)" + entry.substr(1), data);
+  EXPECT_NO_THROW(load_safetensors_from_memory(shared_name.data(), shared_name.size()));
   EXPECT_THAT(error_of(file_with(R"({"__metadata__":{"a":1},)" + entry.substr(1), data)),
               HasSubstr("not a string"));
   EXPECT_THAT(

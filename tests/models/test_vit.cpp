@@ -257,6 +257,18 @@ TEST(ViT, LoaderReportsEveryProblemAtOnce) {
     if (item.key().rfind("head.", 0) != 0) without_head.insert(item.key(), item.value());
   }
   EXPECT_NO_THROW(load_state_dict(*model, without_head, {{"head.weight", "head.bias"}, {}, "x"}));
+  // A hostile file's thousands of names: the first 30 of a kind, then how many more.
+  io::TensorDict flood = tensors;
+  for (int i = 0; i < 5000; ++i) flood.insert("extra." + std::to_string(i), torch::zeros({1}));
+  try {
+    load_state_dict(*model, flood, {{}, {}, "flood.safetensors"});
+    FAIL() << "no error";
+  } catch (const CheckpointError& e) {
+    const std::string message = e.what();
+    EXPECT_THAT(message, AllOf(HasSubstr("flood.safetensors"), HasSubstr("unexpected (5000)"),
+                               HasSubstr("... and 4970 more")));
+    EXPECT_LT(message.size(), 2000u);
+  }
 }
 
 TEST(ViT, BadConfigurationsAndInputs) {
