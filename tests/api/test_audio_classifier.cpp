@@ -1,6 +1,6 @@
 // attnzoo::AudioClassifier: the config's frontend, the Conformer and its classification head end
 // to end, equal to running them by hand; batches equal single files; labels from the config;
-// errors for what is not an audio classifier.
+// errors for what is not an audio classifier; one classifier used from 4 threads at once.
 #include <attnzoo/api/audio_classifier.h>
 #include "common/test_util.h"
 
@@ -14,6 +14,8 @@
 
 #include <cmath>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 namespace attnzoo {
 namespace {
@@ -132,6 +134,44 @@ TEST(AudioClassifier, BatchesEqualOneFileAtATimeAndKeepEachFilesError) {
   EXPECT_GT(std::abs(a[0].top[0].probability - a[1].top[0].probability) +
                 std::abs(a[0].top[1].probability - a[1].top[1].probability),
             1e-4);
+}
+
+// One classifier from 4 threads at once, each starting at another clip: the serial results.
+TEST(AudioClassifier, FourThreadsAtOnceGiveTheSerialResults) {
+  const AudioClassifier classifier(kYaml, AudioClassifierOptions{});
+  const std::string dir = test_util::fresh_dir("audio_classifier_threads");
+  std::vector<std::string> paths;
+  for (int i = 0; i < 4; ++i) {
+    paths.push_back(dir + "/clip" + std::to_string(i) + ".wav");
+    write_wav(paths.back(), tone(0.6 + 0.2 * i, 16000, 250.0 + 120.0 * i, 40 + i), 16000);
+  }
+  std::vector<std::vector<Prediction>> serial;
+  for (const auto& path : paths) serial.push_back(classifier.classify(path, 3));
+  std::vector<std::vector<std::vector<Prediction>>> parallel(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round) {
+        for (size_t i = 0; i < paths.size(); ++i) {
+          parallel[t].push_back(classifier.classify(paths[(i + t) % paths.size()], 3));
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (size_t t = 0; t < 4; ++t) {
+    ASSERT_EQ(parallel[t].size(), 3 * paths.size());
+    for (size_t n = 0; n < parallel[t].size(); ++n) {
+      const auto& expected = serial[(n % paths.size() + t) % paths.size()];
+      const auto& got = parallel[t][n];
+      ASSERT_EQ(got.size(), expected.size());
+      for (size_t k = 0; k < expected.size(); ++k) {
+        EXPECT_EQ(got[k].index, expected[k].index) << "thread " << t << " call " << n;
+        EXPECT_NEAR(got[k].probability, expected[k].probability, 1e-6)
+            << "thread " << t << " call " << n;
+      }
+    }
+  }
 }
 
 TEST(AudioClassifier, RefusesWhatIsNotAnAudioClassifier) {
