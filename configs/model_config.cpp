@@ -94,23 +94,8 @@ ModelConfig parse_model_config(const std::string& yaml, const std::string& sourc
 }
 
 ModelConfig load_model_config(const std::string& path, const std::vector<std::string>& overrides) {
-  namespace fs = std::filesystem;
-  std::error_code error;
-  if (!fs::is_regular_file(path, error)) {
-    throw ConfigError(path + ": no such config file", path, "");
-  }
-  const auto size = fs::file_size(path, error);
-  if (error || size > config_detail::kMaxDocumentBytes) {
-    throw ConfigError(path + ": " + (error ? "cannot read the file size" : "file too large") +
-                          " (a model config is at most " +
-                          std::to_string(config_detail::kMaxDocumentBytes) + " bytes)",
-                      path, "");
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in) throw ConfigError(path + ": cannot read the file", path, "");
-  return parse_model_config(text.str(), path, overrides);
+  return parse_model_config(config_detail::read_document_file(path, "config file"), path,
+                            overrides);
 }
 
 }  // namespace attnzoo

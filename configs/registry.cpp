@@ -23,17 +23,8 @@ bool has_yaml_extension(const fs::path& path) {
 // Only `name:` is read here: listing the zoo should not depend on every file being valid, and
 // each file is validated in full when its model is asked for.
 std::string read_name(const fs::path& file) {
-  std::error_code error;
-  const auto size = fs::file_size(file, error);
-  if (error || size > config_detail::kMaxDocumentBytes) {
-    throw ConfigError(file.string() + ": not a readable model config of at most " +
-                          std::to_string(config_detail::kMaxDocumentBytes) + " bytes",
-                      file.string(), "");
-  }
-  std::ifstream in(file, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  config_detail::Document document(text.str(), file.string());
+  const auto text = config_detail::read_document_file(file.string(), "model config");
+  config_detail::Document document(text, file.string());
   config_detail::MapReader root(document, document.root(), "");
   return root.string("name", std::nullopt);
 }

@@ -213,20 +213,8 @@ TrainConfig parse_train_config(const std::string& yaml, const std::string& sourc
 }
 
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::error_code error;
-  if (!fs::is_regular_file(path, error)) {
-    throw ConfigError(path + ": no such training config", path, "");
-  }
-  const auto size = fs::file_size(path, error);
-  if (error || size > config_detail::kMaxDocumentBytes) {
-    throw ConfigError(path + ": " + (error ? "cannot read the file size" : "file too large"), path,
-                      "");
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in) throw ConfigError(path + ": cannot read the file", path, "");
-  return parse_train_config(text.str(), path, overrides);
+  return parse_train_config(config_detail::read_document_file(path, "training config"), path,
+                            overrides);
 }
 
 }  // namespace attnzoo

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iomanip>
 #include <locale>
@@ -160,6 +162,25 @@ void set_path(YAML::Node node, const std::vector<std::string>& keys, size_t i,
 }
 
 }  // namespace
+
+std::string read_document_file(const std::string& path, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) throw ConfigError(path + ": no such " + what, path, "");
+  const auto limit = " (a " + what + " is at most " + std::to_string(kMaxDocumentBytes) + " bytes)";
+  const auto size = fs::file_size(path, error);
+  if (error) throw ConfigError(path + ": cannot read the file size", path, "");
+  if (size > kMaxDocumentBytes) throw ConfigError(path + ": file too large" + limit, path, "");
+  std::ifstream in(path, std::ios::binary);
+  std::string text(kMaxDocumentBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad() || !in.eof()) {
+    throw ConfigError(path + ": " + (in.bad() ? "cannot read the file" : "file too large" + limit),
+                      path, "");
+  }
+  text.resize(static_cast<size_t>(in.gcount()));
+  return text;
+}
 
 Document::Document(const std::string& text, std::string source) : source_(std::move(source)) {
   if (text.size() > kMaxDocumentBytes) {

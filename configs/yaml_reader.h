@@ -24,6 +24,11 @@ constexpr size_t kMaxDocumentBytes = 1 << 20;
 // its own depth check fails (+120 MB for 500,000 levels).
 constexpr int kMaxFlowNesting = 64;
 
+// The text of the config file `path` (`what` names its kind in messages: "config",
+// "training config"); ConfigError naming the file when it is missing, not a regular file, larger
+// than kMaxDocumentBytes (never read past that, even if it grows meanwhile) or unreadable.
+std::string read_document_file(const std::string& path, const std::string& what);
+
 // One document: its tree, the file it came from and the overrides applied to it, so that an error
 // can say where the offending value was written.
 class Document {
