@@ -110,12 +110,21 @@ TensorEntry parse_entry(const std::string& name, const nlohmann::json& value,
   return entry;
 }
 
+// At most this many tensors in one file: the largest model of the zoo has under a thousand, and
+// a header of 10^5 tiny tensors (4.5 MB) would otherwise cost a second of parsing and allocation
+// before its names could be refused. Checked on the parser's first pass, before the header is
+// built.
+constexpr size_t kMaxTensors = 50'000;
+
 // The first key that appears twice in one JSON object, from the parser's events (a SAX handler
-// for nlohmann::json::sax_parse): one set of keys per open object, each key looked up once.
+// for nlohmann::json::sax_parse): one set of keys per open object, each key looked up once. Stops
+// at the (kMaxTensors + 1)th tensor.
 struct DuplicateKeyFinder {
   using Json = nlohmann::json;
   std::vector<std::set<std::string>> open_objects;
   std::string duplicate;
+  size_t tensors = 0;  // keys of the top-level object but __metadata__
+  bool too_many = false;
 
   bool null() { return true; }
   bool boolean(bool) { return true; }
@@ -129,6 +138,10 @@ struct DuplicateKeyFinder {
     return true;
   }
   bool key(Json::string_t& key) {
+    if (open_objects.size() == 1 && key != "__metadata__" && ++tensors > kMaxTensors) {
+      too_many = true;
+      return false;
+    }
     if (!open_objects.back().insert(key).second && duplicate.empty()) duplicate = key;
     return true;
   }
@@ -191,6 +204,10 @@ SafetensorsHeader parse_header(std::string_view header_json, uint64_t data_size,
     DuplicateKeyFinder finder;
     if (nlohmann::json::sax_parse(header_json.begin(), header_json.end(), &finder)) {
       duplicate = finder.duplicate;
+    }
+    if (finder.too_many) {
+      fail(source, "more than " + std::to_string(kMaxTensors) +
+                       " tensors in the header, the limit of a checkpoint");
     }
     header = nlohmann::json::parse(header_json.begin(), header_json.end());
   } catch (const nlohmann::json::exception& e) {

@@ -127,7 +127,7 @@ def main() -> None:
                       for k in range(100000)}
             safetensors_file(bad, header, 400000)
             runs = [([*vit[:-1], str(bad), str(digit)], [*vit, str(digit)], bad,
-                     "unexpected (100000)")]
+                     "more than 50000 tensors")]
         elif case == "yaml_deep":
             deep, fitting = work / "deep.yaml", work / "deep_fitting.yaml"
             for path, levels in ((deep, 10 ** 6), (fitting, 400000)):

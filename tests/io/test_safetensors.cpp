@@ -232,6 +232,22 @@ TEST(Safetensors, RejectsMalformedFilesWithAMessage) {
       HasSubstr("non-negative integer"));
 }
 
+// 50,000 tensors is the limit of a file: one more is refused on the parser's first pass.
+TEST(Safetensors, AtMost50000Tensors) {
+  const auto header_of = [](int count) {
+    std::string json = "{";
+    for (int k = 0; k < count; ++k) {
+      json += (k ? ",\"t" : "\"t") + std::to_string(k) + R"(":{"dtype":"U8","shape":[1],)" +
+              R"("data_offsets":[)" + std::to_string(k) + "," + std::to_string(k + 1) + "]}";
+    }
+    return json + "}";
+  };
+  const auto limit = file_with(header_of(50000), std::string(50000, '\0'));
+  EXPECT_EQ(load_safetensors_from_memory(limit.data(), limit.size()).tensors.size(), 50000u);
+  EXPECT_THAT(error_of(file_with(header_of(50001), std::string(50001, '\0'))),
+              AllOf(HasSubstr("bad.safetensors"), HasSubstr("more than 50000 tensors")));
+}
+
 TEST(Safetensors, FileErrorsNameThePath) {
   Scratch scratch;
   const auto missing = scratch.path("missing.safetensors");
