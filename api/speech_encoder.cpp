@@ -50,6 +50,28 @@ void fill_error(EncodedSpeech& out, const std::string& source, const std::except
   out.error = c10_error ? c10_error->what_without_backtrace() : e.what();
 }
 
+// "encoded" [1, T', D] of a chunk-by-chunk pass, with the CTC and classification heads' outputs.
+NamedTensors streamed_outputs(ConformerEncoder conformer, const torch::Tensor& encoded) {
+  const auto lengths = torch::full({1}, encoded.size(1), torch::kLong).to(encoded.device());
+  NamedTensors outputs{{"encoded", encoded}};
+  if (conformer->ctc) outputs.emplace_back("logits", conformer->ctc_log_probs(encoded));
+  if (conformer->classifier) {
+    outputs.emplace_back("class_logits", conformer->classify(encoded, lengths));
+  }
+  return outputs;
+}
+
+// The first utterance of `outputs` (ModelFamily::forward's names) into `out`, with its mean.
+void fill_outputs(EncodedSpeech& out, const NamedTensors& outputs) {
+  for (const auto& [name, value] : outputs) {
+    const auto first = value[0].to(torch::kCPU, torch::kFloat);
+    if (name == "encoded") out.encoded = first;
+    if (name == "logits") out.log_probs = first;
+    if (name == "class_logits") out.logits = first;
+  }
+  out.embedding = out.encoded.mean(0);
+}
+
 }  // namespace
 
 // "a.wav: too short: 0.040 s gives 2 feature frames; conformer_s needs at least 7 ..."
@@ -117,26 +139,37 @@ EncodedSpeech SpeechEncoder::encode_features(torch::Tensor features, const std::
   out.feature_frames = frames;
   torch::InferenceMode inference;
   const auto input = features.unsqueeze(0).to(s.device, s.dtype);
-  NamedTensors outputs;
   if (s.options.stream_chunk > 0) {
-    const auto encoded = std::get<0>(s.conformer->forward_chunk_by_chunk(
-        input, s.options.stream_chunk, s.config.streaming.num_left_chunks));
-    const auto lengths = torch::full({1}, encoded.size(1), torch::kLong).to(encoded.device());
-    outputs = {{"encoded", encoded}};
-    if (s.conformer->ctc) outputs.emplace_back("logits", s.conformer->ctc_log_probs(encoded));
-    if (s.conformer->classifier) {
-      outputs.emplace_back("class_logits", s.conformer->classify(encoded, lengths));
-    }
+    fill_outputs(out, streamed_outputs(s.conformer, std::get<0>(s.conformer->forward_chunk_by_chunk(
+                                                        input, s.options.stream_chunk,
+                                                        s.config.streaming.num_left_chunks))));
   } else {
-    outputs = s.model.forward({input});
+    fill_outputs(out, s.model.forward({input}));
   }
-  for (const auto& [name, value] : outputs) {
-    const auto first = value[0].to(torch::kCPU, torch::kFloat);
-    if (name == "encoded") out.encoded = first;
-    if (name == "logits") out.log_probs = first;
-    if (name == "class_logits") out.logits = first;
-  }
-  out.embedding = out.encoded.mean(0);
+  return out;
+}
+
+EncodedSpeech SpeechEncoder::encode_file_streaming(const std::string& path) const {
+  const auto& s = *state_;
+  torch::InferenceMode inference;
+  auto reader = AudioReader::open(path, s.options.read);
+  ConformerStream stream(s.conformer, s.options.stream_chunk, s.config.streaming.num_left_chunks);
+  std::vector<torch::Tensor> encoded;
+  int64_t feature_frames = 0;
+  const auto audio = stream_audio_features(reader, *s.extractor, [&](const torch::Tensor& frames) {
+    feature_frames += frames.size(0);
+    encoded.push_back(stream.push(frames.unsqueeze(0).to(s.device, s.dtype)));
+  });
+  const double seconds =
+      static_cast<double>(audio.samples) / static_cast<double>(s.config.features.sample_rate);
+  check_long_enough(s.config, s.min_frames, path, seconds, feature_frames);
+  encoded.push_back(stream.finish());
+  EncodedSpeech out;
+  out.audio = path;
+  out.seconds = seconds;
+  out.frame_ms = s.frame_ms;
+  out.feature_frames = feature_frames;
+  fill_outputs(out, streamed_outputs(s.conformer, torch::cat(encoded, 1)));
   return out;
 }
 
@@ -178,10 +211,15 @@ void SpeechEncoder::encode_batch(std::vector<EncodedSpeech*>& batch,
 
 EncodedSpeech SpeechEncoder::encode(const std::string& path) const {
   const auto start = std::chrono::steady_clock::now();
-  const auto audio = audio_file_features(path, *state_->extractor, state_->options.read);
-  const double seconds =
-      static_cast<double>(audio.samples) / static_cast<double>(state_->config.features.sample_rate);
-  auto out = encode_features(audio.features, path, seconds);
+  EncodedSpeech out;
+  if (state_->options.stream_chunk > 0) {
+    out = encode_file_streaming(path);
+  } else {
+    const auto audio = audio_file_features(path, *state_->extractor, state_->options.read);
+    const double seconds = static_cast<double>(audio.samples) /
+                           static_cast<double>(state_->config.features.sample_rate);
+    out = encode_features(audio.features, path, seconds);
+  }
   out.encode_ms = ms_since(start);
   return out;
 }

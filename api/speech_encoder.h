@@ -70,7 +70,9 @@ class SpeechEncoder {
   SpeechEncoder(SpeechEncoder&&) noexcept;
   SpeechEncoder& operator=(SpeechEncoder&&) noexcept;
 
-  // Throws AudioError naming the file (unreadable, too short for the subsampling, ...).
+  // Throws AudioError naming the file (unreadable, too short for the subsampling, ...). With
+  // options.stream_chunk > 0 the file is read, featurised and encoded block by block: memory
+  // holds the encoder's output and a block, not the audio or its features, whatever its length.
   EncodedSpeech encode(const std::string& path) const;
   // A mono waveform in [-1, 1] at `sample_rate` (resampled to the model's rate).
   EncodedSpeech encode_waveform(const torch::Tensor& samples, int64_t sample_rate,
@@ -125,6 +127,7 @@ class SpeechEncoder {
  private:
   EncodedSpeech encode_features(torch::Tensor features, const std::string& source,
                                 double seconds) const;
+  EncodedSpeech encode_file_streaming(const std::string& path) const;
   // One forward pass over utterances whose features are known to be long enough.
   void encode_batch(std::vector<EncodedSpeech*>& batch, const std::vector<torch::Tensor>& features,
                     const std::vector<double>& feature_ms) const;
