@@ -5,6 +5,10 @@
 # Where: Torch_DIR when the caller sets it; else CMAKE_PREFIX_PATH (the build passes the pinned
 # wheel's torch.utils.cmake_prefix_path); else ATTNZOO_TORCH_DIR_HINT, the folder of the
 # TorchConfig.cmake an installed attnzoo was built against.
+# ATTNZOO_TORCH_CPU_ONLY: link LibTorch's CPU libraries alone (torch_cpu, c10), not libtorch.so,
+# which needs libtorch_cuda.so and, through it, the CUDA libraries of the wheel: on a machine
+# without a GPU they cost about 350 MB of memory per process and add to the start-up time
+# (docs/reliability.md). CUDA devices are then unavailable to attnzoo and to LibTorch.
 # Sets: ATTNZOO_TORCH_FOUND, ATTNZOO_TORCH_DIR (that folder), ATTNZOO_TORCH_INCLUDE_DIRS,
 # ATTNZOO_TORCH_LIBRARY_DIR, ATTNZOO_TORCH_HAS_CUDA, Torch_VERSION.
 if(TARGET attnzoo::torch)
@@ -18,13 +22,19 @@ if(Torch_FOUND)
   add_library(attnzoo::torch INTERFACE IMPORTED)
   set(ATTNZOO_TORCH_DIR ${Torch_DIR})
   set(ATTNZOO_TORCH_LIBRARY_DIR ${TORCH_INSTALL_PREFIX}/lib)
-  target_link_libraries(attnzoo::torch INTERFACE ${TORCH_LIBRARIES})
+  if(ATTNZOO_TORCH_CPU_ONLY)
+    # torch_cpu and c10 alone: libtorch.so would bring libtorch_cuda.so and the CUDA libraries.
+    target_link_libraries(attnzoo::torch INTERFACE torch_cpu_library c10)
+    target_compile_options(attnzoo::torch INTERFACE ${TORCH_CXX_FLAGS})
+  else()
+    target_link_libraries(attnzoo::torch INTERFACE ${TORCH_LIBRARIES})
+  endif()
   # The imported `torch` target's include directories are SYSTEM already; TORCH_INCLUDE_DIRS is
   # added again for the plain-variable consumers (CUDA sources).
   set(ATTNZOO_TORCH_INCLUDE_DIRS ${TORCH_INCLUDE_DIRS})
   target_include_directories(attnzoo::torch SYSTEM INTERFACE ${ATTNZOO_TORCH_INCLUDE_DIRS})
   set(ATTNZOO_TORCH_HAS_CUDA OFF)
-  if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
+  if((TARGET torch_cuda OR TORCH_CUDA_LIBRARIES) AND NOT ATTNZOO_TORCH_CPU_ONLY)
     set(ATTNZOO_TORCH_HAS_CUDA ON)
   endif()
 else()
@@ -48,7 +58,11 @@ else()
     set(ATTNZOO_TORCH_INCLUDE_DIRS
         ${ATTNZOO_TORCH_ROOT}/include ${ATTNZOO_TORCH_ROOT}/include/torch/csrc/api/include)
     target_include_directories(attnzoo::torch SYSTEM INTERFACE ${ATTNZOO_TORCH_INCLUDE_DIRS})
-    foreach(lib torch torch_cpu c10)
+    set(_attnzoo_torch_libs torch torch_cpu c10)
+    if(ATTNZOO_TORCH_CPU_ONLY)
+      set(_attnzoo_torch_libs torch_cpu c10)
+    endif()
+    foreach(lib ${_attnzoo_torch_libs})
       find_library(ATTNZOO_TORCH_${lib} ${lib} PATHS ${ATTNZOO_TORCH_LIBRARY_DIR} NO_DEFAULT_PATH)
       target_link_libraries(attnzoo::torch INTERFACE ${ATTNZOO_TORCH_${lib}})
     endforeach()

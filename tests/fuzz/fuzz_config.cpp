@@ -1,0 +1,99 @@
+// libFuzzer target: the YAML config reader and the config builders on arbitrary bytes. The input
+// is a document, then `key.path=value` overrides, separated by NUL bytes; it is read both as a
+// model config and as a training config, as if it were a file of the zoo's configs/train/ folder
+// (so that a training config's `model:` reaches the zoo's model files, and zoo names resolve
+// against the zoo: ATTNZOO_ZOO_PATH is set to the repository's configs/).
+//
+// Whatever is refused must be refused with ConfigError. Whatever is accepted must hold up:
+//   - its size and cost (model_stats) are computed without overflow (UBSan checks);
+//   - a model of at most kMaxBuiltParameters is built without an error, holds exactly the
+//     parameters model_stats counts, and, when one forward pass costs at most kMaxForwardMacs,
+//     runs a batch of the family's random input to finite outputs.
+// A config the readers accept and the model then rejects is a gap in validation.
+// Seeds: tests/fuzz/corpus/config/ and the zoo's own YAML files (tools/fuzz.sh passes configs/).
+#include <attnzoo/configs/model_stats.h>
+#include <attnzoo/configs/registry.h>
+#include <attnzoo/configs/train_config.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace attnzoo;
+
+// Small bounds keep each run fast; the checks are the same at any size.
+constexpr int64_t kMaxBuiltParameters = 2'000'000;
+constexpr int64_t kMaxForwardMacs = 20'000'000;
+constexpr size_t kMaxOverrides = 8;
+
+const std::string kZoo = ATTNZOO_FUZZ_ZOO;
+
+// The document and its overrides: the parts of the input between NUL bytes.
+std::vector<std::string> split_at_nul(const uint8_t* data, size_t size) {
+  std::vector<std::string> parts(1);
+  for (size_t i = 0; i < size; ++i) {
+    if (data[i] == 0) {
+      if (parts.size() > kMaxOverrides) break;
+      parts.emplace_back();
+    } else {
+      parts.back().push_back(static_cast<char>(data[i]));
+    }
+  }
+  return parts;
+}
+
+bool all_finite(const NamedTensors& outputs) {
+  for (const auto& [name, tensor] : outputs) {
+    if (tensor.is_floating_point() && !torch::isfinite(tensor).all().item<bool>()) return false;
+  }
+  return true;
+}
+
+void check_accepted_model(const ModelConfig& config) {
+  const auto stats = model_stats(config);
+  if (stats.parameters < 1 || stats.macs < 0) __builtin_trap();
+  if (stats.parameters > kMaxBuiltParameters) return;
+  torch::NoGradGuard no_grad;
+  auto model = build_model(config);  // an exception here escapes: a validation gap
+  int64_t parameters = 0;
+  for (const auto& p : model.module->parameters()) parameters += p.numel();
+  if (parameters != stats.parameters) __builtin_trap();
+  if (stats.macs > kMaxForwardMacs) return;
+  model.module->eval();
+  const auto& family = model.family();
+  const auto input =
+      family.random_input(config, 1, std::max<int64_t>(family.min_frames(config), 8));
+  if (!all_finite(family.forward(*model.module, config, input, false))) __builtin_trap();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  torch::set_num_threads(1);
+  setenv("ATTNZOO_ZOO_PATH", kZoo.c_str(), 1);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto parts = split_at_nul(data, size);
+  const std::string text = std::move(parts.front());
+  const std::vector<std::string> overrides(parts.begin() + 1, parts.end());
+  const std::string source = kZoo + "/train/fuzz.yaml";
+  try {
+    check_accepted_model(parse_model_config(text, source, overrides));
+  } catch (const ConfigError&) {
+  }
+  try {
+    const auto train = parse_train_config(text, source, overrides);
+    if (train.model.family.empty()) __builtin_trap();
+  } catch (const ConfigError&) {
+  }
+  return 0;
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds tests with sanitizers and runs them; fails on any report, leaks included.
+#   tools/sanitize.sh [address] [thread]      default: both
+#   address  ASan + UBSan (LeakSanitizer on) in build-asan/: every test of io/, configs/,
+#            preprocess/ and api/, the code that reads untrusted input.
+#   thread   TSan in build-tsan/: the multi-threaded tests (ImageClassifier, SpeechEncoder with
+#            its Streams and AudioClassifier from 4 threads at once, the data loaders' workers).
+# The trees: tools/sanitizer_tree.sh (clang, attnzoo's libraries and tests instrumented; LibTorch,
+# OpenCV and the other third-party libraries as installed). Suppressions, for third-party code only, each with its reason:
+# tests/sanitizers/. CI runs `tools/sanitize.sh` after the tests (tools/setup.sh has made the
+# venv and build/data by then; this script runs it again, which only checks them).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+kinds=("$@")
+[ ${#kinds[@]} -gt 0 ] || kinds=(address thread)
+supp="$ROOT/tests/sanitizers"
+
+run_kind() { # run_kind KIND: configure, build and run one sanitizer's tests
+  local kind=$1 build sanitize labels filter targets=()
+  case "$kind" in
+    address)
+      build="$ROOT/build-asan"
+      sanitize="address,undefined"
+      labels='^(io|configs|preprocess|api)$'
+      filter='.'
+      targets=(attnzoo_io_tests attnzoo_configs_tests attnzoo_image_tests attnzoo_audio_tests
+               attnzoo_api_tests)
+      ;;
+    thread)
+      build="$ROOT/build-tsan"
+      sanitize="thread"
+      labels='^(api|train)$'
+      filter='FourThreads|^Data\.'
+      targets=(attnzoo_api_tests attnzoo_train_data_tests)
+      ;;
+    *) echo "tools/sanitize.sh: unknown kind '$kind' (address, thread)" >&2; return 2 ;;
+  esac
+  echo "sanitize: $kind ($sanitize) in ${build#"$ROOT"/}"
+  local start=$SECONDS
+  "$ROOT/tools/sanitizer_tree.sh" "$kind" "${targets[@]}"
+  # A tree linked to LibTorch's CPU libraries alone must not load the CUDA ones.
+  if ldd "$build/bin/${targets[0]}" | grep -q libtorch_cuda; then
+    echo "sanitize: ${targets[0]} loads libtorch_cuda.so although linked with ATTNZOO_TORCH_CPU_ONLY"
+    return 1
+  fi
+  echo "sanitize: $kind: built in $((SECONDS - start)) s"
+  start=$SECONDS
+  # halt_on_error and exitcode: the first report fails the test that made it.
+  ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1" \
+  LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0" \
+  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp" \
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp" \
+  OMP_NUM_THREADS=1 \
+    ctest --test-dir "$build" --output-on-failure --timeout 900 -j "${ATTNZOO_TEST_JOBS:-2}" \
+      -L "$labels" -R "$filter"
+  echo "sanitize: $kind: tests passed in $((SECONDS - start)) s"
+}
+
+for kind in "${kinds[@]}"; do
+  run_kind "$kind"
+done
