@@ -99,14 +99,18 @@ std::vector<Model>& models() {
   return all;
 }
 
+// A tensor's bytes, flat (a 0-dim tensor, such as BatchNorm's num_batches_tracked, included).
+torch::Tensor bytes_of(const torch::Tensor& t) {
+  return t.detach().contiguous().reshape({-1}).view(torch::kByte);
+}
+
 // True when every tensor of the module equals (bitwise, NaNs included) its initial value.
 bool unchanged(const Model& m) {
   const auto state = state_of(*m.model.module);
   if (state.size() != m.initial.size()) return false;
   for (size_t i = 0; i < state.size(); ++i) {
     if (state[i].sizes() != m.initial[i].sizes() || state[i].dtype() != m.initial[i].dtype() ||
-        !torch::equal(state[i].view(torch::kByte).flatten(),
-                      m.initial[i].view(torch::kByte).flatten())) {
+        !torch::equal(bytes_of(state[i]), bytes_of(m.initial[i]))) {
       return false;
     }
   }

@@ -7,8 +7,9 @@
 // Whatever is refused must be refused with ConfigError. Whatever is accepted must hold up:
 //   - its size and cost (model_stats) are computed without overflow (UBSan checks);
 //   - a model of at most kMaxBuiltParameters is built without an error, holds exactly the
-//     parameters model_stats counts, and, when one forward pass costs at most kMaxForwardMacs,
-//     runs a batch of the family's random input to finite outputs.
+//     parameters model_stats counts, and, when one forward pass costs at most kMaxForwardMacs
+//     on an input of at most kMaxInputElements, runs a batch of the family's random input to
+//     finite outputs.
 // A config the readers accept and the model then rejects is a gap in validation.
 // Seeds: tests/fuzz/corpus/config/ and the zoo's own YAML files (tools/fuzz.sh passes configs/).
 #include <attnzoo/configs/model_stats.h>
@@ -32,6 +33,7 @@ using namespace attnzoo;
 constexpr int64_t kMaxBuiltParameters = 2'000'000;
 constexpr int64_t kMaxForwardMacs = 20'000'000;
 constexpr size_t kMaxOverrides = 8;
+constexpr int64_t kMaxInputElements = 4'000'000;
 
 const std::string kZoo = ATTNZOO_FUZZ_ZOO;
 
@@ -56,6 +58,17 @@ bool all_finite(const NamedTensors& outputs) {
   return true;
 }
 
+// The elements of the random batch a forward would take. An image is the config's size, which a
+// model of few parameters and little compute may still make huge (a patch stride far larger than
+// the patch): the batch would be the harness's allocation, not the model's.
+int64_t input_elements(const ModelConfig& config) {
+  if (const auto* vit = std::any_cast<ViTOptions>(&config.architecture)) {
+    const int64_t width = vit->img_width() > 0 ? vit->img_width() : vit->img_size();
+    return vit->in_chans() * vit->img_size() * width;
+  }
+  return 0;
+}
+
 void check_accepted_model(const ModelConfig& config) {
   const auto stats = model_stats(config);
   if (stats.parameters < 1 || stats.macs < 0) __builtin_trap();
@@ -65,7 +78,7 @@ void check_accepted_model(const ModelConfig& config) {
   int64_t parameters = 0;
   for (const auto& p : model.module->parameters()) parameters += p.numel();
   if (parameters != stats.parameters) __builtin_trap();
-  if (stats.macs > kMaxForwardMacs) return;
+  if (stats.macs > kMaxForwardMacs || input_elements(config) > kMaxInputElements) return;
   model.module->eval();
   const auto& family = model.family();
   const auto input =
