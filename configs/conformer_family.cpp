@@ -156,7 +156,13 @@ class ConformerFamily final : public ModelFamily {
                              const std::string& format, const std::string& source) const override {
     const auto layout =
         format.empty() ? detect_conformer_format(tensors) : parse_conformer_format(format);
-    auto mapped = to_conformer_layout(tensors, layout);
+    auto mapped = [&] {
+      try {
+        return to_conformer_layout(tensors, layout);
+      } catch (const CheckpointError& e) {
+        throw CheckpointError(source + ": " + e.what());
+      }
+    }();
     if (layout == ConformerCheckpointFormat::kTorchaudio) {
       // torchaudio's Conformer is the block stack: the encoder's `conformer` submodule.
       io::TensorDict prefixed;

@@ -134,7 +134,13 @@ LoadedWeights ViTFamily::load_weights(torch::nn::Module& module, ModelConfig& co
                                       const io::TensorDict& tensors, const std::string& format,
                                       const std::string& source) const {
   const auto layout = format.empty() ? detect_vit_format(tensors) : parse_vit_format(format);
-  const auto mapped = to_timm_layout(tensors, layout);
+  const auto mapped = [&] {
+    try {
+      return to_timm_layout(tensors, layout);
+    } catch (const CheckpointError& e) {
+      throw CheckpointError(source + ": " + e.what());
+    }
+  }();
   LoadOptions options;
   options.ignore = mapped.ignored;
   options.source = source;

@@ -72,6 +72,14 @@ std::string rename_with(const std::vector<RenameRule>& rules, const std::string&
   return name;
 }
 
+void insert_mapped(io::TensorDict& out, const std::string& name, const std::string& from,
+                   const torch::Tensor& tensor) {
+  if (out.contains(name)) {
+    throw CheckpointError("two tensors map to '" + name + "' (the second: '" + from + "')");
+  }
+  out.insert(name, tensor);
+}
+
 void QkvParts::add(const std::string& target, char part, const torch::Tensor& tensor) {
   TORCH_CHECK(part == 'q' || part == 'k' || part == 'v', "QkvParts: unknown part '", part, "'");
   parts_[target][part] = tensor;
@@ -80,9 +88,12 @@ void QkvParts::add(const std::string& target, char part, const torch::Tensor& te
 void QkvParts::insert_into(io::TensorDict& out) const {
   for (const auto& [target, parts] : parts_) {
     if (parts.size() == 3) {
-      out.insert(target, torch::cat({parts.at('q'), parts.at('k'), parts.at('v')}, 0));
+      insert_mapped(out, target, target + ".q/k/v",
+                    torch::cat({parts.at('q'), parts.at('k'), parts.at('v')}, 0));
     } else {
-      for (const auto& [which, tensor] : parts) out.insert(target + "." + which, tensor);
+      for (const auto& [which, tensor] : parts) {
+        insert_mapped(out, target + "." + which, target + "." + which, tensor);
+      }
     }
   }
 }

@@ -51,6 +51,11 @@ struct RenameRule {
 // are, so that the strict loader reports them.
 std::string rename_with(const std::vector<RenameRule>& rules, const std::string& name);
 
+// Puts `tensor`, the source tensor `from` renamed, under `name` of our layout. Two source tensors
+// that map to one name are a CheckpointError naming the name and the second tensor.
+void insert_mapped(io::TensorDict& out, const std::string& name, const std::string& from,
+                   const torch::Tensor& tensor);
+
 // Separate q, k, v projections gathered per fused target (e.g. "blocks.3.attn.qkv.weight") and
 // emitted as the rows [q; k; v] of our fused projection (layers/attention.h). An incomplete set is
 // emitted under "<target>.q"-style names, so that the strict loader reports the target as missing

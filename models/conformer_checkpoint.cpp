@@ -42,7 +42,9 @@ MappedConformerCheckpoint from_torchaudio(const io::TensorDict& tensors) {
        "layers.$1.final_norm.$2"},
   };
   MappedConformerCheckpoint out;
-  for (const auto& item : tensors) out.tensors.insert(rename_with(rules, item.key()), item.value());
+  for (const auto& item : tensors) {
+    insert_mapped(out.tensors, rename_with(rules, item.key()), item.key(), item.value());
+  }
   return out;
 }
 
@@ -107,12 +109,12 @@ MappedConformerCheckpoint from_wenet(const io::TensorDict& tensors, bool espnet)
                (espnet && starts_with(name, "frontend."))) {
       out.ignored.insert(item.key());
     } else if (espnet && name == "normalize.mean") {
-      out.tensors.insert("global_cmvn.mean", item.value());
+      insert_mapped(out.tensors, "global_cmvn.mean", name, item.value());
     } else if (espnet && name == "normalize.std") {
       // GlobalMVN divides by std; GlobalCmvn multiplies by its inverse.
-      out.tensors.insert("global_cmvn.istd", item.value().reciprocal());
+      insert_mapped(out.tensors, "global_cmvn.istd", name, item.value().reciprocal());
     } else {
-      out.tensors.insert(rename_with(rules, name), item.value());
+      insert_mapped(out.tensors, rename_with(rules, name), name, item.value());
     }
   }
   parts.insert_into(out.tensors);

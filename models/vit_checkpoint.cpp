@@ -37,7 +37,9 @@ MappedCheckpoint from_torchvision(const io::TensorDict& tensors) {
       {std::regex(R"(heads\.head\.(weight|bias))"), "head.$1"},
   };
   MappedCheckpoint out;
-  for (const auto& item : tensors) out.tensors.insert(rename_with(rules, item.key()), item.value());
+  for (const auto& item : tensors) {
+    insert_mapped(out.tensors, rename_with(rules, item.key()), item.key(), item.value());
+  }
   return out;
 }
 
@@ -92,7 +94,7 @@ MappedCheckpoint from_hugging_face(const io::TensorDict& tensors) {
       out.ignored.insert(item.key());  // ViTModel's pooler and MAE's mask token: not part of ViT
       continue;
     }
-    out.tensors.insert(rename_with(rules, name), item.value());
+    insert_mapped(out.tensors, rename_with(rules, name), name, item.value());
   }
   qkv.insert_into(out.tensors);
   return out;
