@@ -16,22 +16,23 @@ kinds=("$@")
 supp="$ROOT/tests/sanitizers"
 
 run_kind() { # run_kind KIND: configure, build and run one sanitizer's tests
-  local kind=$1 build sanitize labels filter targets=()
+  # labels: the CTest labels to run (address), or the reference steps to run first (thread).
+  local kind=$1 build sanitize labels targets=() cases=()
   case "$kind" in
     address)
       build="$ROOT/build-asan"
       sanitize="address,undefined"
       labels='^(io|configs|preprocess|api)$'
-      filter='.'
       targets=(attnzoo_io_tests attnzoo_configs_tests attnzoo_image_tests attnzoo_audio_tests
                attnzoo_api_tests)
       ;;
     thread)
       build="$ROOT/build-tsan"
       sanitize="thread"
-      labels='^(api|train)$'
-      filter='FourThreads|^Data\.'
+      labels='^api\.make_'  # the reference data of the api tests (CTest fixtures)
       targets=(attnzoo_api_tests attnzoo_train_data_tests)
+      # BINARY:FOLDER:FILTER, run directly (a CTest entry is a whole suite).
+      cases=("attnzoo_api_tests:api:*FourThreads*" "attnzoo_train_data_tests:train:Data.*")
       ;;
     *) echo "tools/sanitize.sh: unknown kind '$kind' (address, thread)" >&2; return 2 ;;
   esac
@@ -46,13 +47,25 @@ run_kind() { # run_kind KIND: configure, build and run one sanitizer's tests
   echo "sanitize: $kind: built in $((SECONDS - start)) s"
   start=$SECONDS
   # halt_on_error and exitcode: the first report fails the test that made it.
-  ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1" \
-  LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0" \
-  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp" \
-  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp" \
-  OMP_NUM_THREADS=1 \
+  export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
+  export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
+  export OMP_NUM_THREADS=1
+  if [ ${#cases[@]} -eq 0 ]; then
     ctest --test-dir "$build" --output-on-failure --timeout 900 -j "${ATTNZOO_TEST_JOBS:-2}" \
-      -L "$labels" -R "$filter"
+      -L "$labels"
+  else
+    # The reference steps the cases read, then the cases.
+    ctest --test-dir "$build" --output-on-failure --timeout 900 -R "$labels"
+    local entry binary folder filter
+    for entry in "${cases[@]}"; do
+      IFS=: read -r binary folder filter <<<"$entry"
+      echo "sanitize: $kind: $binary --gtest_filter=$filter"
+      (cd "$build/tests/$folder" && ATTNZOO_PYTHON="$(cd "$ROOT" && tools/requirements/venv_path.sh)/bin/python" \
+        timeout 900 "$build/bin/$binary" --gtest_filter="$filter")
+    done
+  fi
   echo "sanitize: $kind: tests passed in $((SECONDS - start)) s"
 }
 
