@@ -5,18 +5,25 @@
 # toolkit here ships none).
 #   check_sass.sh LIBRARY PYTHON
 set -euo pipefail
-lib=$1 python=$2
+lib=$(realpath "$1") python=$2
 cuobjdump=$(command -v cuobjdump || true)
 if [ -z "$cuobjdump" ]; then
   cuobjdump=$("$python" -c 'import os, triton; print(os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump"))')
 fi
 [ -x "$cuobjdump" ] || { echo "check_sass.sh: no cuobjdump (PATH or triton)"; exit 1; }
-dump=$(mktemp)
-trap 'rm -f "$dump"' EXIT
-"$cuobjdump" -sass "$lib" 2>/dev/null >"$dump"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# Disassembling the whole library takes a minute (the backward kernels are most of it): extract
+# its cubins and disassemble only those that hold a flash_fwd_kernel.
+(cd "$work" && "$cuobjdump" -xelf all "$lib" >/dev/null)
+mapfile -t cubins < <(grep -l flash_fwd_kernel "$work"/*.cubin)
+[ ${#cubins[@]} -gt 0 ] || { echo "check_sass.sh: no cubin of $lib holds a flash_fwd_kernel"; exit 1; }
+dump=$work/sass.txt
+# A cubin's dump starts with "code for sm_90" (the "a" is not shown; wgmma exists only on sm_90a).
+for cubin in "${cubins[@]}"; do "$cuobjdump" -sass "$cubin" 2>/dev/null; done >"$dump"
 # Per (arch, function): the count of HGMMA and HMMA instructions.
 awk '
-  /arch = sm_/ { arch = $3 }
+  /code for sm_/ { arch = ($3 ~ /^sm_90/) ? "sm_90a" : $3 }
   /Function :/ { fn = $3; if (fn ~ /flash_fwd_kernel/) { key = arch " " fn; seen[key] = 1 } }
   /HGMMA/ { if (fn ~ /flash_fwd_kernel/) hgmma[arch " " fn]++ }
   /HMMA/ { if (fn ~ /flash_fwd_kernel/) hmma[arch " " fn]++ }
