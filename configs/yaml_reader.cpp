@@ -1,5 +1,7 @@
 #include <attnzoo/configs/yaml_reader.h>
 
+#include <yaml-cpp/eventhandler.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -9,10 +11,44 @@
 #include <functional>
 #include <iomanip>
 #include <locale>
+#include <optional>
 #include <sstream>
+#include <vector>
 
 namespace attnzoo::config_detail {
 namespace {
+
+// Records where each document starts; ignores everything else.
+class DocumentStarts final : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> marks;
+  void OnDocumentStart(const YAML::Mark& mark) override { marks.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// Where the second document of `text` starts, if it has one. The parser is asked for two
+// documents at most: yaml-cpp's LoadAll asks until it reports no more, which on some malformed
+// input it never does (it reports an empty document each time without reading on, and LoadAll
+// keeps every one of them until memory runs out; found by fuzz_config).
+std::optional<YAML::Mark> second_document(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  for (int documents = 0; documents < 2 && parser.HandleNextDocument(starts); ++documents) {
+  }
+  if (starts.marks.size() < 2) return std::nullopt;
+  return starts.marks[1];
+}
 
 // Refuses flow collections nested deeper than kMaxFlowNesting, counting brackets outside quoted
 // scalars and comments. (A bracket inside a plain scalar counts too; a config has none.)
@@ -190,20 +226,18 @@ Document::Document(const std::string& text, std::string source) : source_(std::m
                       source_, "");
   }
   check_flow_nesting(text, source_);
-  std::vector<YAML::Node> documents;
+  std::optional<YAML::Mark> second;
   try {
-    documents = YAML::LoadAll(text);
+    root_ = YAML::Load(text);
+    second = second_document(text);
   } catch (const YAML::Exception& e) {
     fail("", e.mark, "malformed YAML: " + e.msg);
   }
-  if (documents.empty() || documents[0].IsNull()) {
+  if (!root_ || root_.IsNull()) {
     fail("", YAML::Mark::null_mark(),
          "empty document; expected a mapping with name, family, architecture, ...");
   }
-  if (documents.size() > 1) {
-    fail("", documents[1].Mark(), "expected one YAML document, found a second one");
-  }
-  root_ = documents[0];
+  if (second) fail("", *second, "expected one YAML document, found a second one");
   if (!root_.IsMap()) {
     fail("", root_.Mark(), "expected a mapping at the top level, got " + describe(root_));
   }

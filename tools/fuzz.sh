@@ -7,7 +7,7 @@
 # Targets: safetensors, image, audio, config, checkpoint. New inputs found go to a scratch corpus
 # under build-asan/fuzz/, not into the repository; a crash leaves its reproducer (crash-*) there:
 # fix it, then add it to tests/fuzz/corpus/TARGET/ as a regression seed. CI runs every target
-# but config for 60 s (.ci/run).
+# for 60 s (.ci/run).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 all=(safetensors image audio config checkpoint)
@@ -38,10 +38,9 @@ fuzz() {
   # The zoo's own YAML files seed the config target too.
   [ "$target" != config ] || seeds+=("$ROOT/configs")
   mkdir -p "$corpus"
-  # 4 GB of RSS (libFuzzer's default is 2): fuzz_config went from 0.7 GB past 2 GB on an input
-  # found after about ten minutes, twice, not yet identified (docs/reliability.md). timeout: a
-  # fuzzer that does not end (one stopped for memory hung in its leak check) fails the run
-  # rather than stalling it.
+  # 4 GB of RSS (libFuzzer's default is 2; LibTorch and a target's models take about 0.9).
+  # timeout: a fuzzer that does not end (libFuzzer's out-of-memory report, a heap profile of the
+  # whole process, once ran for minutes) fails the run rather than stalling it.
   (cd "$build" && timeout --kill-after=30 $((seconds + 300)) "$bin/fuzz_$target" \
     -max_total_time="$seconds" -rss_limit_mb=4096 -print_final_stats=1 \
     "$corpus" "${seeds[@]}" >"$log" 2>&1) || code=$?

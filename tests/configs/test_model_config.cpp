@@ -284,8 +284,12 @@ TEST(ModelConfigErrors, MalformedYaml) {
   EXPECT_THAT(parse_error("- a\n- b\n").what(),
               StartsWith("bad.yaml:1:1: expected a mapping at the top level, got a sequence"));
   EXPECT_THAT(parse_error(std::string(kTinyConfig) + "---\nname: second\n").what(),
-              StartsWith("bad.yaml:22:1: expected one YAML document"));
+              StartsWith("bad.yaml:21:1: expected one YAML document"));
   EXPECT_THAT(parse_error(std::string(2 << 20, '#')).what(), HasSubstr("at most 1048576 bytes"));
+  // A malformed sequence on which yaml-cpp's parser reports one empty document after another
+  // without reading on (its LoadAll kept them all until memory ran out): a second document.
+  EXPECT_THAT(parse_error("- a: b\n  c:\n    (x in (\n\"y\",\n    \"z\"\n    )  )  \n    ").what(),
+              HasSubstr("expected one YAML document, found a second one"));
   // Deep flow nesting is refused before yaml-cpp tokenizes it, at the line that crosses the limit;
   // brackets in quotes and comments do not count.
   const auto nested = [](int levels) {

@@ -58,15 +58,23 @@ bool all_finite(const NamedTensors& outputs) {
   return true;
 }
 
-// The elements of the random batch a forward would take. An image is the config's size, which a
-// model of few parameters and little compute may still make huge (a patch stride far larger than
-// the patch): the batch would be the harness's allocation, not the model's.
+// The elements of the random batch a forward would take (what the family's random_input makes).
+// A model of few parameters and little compute may still take a huge input (a patch stride far
+// larger than the patch, an image section larger than the model's img_size): the batch would be
+// the harness's allocation, not the model's.
 int64_t input_elements(const ModelConfig& config) {
+  if (config.family == "vit") {
+    int64_t elements = 1;
+    for (const int64_t n : config.image.input_size) {
+      if (__builtin_mul_overflow(elements, n, &elements)) return INT64_MAX;
+    }
+    return elements;
+  }
   if (const auto* vit = std::any_cast<ViTOptions>(&config.architecture)) {
     const int64_t width = vit->img_width() > 0 ? vit->img_width() : vit->img_size();
-    return vit->in_chans() * vit->img_size() * width;
+    return vit->img_size() * width;  // ast: [frames, mel bins]
   }
-  return 0;
+  return 0;  // conformer: 8 frames of input_dim features, which the parameters bound
 }
 
 void check_accepted_model(const ModelConfig& config) {
