@@ -55,15 +55,19 @@ class FlashAttention final : public AttentionBackend {
   AttentionResult run(const AttentionProblem& p) const override {
     const auto& mask = p.mask;
     const int64_t L = p.query_len(), S = p.key_len();
-    const auto dtype = p.query.scalar_type();
     const auto device = p.query.device();
     std::optional<torch::Tensor> key_lengths;
     if (mask.key_lengths().defined()) key_lengths = mask.key_lengths().to(device, torch::kLong);
 
-    // The additive bias of the kernel: the problem's bias, and -inf where the boolean masks
-    // exclude a key. Kept at its broadcast sizes; L and S are expanded by zero strides.
+    // The additive bias of the kernel, float32 for half inputs (a finite bias stays finite, as
+    // in float32 math: -1e9 in fp16 would be -inf), else the inputs' dtype: the problem's bias,
+    // and -inf where the boolean masks exclude a key. Kept at its broadcast sizes; L and S are
+    // expanded by zero strides.
+    const auto dtype = p.query.scalar_type();
+    const auto bias_dtype =
+        dtype == torch::kHalf || dtype == torch::kBFloat16 ? torch::kFloat : dtype;
     torch::Tensor bias;
-    if (mask.bias().defined()) bias = mask.bias().to(device, dtype);
+    if (mask.bias().defined()) bias = mask.bias().to(device, bias_dtype);
     const auto excluded = [&]() -> std::optional<torch::Tensor> {
       AttentionMask boolean;
       bool any = false;
@@ -85,8 +89,9 @@ class FlashAttention final : public AttentionBackend {
       if (bias.defined()) {
         bias = bias.masked_fill(*excluded, neg_inf);
       } else {
-        bias = torch::zeros(excluded->sizes(), torch::TensorOptions().dtype(dtype).device(device))
-                   .masked_fill(*excluded, neg_inf);
+        bias =
+            torch::zeros(excluded->sizes(), torch::TensorOptions().dtype(bias_dtype).device(device))
+                .masked_fill(*excluded, neg_inf);
       }
     }
     if (bias.defined()) {

@@ -50,9 +50,22 @@ void dispatch_head_dim(int64_t padded, Fn&& fn) {
   }
 }
 
+// The bias in float32 with its column stride 1, as the kernels read it. A dim of stride 0 (a bias
+// expanded along L, or along S) stays a zero stride: only the distinct values are converted.
+at::Tensor float_bias(const at::Tensor& bias) {
+  if (bias.scalar_type() == at::kFloat && bias.stride(3) == 1) return bias;
+  at::Tensor distinct = bias;
+  for (int64_t d = 0; d < bias.dim(); ++d) {
+    if (bias.stride(d) == 0 && bias.size(d) > 1) distinct = distinct.narrow(d, 0, 1);
+  }
+  auto converted = distinct.to(at::kFloat).contiguous().expand(bias.sizes());
+  // Expanded along the columns: the kernels need stride 1 there, so those are materialised.
+  return converted.stride(3) == 1 ? converted : converted.contiguous();
+}
+
 // What FlashFwdParams and FlashBwdParams share: sizes, q/k/v strides (the head dim contiguous),
-// key lengths (as int64 in `lengths`), the bias with zero strides on its broadcast dims (in
-// `bias`, its column stride 1), the scale and the causal mode.
+// key lengths (as int64 in `lengths`), the bias in float32 with zero strides on its broadcast
+// dims (in `bias`, its column stride 1), the scale and the causal mode.
 template <typename Params>
 void fill_shared_params(Params& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                         const std::optional<at::Tensor>& key_lengths,
@@ -77,8 +90,8 @@ void fill_shared_params(Params& p, const at::Tensor& q, const at::Tensor& k, con
     p.key_lengths = lengths.const_data_ptr<int64_t>();
   }
   if (bias_arg) {
-    bias = bias_arg->stride(3) == 1 ? *bias_arg : bias_arg->contiguous();
-    p.bias = bias.const_data_ptr();
+    bias = float_bias(*bias_arg);
+    p.bias = bias.const_data_ptr<float>();
     p.bias_batch_stride = bias.size(0) == 1 ? 0 : bias.stride(0);
     p.bias_head_stride = bias.size(1) == 1 ? 0 : bias.stride(1);
     p.bias_row_stride = bias.stride(2);
@@ -88,9 +101,21 @@ void fill_shared_params(Params& p, const at::Tensor& q, const at::Tensor& k, con
   p.causal_bottom_right = bottom_right;
 }
 
+// A launcher's refusal as an error that names the op and the shapes.
+void check_launch(cudaError_t status, const char* op, const at::Tensor& q, const at::Tensor& k) {
+  TORCH_CHECK(status != cudaErrorInvalidConfiguration, op, ": q ", q.sizes(), " and k ", k.sizes(),
+              " need more than 2^31 - 1 blocks of 64 rows (B·H·ceil(L/64) or B·H·ceil(S/64))");
+  TORCH_CHECK(status == cudaSuccess, op,
+              ": cudaFuncSetAttribute (dynamic shared memory above 48 KB) failed: ",
+              cudaGetErrorString(status));
+}
+
 template <typename T>
-void launch(const FlashFwdParams& params, int64_t padded, cudaStream_t stream) {
-  dispatch_head_dim(padded, [&](auto d) { run_flash_fwd<T, decltype(d)::value>(params, stream); });
+cudaError_t launch(const FlashFwdParams& params, int64_t padded, cudaStream_t stream) {
+  cudaError_t status = cudaSuccess;
+  dispatch_head_dim(padded,
+                    [&](auto d) { status = run_flash_fwd<T, decltype(d)::value>(params, stream); });
+  return status;
 }
 
 std::tuple<at::Tensor, at::Tensor> flash_attention_cuda(
@@ -126,18 +151,19 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cuda(
 
   const int64_t padded = padded_head_dim(head_dim);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  if (q.scalar_type() == at::kHalf) {
-    launch<__half>(p, padded, stream);
-  } else {
-    launch<__nv_bfloat16>(p, padded, stream);
-  }
+  check_launch(q.scalar_type() == at::kHalf ? launch<__half>(p, padded, stream)
+                                            : launch<__nv_bfloat16>(p, padded, stream),
+               "attnzoo::flash_attention", q, k);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {out, lse};
 }
 
 template <typename T>
-void launch_backward(const FlashBwdParams& params, int64_t padded, cudaStream_t stream) {
-  dispatch_head_dim(padded, [&](auto d) { run_flash_bwd<T, decltype(d)::value>(params, stream); });
+cudaError_t launch_backward(const FlashBwdParams& params, int64_t padded, cudaStream_t stream) {
+  cudaError_t status = cudaSuccess;
+  dispatch_head_dim(padded,
+                    [&](auto d) { status = run_flash_bwd<T, decltype(d)::value>(params, stream); });
+  return status;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>>
@@ -171,13 +197,20 @@ flash_attention_backward_cuda(const at::Tensor& q_arg, const at::Tensor& k_arg,
   auto dk = at::empty({B, S, H, head_dim}, q.options());
   auto dv = at::empty({B, S, H, head_dim}, q.options());
   std::optional<at::Tensor> d_bias;
-  // Zeros: the kernel writes d_bias only where a key is visible.
-  if (bias_arg && bias_requires_grad) d_bias = at::zeros(bias_arg->sizes(), q.options());
+  // Zeros, float32: the kernel writes d_bias only where a key is visible, and adds to it where
+  // the bias is broadcast. Returned in the bias's dtype.
+  if (bias_arg && bias_requires_grad) {
+    d_bias = at::zeros(bias_arg->sizes(), q.options().dtype(at::kFloat));
+  }
+  const auto bias_dtype = [&](std::optional<at::Tensor> grad) {
+    if (grad && bias_arg) *grad = grad->to(bias_arg->scalar_type());
+    return grad;
+  };
   if (q.numel() == 0 || k.numel() == 0) {
     dq.zero_();
     dk.zero_();
     dv.zero_();
-    return {dq, dk, dv, d_bias};
+    return {dq, dk, dv, bias_dtype(d_bias)};
   }
   auto dq_accum = at::zeros({B, L, H, head_dim}, q.options().dtype(at::kFloat));
   auto d_rowsum = at::empty({B, H, L}, q.options().dtype(at::kFloat));
@@ -200,31 +233,24 @@ flash_attention_backward_cuda(const at::Tensor& q_arg, const at::Tensor& k_arg,
   p.do_batch_stride = d_out.stride(0);
   p.do_row_stride = d_out.stride(1);
   p.do_head_stride = d_out.stride(2);
-  at::Tensor lengths, bias, d_bias_accum;  // kept alive until the launch
+  at::Tensor lengths, bias;  // kept alive until the launch
   fill_shared_params(p, q, k, v, key_lengths, bias_arg, causal, bottom_right, scale, lengths, bias);
   if (d_bias) {
     const int64_t bias_b = d_bias->size(0), bias_h = d_bias->size(1);
-    p.d_bias = d_bias->mutable_data_ptr();
-    p.d_bias_numel = d_bias->numel();
+    p.d_bias = d_bias->mutable_data_ptr<float>();
     p.d_bias_batch_stride = bias_b == 1 ? 0 : d_bias->stride(0);
     p.d_bias_head_stride = bias_h == 1 ? 0 : d_bias->stride(1);
     p.d_bias_row_stride = d_bias->stride(2);
-    // Broadcast: several (b, h) add to one element, in fp32.
-    if ((bias_b == 1 && B > 1) || (bias_h == 1 && H > 1)) {
-      d_bias_accum = at::zeros(d_bias->sizes(), q.options().dtype(at::kFloat));
-      p.d_bias_accum = d_bias_accum.mutable_data_ptr<float>();
-    }
+    p.d_bias_broadcast = (bias_b == 1 && B > 1) || (bias_h == 1 && H > 1);
   }
 
   const int64_t padded = padded_head_dim(head_dim);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  if (q.scalar_type() == at::kHalf) {
-    launch_backward<__half>(p, padded, stream);
-  } else {
-    launch_backward<__nv_bfloat16>(p, padded, stream);
-  }
+  check_launch(q.scalar_type() == at::kHalf ? launch_backward<__half>(p, padded, stream)
+                                            : launch_backward<__nv_bfloat16>(p, padded, stream),
+               "attnzoo::flash_attention_backward", q, k);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {dq, dk, dv, d_bias};
+  return {dq, dk, dv, bias_dtype(d_bias)};
 }
 
 }  // namespace

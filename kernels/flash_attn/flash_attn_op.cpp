@@ -223,8 +223,10 @@ void check_flash_attention_inputs(const at::Tensor& q, const at::Tensor& k, cons
                     b.size(3) == k.size(1),
                 "attnzoo::flash_attention: bias must be [1|B, 1|H, L, S] = [1|", q.size(0), ", 1|",
                 q.size(2), ", ", q.size(1), ", ", k.size(1), "], got ", b.sizes());
-    TORCH_CHECK(b.scalar_type() == q.scalar_type() && b.device() == q.device(),
-                "attnzoo::flash_attention: bias must have q's dtype and device, got ",
+    TORCH_CHECK((b.scalar_type() == q.scalar_type() || b.scalar_type() == at::kFloat) &&
+                    b.device() == q.device(),
+                "attnzoo::flash_attention: bias must have q's dtype (or float32) and q's device, "
+                "got ",
                 b.scalar_type(), " on ", b.device());
   }
 }

@@ -16,9 +16,9 @@
 //   dK  += dS^T Q           (A: dS^T from the accumulators, B: Q columns); times scale at the end
 // then dS (rounded to T) goes through shared memory, transposed, and each warp takes 16 query rows
 // of dQ += dS K (A: dS rows, B: K columns), added to an fp32 buffer with atomicAdd (several key
-// tiles add to the same rows); a last kernel converts it to T, times scale. d(bias) = dS: stored
-// directly when the bias has one element per (b, h, i, j) (each is computed exactly once), else
-// added with atomicAdd to an fp32 buffer of the bias's shape and converted at the end.
+// tiles add to the same rows); a last kernel converts it to T, times scale. d(bias) = dS, float32
+// like the bias: stored directly when the bias has one element per (b, h, i, j) (each is computed
+// exactly once), else added with atomicAdd (the bias is broadcast over the batch or the heads).
 //
 // Out-of-range data never reaches a product: the tiles are zero-filled past L, past the key length
 // (values there may be NaN) and past E, and P is 0 (not exp of anything) where the key is not
@@ -44,25 +44,28 @@ static_assert(kBwdBlockN == 16 * kWarps, "each warp owns 16 keys of the block");
 static_assert(kBwdBlockM == 16 * kWarps, "each warp owns 16 query rows of dQ");
 
 // D[b, h, i] = sum_e d_out[b, i, h, e] out[b, i, h, e] (fp32), one warp per row, rows in [B, H, L]
-// order.
+// order, grid-stride.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) flash_bwd_rowsum_kernel(const FlashBwdParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  if (row >= p.batch * p.heads * p.q_len) return;  // the whole warp leaves together
-  const int64_t i = row % p.q_len, bh = row / p.q_len;
-  const int64_t b = bh / p.heads, h = bh % p.heads;
-  const T* o = static_cast<const T*>(p.out) + b * p.out_batch_stride + i * p.out_row_stride +
-               h * p.out_head_stride;
-  const T* d = static_cast<const T*>(p.d_out) + b * p.do_batch_stride + i * p.do_row_stride +
-               h * p.do_head_stride;
-  float sum = 0.0f;
-  for (int64_t e = lane; e < p.head_dim; e += 32) {
-    sum += Mma<T>::to_float(o[e]) * Mma<T>::to_float(d[e]);
-  }
+  const int64_t rows = p.batch * p.heads * p.q_len;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
+  // The whole warp takes the same rows.
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp; row < rows; row += step) {
+    const int64_t i = row % p.q_len, bh = row / p.q_len;
+    const int64_t b = bh / p.heads, h = bh % p.heads;
+    const T* o = static_cast<const T*>(p.out) + b * p.out_batch_stride + i * p.out_row_stride +
+                 h * p.out_head_stride;
+    const T* d = static_cast<const T*>(p.d_out) + b * p.do_batch_stride + i * p.do_row_stride +
+                 h * p.do_head_stride;
+    float sum = 0.0f;
+    for (int64_t e = lane; e < p.head_dim; e += 32) {
+      sum += Mma<T>::to_float(o[e]) * Mma<T>::to_float(d[e]);
+    }
 #pragma unroll
-  for (int m = 16; m > 0; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
-  if (lane == 0) p.d_rowsum[row] = sum;
+    for (int m = 16; m > 0; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+    if (lane == 0) p.d_rowsum[row] = sum;
+  }
 }
 
 // dst[i] = T(src[i] * scale), grid-stride.
@@ -94,9 +97,11 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_kernel(const FlashBwdParam
   T* do_tile = q_tile + kBwdBlockM * kPitch;
   T* ds_tile = do_tile + kBwdBlockM * kPitch;  // [kBwdBlockM][kDsPitch]
 
-  const int64_t bh = blockIdx.y;
+  // One-dimensional grid, as the forward's: the key tiles of one (batch, head) are consecutive.
+  const int64_t k_tiles = (p.k_len + kBwdBlockN - 1) / kBwdBlockN;
+  const int64_t bh = static_cast<int64_t>(blockIdx.x) / k_tiles;
   const int64_t b = bh / p.heads, h = bh % p.heads;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBwdBlockN;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) % k_tiles * kBwdBlockN;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;  // the mma fragment's row group and column pair
   const int64_t L = p.q_len, S = p.k_len, H = p.heads, E = p.head_dim;
@@ -123,13 +128,10 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_kernel(const FlashBwdParam
   const T* d_out = static_cast<const T*>(p.d_out) + b * p.do_batch_stride + h * p.do_head_stride;
   const float* lse = p.lse + (b * H + h) * L;
   const float* dsum = p.d_rowsum + (b * H + h) * L;
-  const T* bias =
-      kHasBias ? static_cast<const T*>(p.bias) + b * p.bias_batch_stride + h * p.bias_head_stride
-               : nullptr;
-  const int64_t d_bias_offset = b * p.d_bias_batch_stride + h * p.d_bias_head_stride;
-  T* d_bias = kBiasGrad ? static_cast<T*>(p.d_bias) + d_bias_offset : nullptr;
-  float* d_bias_accum = kBiasGrad && p.d_bias_accum != nullptr ? p.d_bias_accum + d_bias_offset
-                                                               : nullptr;  // broadcast bias
+  const float* bias =
+      kHasBias ? p.bias + b * p.bias_batch_stride + h * p.bias_head_stride : nullptr;
+  float* d_bias =
+      kBiasGrad ? p.d_bias + b * p.d_bias_batch_stride + h * p.d_bias_head_stride : nullptr;
 
   if (m_begin < m_end) {
     load_tile<T, kHeadDim, kPitch, kBwdBlockN>(k_tile, k + n0 * p.k_row_stride, p.k_row_stride,
@@ -192,8 +194,9 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_kernel(const FlashBwdParam
         float pr = 0.0f;
         if (visible && row_lse != -INFINITY) {
           float x = s[j][c] * scale_log2;
-          if constexpr (kHasBias)
-            x += Mma<T>::to_float(bias[query * p.bias_row_stride + key]) * kLog2e;
+          if constexpr (kHasBias) {
+            x = biased_logit_log2(s[j][c], p.scale, bias[query * p.bias_row_stride + key]);
+          }
           pr = exp2f(x - row_lse);
         }
         s[j][c] = pr;
@@ -247,10 +250,10 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_kernel(const FlashBwdParam
           const int64_t query = m0 + qi, key = keys[c >> 1];
           if (query < L && key < S) {
             const int64_t idx = query * p.d_bias_row_stride + key;
-            if (d_bias_accum == nullptr) {
-              d_bias[idx] = Mma<T>::from_float(ds);  // this block alone computes (b, h, i, j)
+            if (!p.d_bias_broadcast) {
+              d_bias[idx] = ds;  // this block alone computes (b, h, i, j)
             } else if (ds != 0.0f) {
-              atomicAdd(d_bias_accum + idx, ds);
+              atomicAdd(d_bias + idx, ds);
             }
           }
         }
@@ -332,27 +335,28 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_kernel(const FlashBwdParam
   }
 }
 
-inline unsigned convert_blocks(int64_t n) {
-  const int64_t blocks = (n + 255) / 256;
+// Blocks of a grid-stride kernel over n items, per_block a block: at most 65536.
+inline unsigned grid_stride_blocks(int64_t n, int64_t per_block) {
+  const int64_t blocks = (n + per_block - 1) / per_block;
   return static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
 }
 
 }  // namespace flash_detail
 
 template <typename T, int kHeadDim>
-void run_flash_bwd(const FlashBwdParams& params, cudaStream_t stream) {
+cudaError_t run_flash_bwd(const FlashBwdParams& params, cudaStream_t stream) {
   using namespace flash_detail;
   const int64_t rows = params.batch * params.heads * params.q_len;
-  if (rows == 0 || params.k_len == 0) return;  // the caller's zeros are the gradients
-  flash_bwd_rowsum_kernel<T>
-      <<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(params);
+  if (rows == 0 || params.k_len == 0) return cudaSuccess;  // the caller's zeros are the gradients
+  const int64_t blocks = (params.k_len + kBwdBlockN - 1) / kBwdBlockN * params.batch * params.heads;
+  if (blocks > kMaxGridX) return cudaErrorInvalidConfiguration;
+  flash_bwd_rowsum_kernel<T><<<grid_stride_blocks(rows, kWarps), kThreads, 0, stream>>>(params);
 
   constexpr int kPitch = kHeadDim + 8;
   const size_t smem = 2 * kBwdBlockM * sizeof(float) +
                       static_cast<size_t>(2 * kBwdBlockN + 2 * kBwdBlockM) * kPitch * sizeof(T) +
                       static_cast<size_t>(kBwdBlockM) * (kBwdBlockN + 8) * sizeof(T);
-  const dim3 grid(static_cast<unsigned>((params.k_len + kBwdBlockN - 1) / kBwdBlockN),
-                  static_cast<unsigned>(params.batch * params.heads));
+  cudaError_t status = cudaSuccess;
   BOOL_SWITCH(params.bias != nullptr, kHasBias, [&] {
     BOOL_SWITCH(params.d_bias != nullptr, kWantsBiasGrad, [&] {
       BOOL_SWITCH(params.key_lengths != nullptr, kHasLengths, [&] {
@@ -361,22 +365,21 @@ void run_flash_bwd(const FlashBwdParams& params, cudaStream_t stream) {
           static constexpr bool kBiasGrad = kHasBias && kWantsBiasGrad;
           auto kernel = flash_bwd_kernel<T, kHeadDim, kHasBias, kBiasGrad, kHasLengths, kCausal>;
           if (smem > 48 * 1024) {
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(smem));
+            status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem));
+            if (status != cudaSuccess) return;
           }
-          kernel<<<grid, kThreads, smem, stream>>>(params);
+          kernel<<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(params);
         });
       });
     });
   });
 
+  if (status != cudaSuccess) return status;
   const int64_t dq_numel = rows * params.head_dim;
-  flash_bwd_convert_kernel<T><<<convert_blocks(dq_numel), 256, 0, stream>>>(
+  flash_bwd_convert_kernel<T><<<grid_stride_blocks(dq_numel, 256), 256, 0, stream>>>(
       static_cast<T*>(params.dq), params.dq_accum, dq_numel, params.scale);
-  if (params.d_bias != nullptr && params.d_bias_accum != nullptr && params.d_bias_numel > 0) {
-    flash_bwd_convert_kernel<T><<<convert_blocks(params.d_bias_numel), 256, 0, stream>>>(
-        static_cast<T*>(params.d_bias), params.d_bias_accum, params.d_bias_numel, 1.0f);
-  }
+  return cudaSuccess;
 }
 
 }  // namespace attnzoo::kernels

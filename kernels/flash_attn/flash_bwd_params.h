@@ -18,7 +18,8 @@ namespace attnzoo::kernels {
 //
 // q, k, v, out and d_out are read by strides, the head dim contiguous (element (b, i, h, e) of q is
 // q[b * q_batch_stride + i * q_row_stride + h * q_head_stride + e]); so is the bias, with stride 0
-// on a broadcast dimension. The outputs are contiguous.
+// on a broadcast dimension. The outputs are contiguous. The bias and d_bias are float32 whatever
+// the dtype of q, as in the forward.
 struct FlashBwdParams {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -26,7 +27,7 @@ struct FlashBwdParams {
   const void* out = nullptr;             // the forward's output
   const void* d_out = nullptr;           // its gradient
   const float* lse = nullptr;            // [B, H, L], contiguous, natural log
-  const void* bias = nullptr;            // optional, the dtype of q
+  const float* bias = nullptr;           // optional, float32
   const int64_t* key_lengths = nullptr;  // optional, [B]
 
   void* dq = nullptr;               // [B, L, H, E], contiguous, the dtype of q
@@ -34,9 +35,8 @@ struct FlashBwdParams {
   void* dv = nullptr;               // [B, S, H, E], contiguous
   float* dq_accum = nullptr;        // [B, L, H, E], contiguous, ZEROED by the caller
   float* d_rowsum = nullptr;        // [B, H, L], contiguous: D, written by the launcher
-  void* d_bias = nullptr;           // optional: [1|B, 1|H, L, S], contiguous, ZEROED by the caller
-  float* d_bias_accum = nullptr;    // with a broadcast bias: d_bias's shape in fp32, ZEROED
-  int64_t d_bias_numel = 0;         // elements of d_bias
+  float* d_bias = nullptr;          // optional: [1|B, 1|H, L, S], contiguous, ZEROED by the caller
+  bool d_bias_broadcast = false;    // several (b, h) add to one element of d_bias (atomicAdd)
   int64_t d_bias_batch_stride = 0;  // 0 when the bias is broadcast over the batch
   int64_t d_bias_head_stride = 0;   // 0 when the bias is broadcast over the heads
   int64_t d_bias_row_stride = 0;    // S
@@ -59,9 +59,10 @@ struct FlashBwdParams {
 
 // T is __half or __nv_bfloat16; kHeadDim is the padded head dim (32, 64, 96 or 128), E <= kHeadDim.
 // The instantiations live in flash_bwd_<dtype>_hdim<kHeadDim>.cu. Launches the preprocess (D), the
-// main kernel and the conversions (dq, and d_bias when broadcast) on `stream` and returns without
-// synchronising; the caller checks for launch errors.
+// main kernel and the conversion of dq on `stream` and returns without synchronising:
+// cudaErrorInvalidConfiguration when the grid would exceed 2^31 - 1 blocks, the error of raising
+// the kernel's dynamic shared memory limit, else cudaSuccess. The caller checks for launch errors.
 template <typename T, int kHeadDim>
-void run_flash_bwd(const FlashBwdParams& params, cudaStream_t stream);
+cudaError_t run_flash_bwd(const FlashBwdParams& params, cudaStream_t stream);
 
 }  // namespace attnzoo::kernels

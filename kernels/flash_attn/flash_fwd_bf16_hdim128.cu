@@ -4,6 +4,7 @@
 
 namespace attnzoo::kernels {
 
-template void run_flash_fwd<__nv_bfloat16, 128>(const FlashFwdParams& params, cudaStream_t stream);
+template cudaError_t run_flash_fwd<__nv_bfloat16, 128>(const FlashFwdParams& params,
+                                                       cudaStream_t stream);
 
 }  // namespace attnzoo::kernels

@@ -3,6 +3,6 @@
 
 namespace attnzoo::kernels {
 
-template void run_flash_fwd<__half, 64>(const FlashFwdParams& params, cudaStream_t stream);
+template cudaError_t run_flash_fwd<__half, 64>(const FlashFwdParams& params, cudaStream_t stream);
 
 }  // namespace attnzoo::kernels

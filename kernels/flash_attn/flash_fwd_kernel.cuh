@@ -31,6 +31,8 @@ constexpr int kBlockM = 16 * kWarps;  // query rows per block
 constexpr int kBlockN = 64;           // keys per tile
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+constexpr int64_t kMaxGridX = 2147483647;          // blocks of a one-dimensional grid
+constexpr float kMinBiasedLogit = -1.7014117e38f;  // -FLT_MAX / 2: finite times log2(e)
 
 template <typename T>
 struct Mma;
@@ -74,6 +76,15 @@ struct Mma<__half> {
   __device__ __forceinline__ static float to_float(__half v) { return __half2float(v); }
   __device__ __forceinline__ static __half from_float(float v) { return __float2half_rn(v); }
 };
+
+// The logit score * scale + bias in log2 units. The sum is taken in natural units, as float32 math
+// takes it, and a finite sum below -FLT_MAX / 2 (a bias of float32's lowest, -3.4e38) is raised
+// to that, so that it stays finite in log2 units: a row masked only by such finite values gets
+// float32 math's average of the values, not zeros. -inf (an excluded key) stays -inf.
+__device__ __forceinline__ float biased_logit_log2(float score, float scale, float bias) {
+  const float x = score * scale + bias;
+  return (x < kMinBiasedLogit && x != -INFINITY ? kMinBiasedLogit : x) * kLog2e;
+}
 
 // Two adjacent 16-bit elements (the first at an even index) as one register.
 template <typename T>
@@ -229,9 +240,12 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashFwdParam
   T* k_tile = q_tile + kBlockM * kPitch;
   T* v_tile = k_tile + kBlockN * kPitch;
 
-  const int64_t bh = blockIdx.y;
+  // The grid is one-dimensional (grid.y would cap B·H at 65535): the query tiles of one
+  // (batch, head) are consecutive blocks, which read the same keys and values.
+  const int64_t q_tiles = (p.q_len + kBlockM - 1) / kBlockM;
+  const int64_t bh = static_cast<int64_t>(blockIdx.x) / q_tiles;
   const int64_t b = bh / p.heads, h = bh % p.heads;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kBlockM;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) % q_tiles * kBlockM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;  // the mma fragment's row group and column pair
   const int64_t L = p.q_len, S = p.k_len;
@@ -268,9 +282,8 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashFwdParam
   float row_sum[2] = {0.0f, 0.0f};            // this thread's part of the row's sum
   const int64_t rows[2] = {row0 + warp * 16 + g, row0 + warp * 16 + g + 8};
   const float scale_log2 = p.scale * kLog2e;
-  const T* bias =
-      kHasBias ? static_cast<const T*>(p.bias) + b * p.bias_batch_stride + h * p.bias_head_stride
-               : nullptr;
+  const float* bias =
+      kHasBias ? p.bias + b * p.bias_batch_stride + h * p.bias_head_stride : nullptr;
 
   for (int64_t n0 = 0; n0 < key_end; n0 += kBlockN) {
     __syncthreads();  // the previous tile's readers are done (and the Q tile is written)
@@ -321,7 +334,9 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashFwdParam
         bool visible = col < valid_keys && rows[r] < L;
         if constexpr (kCausal) visible = visible && col <= rows[r] + offset;
         if constexpr (kHasBias) {
-          if (visible) x += Mma<T>::to_float(bias[rows[r] * p.bias_row_stride + col]) * kLog2e;
+          if (visible) {
+            x = biased_logit_log2(s[j][c], p.scale, bias[rows[r] * p.bias_row_stride + col]);
+          }
         }
         s[j][c] = visible ? x : -INFINITY;
         tile_max[r] = fmaxf(tile_max[r], s[j][c]);
@@ -396,24 +411,27 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashFwdParam
 }  // namespace flash_detail
 
 template <typename T, int kHeadDim>
-void run_flash_fwd(const FlashFwdParams& params, cudaStream_t stream) {
+cudaError_t run_flash_fwd(const FlashFwdParams& params, cudaStream_t stream) {
   using namespace flash_detail;
   constexpr int kPitch = kHeadDim + 8;
   const size_t smem = static_cast<size_t>(kBlockM + 2 * kBlockN) * kPitch * sizeof(T);
-  const dim3 grid(static_cast<unsigned>((params.q_len + kBlockM - 1) / kBlockM),
-                  static_cast<unsigned>(params.batch * params.heads));
+  const int64_t blocks = (params.q_len + kBlockM - 1) / kBlockM * params.batch * params.heads;
+  if (blocks > kMaxGridX) return cudaErrorInvalidConfiguration;
+  cudaError_t status = cudaSuccess;
   BOOL_SWITCH(params.bias != nullptr, kHasBias, [&] {
     BOOL_SWITCH(params.key_lengths != nullptr, kHasLengths, [&] {
       BOOL_SWITCH(params.causal, kCausal, [&] {
         auto kernel = flash_fwd_kernel<T, kHeadDim, kHasBias, kHasLengths, kCausal>;
         if (smem > 48 * 1024) {
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(smem));
+          status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem));
+          if (status != cudaSuccess) return;
         }
-        kernel<<<grid, kThreads, smem, stream>>>(params);
+        kernel<<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(params);
       });
     });
   });
+  return status;
 }
 
 }  // namespace attnzoo::kernels

@@ -16,14 +16,16 @@ namespace attnzoo::kernels {
 // q, k, v are read by strides, so that they can be views of one fused projection [B, L, 3, H, E]
 // without a copy: element (b, i, h, e) of q is q[b * q_batch_stride + i * q_row_stride +
 // h * q_head_stride + e] (the head dim is contiguous). The bias is read likewise, with stride 0 on
-// a broadcast dimension ([1|B, 1|H, L, S]).
+// a broadcast dimension ([1|B, 1|H, L, S]). It is float32 whatever the dtype of q: a finite bias
+// stays finite (-1e9 in fp16 would be -inf, and a row masked by it would get zeros instead of
+// float32 math's average).
 struct FlashFwdParams {
   const void* q = nullptr;
   const void* k = nullptr;
   const void* v = nullptr;
   void* out = nullptr;                   // [B, L, H, E], contiguous
   float* lse = nullptr;                  // [B, H, L], contiguous
-  const void* bias = nullptr;            // optional, the dtype of q
+  const float* bias = nullptr;           // optional, float32
   const int64_t* key_lengths = nullptr;  // optional, [B]
 
   int64_t batch = 0, heads = 0;
@@ -42,8 +44,10 @@ struct FlashFwdParams {
 
 // T is __half or __nv_bfloat16; kHeadDim is the padded head dim (32, 64, 96 or 128), E <= kHeadDim.
 // The instantiations live in flash_fwd_<dtype>_hdim<kHeadDim>.cu. Launches on `stream` and returns
-// without synchronising; the caller checks for launch errors.
+// without synchronising: cudaErrorInvalidConfiguration when the grid would exceed 2^31 - 1 blocks,
+// the error of raising the kernel's dynamic shared memory limit, else cudaSuccess. The caller
+// checks for launch errors.
 template <typename T, int kHeadDim>
-void run_flash_fwd(const FlashFwdParams& params, cudaStream_t stream);
+cudaError_t run_flash_fwd(const FlashFwdParams& params, cudaStream_t stream);
 
 }  // namespace attnzoo::kernels

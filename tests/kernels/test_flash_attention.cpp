@@ -579,6 +579,74 @@ TEST(FlashAttention, BackwardKernelThroughAutograd_CUDA) {
   }
 }
 
+// The case tools/device_check.sh runs under compute-sanitizer (memcheck, racecheck): small enough
+// for its time budget, yet through every part of both kernels (key lengths with a row of no
+// visible key, a per-head bias and its gradient, a partial last tile of rows and of keys).
+TEST(FlashAttention, SanitizerCase_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  for (const int64_t n : {197, 1000}) {
+    const Case c{2, n, n, 2, 64, /*lengths=*/true, /*bias=*/true};
+    expect_as_accurate_as_libtorch(c, torch::kBFloat16, 400 + n);
+    expect_backward_as_accurate_as_libtorch(c, torch::kBFloat16, 500 + n);
+  }
+}
+
+// More than 65535 (batch, head) pairs: the grid is one-dimensional (grid.y stops at 65535).
+TEST(FlashAttention, MoreThan65535BatchHeadPairs_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const Case c{32800, 3, 3, 2, 32, /*lengths=*/true, /*bias=*/true};  // B·H = 65600
+  expect_as_accurate_as_libtorch(c, torch::kBFloat16, 300);
+  expect_backward_as_accurate_as_libtorch(c, torch::kBFloat16, 301);
+}
+
+// A float32 bias far below fp16's range (-1e9, float32's lowest) stays finite in the kernel, as in
+// float32 math: a row masked only by such values gets the average of the values (float32 cannot
+// tell the scores apart next to -1e9), not zeros; a row partly masked by them ignores those keys.
+TEST(FlashAttention, FiniteBiasBelowTheHalfRangeIsFloat32Math_CUDA) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t B = 2, L = 40, H = 2, E = 64;
+  const float lowest = std::numeric_limits<float>::lowest();
+  auto bias = torch::zeros({B, H, L, L});
+  bias[0][0][3].fill_(-1e9);                     // a whole row
+  bias[1][1][5].fill_(lowest);                   // a whole row
+  bias[0][1][7].slice(0, 0, 30).fill_(-1e9);     // part of a row
+  bias[1][0][9].slice(0, 10, 40).fill_(lowest);  // part of a row
+  for (const auto dtype : {torch::kFloat16, torch::kBFloat16}) {
+    torch::manual_seed(7);
+    const auto options = torch::dtype(dtype).device(torch::kCUDA);
+    const auto q = torch::randn({B, L, H, E}, options), k = torch::randn({B, L, H, E}, options),
+               v = torch::randn({B, L, H, E}, options);
+    const auto bias_cuda = bias.to(torch::kCUDA).requires_grad_(true);
+    const auto out = std::get<0>(flash_attention(q, k, v, std::nullopt, bias_cuda));
+    // float32 math on the same (rounded) inputs.
+    const auto q32 = q.to(torch::kFloat).permute({0, 2, 1, 3});
+    const auto k32 = k.to(torch::kFloat).permute({0, 2, 1, 3});
+    const auto v32 = v.to(torch::kFloat).permute({0, 2, 1, 3});
+    const auto logits =
+        torch::matmul(q32, k32.transpose(-2, -1)) / std::sqrt(double(E)) + bias.to(torch::kCUDA);
+    const auto expected = torch::matmul(torch::softmax(logits, -1), v32).permute({0, 2, 1, 3});
+    ASSERT_TRUE(torch::isfinite(out).all().item<bool>()) << c10::toString(dtype);
+    const double eps = dtype == torch::kFloat16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+    EXPECT_LE((out.to(torch::kFloat) - expected).abs().max().item<double>(), 8 * eps * 4)
+        << c10::toString(dtype);
+    // The wholly masked rows: the values' average over the keys.
+    const auto mean = v32.mean(2);  // [B, H, E]
+    EXPECT_LE((out[0].select(0, 3).select(0, 0).to(torch::kFloat) - mean[0][0])
+                  .abs()
+                  .max()
+                  .item<double>(),
+              8 * eps);
+    EXPECT_LE((out[1].select(0, 5).select(0, 1).to(torch::kFloat) - mean[1][1])
+                  .abs()
+                  .max()
+                  .item<double>(),
+              8 * eps);
+    // The backward is finite too.
+    out.to(torch::kFloat).sum().backward();
+    EXPECT_TRUE(torch::isfinite(bias_cuda.grad()).all().item<bool>()) << c10::toString(dtype);
+  }
+}
+
 TEST(FlashAttention, Float32AndWideHeadsTakeTheReference_CUDA) {
   SKIP_WITHOUT_CUDA();
   for (const auto& c : {Case{2, 33, 33, 2, 64, true, true}, Case{1, 17, 17, 2, 160}}) {
