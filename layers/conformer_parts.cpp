@@ -1,8 +1,11 @@
+#include <attnzoo/kernels/ops.h>
 #include <attnzoo/layers/conformer_parts.h>
+#include <attnzoo/layers/fused_epilogues.h>
 
 #include <torch/nn/init.h>
 
 #include <cmath>
+#include <optional>
 
 namespace attnzoo {
 namespace {
@@ -154,7 +157,23 @@ void ConformerConvModuleImpl::reset() {
 
 torch::Tensor ConformerConvModuleImpl::forward(const torch::Tensor& x, const torch::Tensor& valid) {
   auto y = pointwise_conv1(norm(x).transpose(1, 2));  // [B, 2D, T]
-  y = torch::glu(y, 1);                               // [B, D, T]
+  if (fused_epilogues() && !is_training() && options.norm() == ConvNormKind::kBatchNorm) {
+    // GLU, the depthwise convolution, BatchNorm with its running statistics (folded, with the
+    // convolution's bias, into a scale and shift) and Swish in one op (kernels/ops.h:
+    // glu_dwconv_swish), which reads [B, 2D, T] as its [B, T, 2D] view. `valid` marks each
+    // utterance's first frames, so its row sums are the lengths.
+    const auto scale =
+        conv_norm->weight * torch::rsqrt(conv_norm->running_var + conv_norm->options.eps());
+    auto shift = conv_norm->bias - conv_norm->running_mean * scale;
+    if (depthwise_conv->bias.defined()) shift = shift + depthwise_conv->bias * scale;
+    std::optional<torch::Tensor> lengths;
+    if (valid.defined()) lengths = valid.sum(1);
+    y = kernels::glu_dwconv_swish(y.transpose(1, 2), depthwise_conv->weight.squeeze(1),
+                                  std::nullopt, scale.to(y.scalar_type()),
+                                  shift.to(y.scalar_type()), left_padding(), lengths);  // [B, T, D]
+    return dropout(pointwise_conv2(y.transpose(1, 2))).transpose(1, 2);
+  }
+  y = torch::glu(y, 1);  // [B, D, T]
   if (valid.defined()) {
     // Padding frames carry the pointwise convolution's bias (and whatever the input held); zero
     // them, or the depthwise convolution would carry them into the valid frames near the end.

@@ -1,3 +1,5 @@
+#include <attnzoo/kernels/ops.h>
+#include <attnzoo/layers/fused_epilogues.h>
 #include <attnzoo/layers/transformer_parts.h>
 
 #include <torch/nn/functional/activation.h>
@@ -21,7 +23,12 @@ void MlpImpl::reset() {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  const auto h = fc1_packed_(fc1, x, options.activation());
+  const auto activation = options.activation();
+  const bool gelu = activation == Activation::kGelu || activation == Activation::kGeluTanh;
+  const auto h = fused_epilogues() && gelu && options.bias()
+                     ? kernels::bias_gelu(torch::linear(x, fc1->weight), fc1->bias,
+                                          activation == Activation::kGelu ? "none" : "tanh")
+                     : fc1_packed_(fc1, x, activation);
   return drop(fc2_packed_(fc2, drop(h)));
 }
 

@@ -1,5 +1,7 @@
 #include <attnzoo/models/vit.h>
 
+#include <attnzoo/kernels/ops.h>
+#include <attnzoo/layers/fused_epilogues.h>
 #include <attnzoo/layers/init.h>
 
 #include <torch/nn/functional/upsampling.h>
@@ -79,8 +81,18 @@ torch::Tensor ViTBlockImpl::forward(const torch::Tensor& x, torch::Tensor* weigh
     a = attn(norm1(x));
   }
   if (ls1) a = ls1(a);
-  auto y = x + drop_path(a, drop_path_rate_, training);
-  auto m = mlp(norm2(y));
+  torch::Tensor y, m;
+  if (fused_epilogues()) {
+    // y = x + branch and norm2(y) in one op (kernels/ops.h: add_layer_norm).
+    const auto [sum, normed] =
+        kernels::add_layer_norm(drop_path(a, drop_path_rate_, training), x, norm2->weight,
+                                norm2->bias, norm2->options.eps());
+    y = sum;
+    m = mlp(normed);
+  } else {
+    y = x + drop_path(a, drop_path_rate_, training);
+    m = mlp(norm2(y));
+  }
   if (ls2) m = ls2(m);
   return y + drop_path(m, drop_path_rate_, training);
 }
