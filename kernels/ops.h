@@ -58,7 +58,8 @@ std::tuple<torch::Tensor, torch::Tensor> add_layer_norm(
 // On CUDA, bf16 and fp16 with E <= 128 run the fused kernel (E padded up to 32, 64, 96, 128); the
 // rest, and every CPU tensor, the LibTorch reference. Differentiable in q, k, v and bias, through
 // flash_attention_backward. The bias is q's dtype or float32; the kernel adds it in float32, so a
-// finite bias stays finite (a row masked by -1e9 gets float32 math's average, not zeros).
+// finite bias stays finite (a row masked by -1e9 gets float32 math's average, not zeros; its
+// gradients, though, are not float32 math's: kernels/README.md).
 // q: [B, L, H, E], k, v: [B, S, H, E], key_lengths: int [B], bias: [1|B, 1|H, L, S]
 //   -> out [B, L, H, E] (q's dtype), lse [B, H, L] (float32)
 std::tuple<torch::Tensor, torch::Tensor> flash_attention(

@@ -62,9 +62,11 @@ at::Tensor masked_logits(const at::Tensor& q, const at::Tensor& k,
   return logits;
 }
 
-// exp(logits - lse), 0 on rows without a visible key (lse = -inf).
+// softmax(logits), 0 on rows without a visible key (lse = -inf). Normalised against the row's
+// maximum, so that a row sums to 1 however large its logits: exp(logits - lse) would not once lse
+// has lost log(S) to rounding (a row whose every logit is near -1e9).
 at::Tensor probabilities(const at::Tensor& logits, const at::Tensor& lse) {
-  const auto p = at::exp(logits - lse.unsqueeze(-1));
+  const auto p = at::softmax(logits, -1);
   return at::where(at::isfinite(lse).unsqueeze(-1), p, at::zeros_like(p));
 }
 
