@@ -1,6 +1,7 @@
 #include <attnzoo/kernels/ops.h>
 #include <attnzoo/layers/conformer_parts.h>
 #include <attnzoo/layers/fused_epilogues.h>
+#include <attnzoo/layers/transformer_parts.h>
 
 #include <torch/nn/init.h>
 
@@ -9,10 +10,6 @@
 
 namespace attnzoo {
 namespace {
-
-torch::nn::LayerNorm layer_norm(int64_t dim, double eps) {
-  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(eps));
-}
 
 void check_rate(double p, const char* who, const char* what) {
   TORCH_CHECK_VALUE(p >= 0.0 && p < 1.0, who, ": ", what, " must lie in [0, 1), got ", p);

@@ -6,6 +6,10 @@
 
 namespace attnzoo {
 
+torch::nn::LayerNorm layer_norm(int64_t dim, double eps) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(eps));
+}
+
 MlpImpl::MlpImpl(MlpOptions options_) : options(std::move(options_)) { reset(); }
 
 void MlpImpl::reset() {

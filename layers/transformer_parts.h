@@ -9,11 +9,15 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
 #include <string>
 
 namespace attnzoo {
+
+// torch.nn.LayerNorm(dim, eps=eps): over the last dim, with an affine weight and bias.
+torch::nn::LayerNorm layer_norm(int64_t dim, double eps);
 
 struct MlpOptions {
   MlpOptions(int64_t in_features, int64_t hidden_features)

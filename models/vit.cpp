@@ -17,10 +17,6 @@ bool uses_fc_norm(const ViTOptions& o) {
   return pool == GlobalPool::kAvg || pool == GlobalPool::kMax || pool == GlobalPool::kAvgMax;
 }
 
-torch::nn::LayerNorm layer_norm(int64_t dim, double eps) {
-  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(eps));
-}
-
 }  // namespace
 
 const char* to_string(GlobalPool pool) {
