@@ -19,6 +19,7 @@
 // dropout); nor are the probabilities (need_weights), which are exactly what it avoids building.
 #include <attnzoo/layers/attention_backend.h>
 #include <attnzoo/layers/attention_internal.h>
+#include <attnzoo/layers/attention_tiles.h>
 
 #include <torch/autograd.h>
 
@@ -32,62 +33,18 @@ namespace {
 
 using attention_detail::accumulation_type;
 using attention_detail::as_4d;
+using attention_detail::reduce_to;
+using attention_detail::tile_of;
+using attention_detail::TileMasks;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Everything besides q, k, v and the bias that the tiles need, on the device of q.
 struct ChunkedSpec {
-  torch::Tensor key_lengths;       // [B], long; undefined when absent
-  torch::Tensor key_padding_mask;  // [B, S], bool, true = padding; undefined when absent
-  torch::Tensor attn_mask;         // 4-D bool broadcastable to [B, H, L, S]; undefined when absent
-  bool causal = false;
-  int64_t causal_offset = 0;    // query i sees key j iff j <= i + causal_offset
-  int64_t max_key_length = -1;  // keys >= this are padding in every batch entry (-1: not known)
+  TileMasks masks;
   double scale = 1.0;
   int64_t chunk = 256;
 };
-
-// The part of a tensor broadcastable to [B, H, L, S] that covers queries [i0, i0 + lc) and keys
-// [j0, j0 + sc): broadcast (size-1) dims are left alone. A view.
-torch::Tensor tile_of(const torch::Tensor& t4, int64_t i0, int64_t lc, int64_t j0, int64_t sc) {
-  auto t = t4;
-  if (t.size(2) != 1) t = t.narrow(2, i0, lc);
-  if (t.size(3) != 1) t = t.narrow(3, j0, sc);
-  return t;
-}
-
-// True when no (query, key) pair of the tile takes part, for every batch entry and head.
-bool tile_excluded(const ChunkedSpec& spec, int64_t i0, int64_t lc, int64_t j0) {
-  if (spec.causal && j0 > i0 + lc - 1 + spec.causal_offset) return true;
-  return spec.max_key_length >= 0 && j0 >= spec.max_key_length;
-}
-
-// The tile's mask, true = takes part, broadcastable to [B, H, lc, sc]; std::nullopt when the tile
-// excludes nothing. Built from the mask's parts, so its size is that of the tile.
-std::optional<torch::Tensor> tile_allowed(const ChunkedSpec& spec, int64_t i0, int64_t lc,
-                                          int64_t j0, int64_t sc, torch::Device device) {
-  std::optional<torch::Tensor> allowed;
-  auto combine = [&](const torch::Tensor& part) {
-    allowed = allowed ? torch::logical_and(*allowed, part) : part;
-  };
-  const auto index_options = torch::TensorOptions().dtype(torch::kLong).device(device);
-  if (spec.key_lengths.defined()) {
-    const auto keys = torch::arange(j0, j0 + sc, index_options);
-    // [B, sc] -> [B, 1, 1, sc]
-    combine((keys.view({1, sc}) < spec.key_lengths.view({-1, 1})).unsqueeze(1).unsqueeze(1));
-  }
-  if (spec.key_padding_mask.defined()) {
-    combine(spec.key_padding_mask.narrow(1, j0, sc).logical_not().unsqueeze(1).unsqueeze(1));
-  }
-  if (spec.attn_mask.defined()) combine(tile_of(spec.attn_mask, i0, lc, j0, sc).logical_not());
-  // The causal mask only matters where the tile reaches past the diagonal.
-  if (spec.causal && j0 + sc - 1 > i0 + spec.causal_offset) {
-    const auto rows = torch::arange(i0, i0 + lc, index_options).view({lc, 1});
-    const auto cols = torch::arange(j0, j0 + sc, index_options).view({1, sc});
-    combine((cols <= rows + spec.causal_offset).view({1, 1, lc, sc}));
-  }
-  return allowed;
-}
 
 // Scores of one tile: scale·q·kᵀ + bias, excluded pairs at −inf. q_tile is already scaled.
 // q_tile: [B, H, lc, E], k_tile: [B, H, sc, E] -> [B, H, lc, sc]
@@ -97,19 +54,10 @@ torch::Tensor tile_scores(const ChunkedSpec& spec, const torch::Tensor& q_tile,
   const int64_t lc = q_tile.size(2), sc = k_tile.size(2);
   auto s = torch::matmul(q_tile, k_tile.transpose(-2, -1));
   if (bias4.defined()) s.add_(tile_of(bias4, i0, lc, j0, sc).to(s.scalar_type()));
-  if (auto allowed = tile_allowed(spec, i0, lc, j0, sc, s.device())) {
+  if (auto allowed = spec.masks.allowed(i0, lc, j0, sc, s.device())) {
     s.masked_fill_(allowed->logical_not(), -kInf);
   }
   return s;
-}
-
-// Sums `grad` ([B, H, lc, sc]) over the dims where `like` has size 1, keeping them.
-torch::Tensor reduce_to(const torch::Tensor& grad, const torch::Tensor& like) {
-  std::vector<int64_t> dims;
-  for (int64_t d = 0; d < 4; ++d) {
-    if (like.size(d) == 1 && grad.size(d) != 1) dims.push_back(d);
-  }
-  return dims.empty() ? grad : grad.sum(dims, /*keepdim=*/true);
 }
 
 class ChunkedAttentionFunction : public torch::autograd::Function<ChunkedAttentionFunction> {
@@ -133,7 +81,7 @@ class ChunkedAttentionFunction : public torch::autograd::Function<ChunkedAttenti
       auto row_sum = torch::zeros({b, h, lc, 1}, q.options());
       auto acc_out = torch::zeros({b, h, lc, ev}, q.options());
       for (int64_t j0 = 0; j0 < s; j0 += chunk) {
-        if (tile_excluded(spec, i0, lc, j0)) continue;
+        if (spec.masks.excluded(i0, lc, j0)) continue;
         const int64_t sc = std::min(chunk, s - j0);
         const auto scores = tile_scores(spec, q_tile, k.narrow(2, j0, sc), bias4, i0, j0);
         const auto new_max = torch::maximum(row_max, scores.amax(-1, /*keepdim=*/true));
@@ -194,7 +142,7 @@ class ChunkedAttentionFunction : public torch::autograd::Function<ChunkedAttenti
       const auto delta_tile = delta.narrow(2, i0, lc);
       auto dq_tile = torch::zeros_like(q_tile);
       for (int64_t j0 = 0; j0 < s; j0 += chunk) {
-        if (tile_excluded(spec, i0, lc, j0)) continue;
+        if (spec.masks.excluded(i0, lc, j0)) continue;
         const int64_t sc = std::min(chunk, s - j0);
         const auto k_tile = k.narrow(2, j0, sc);
         const auto v_tile = v.narrow(2, j0, sc);
@@ -220,32 +168,16 @@ class ChunkedAttentionFunction : public torch::autograd::Function<ChunkedAttenti
 
  private:
   static void save_spec(torch::autograd::AutogradContext* ctx, const ChunkedSpec& spec) {
-    auto& data = ctx->saved_data;
-    if (spec.key_lengths.defined()) data["key_lengths"] = spec.key_lengths;
-    if (spec.key_padding_mask.defined()) data["key_padding_mask"] = spec.key_padding_mask;
-    if (spec.attn_mask.defined()) data["attn_mask"] = spec.attn_mask;
-    data["causal"] = spec.causal;
-    data["causal_offset"] = spec.causal_offset;
-    data["max_key_length"] = spec.max_key_length;
-    data["scale"] = spec.scale;
-    data["chunk"] = spec.chunk;
+    spec.masks.save(ctx, "");
+    ctx->saved_data["scale"] = spec.scale;
+    ctx->saved_data["chunk"] = spec.chunk;
   }
 
   static ChunkedSpec load_spec(torch::autograd::AutogradContext* ctx) {
-    const auto& data = ctx->saved_data;
-    auto tensor = [&](const char* name) {
-      const auto it = data.find(name);
-      return it == data.end() ? torch::Tensor() : it->second.toTensor();
-    };
     ChunkedSpec spec;
-    spec.key_lengths = tensor("key_lengths");
-    spec.key_padding_mask = tensor("key_padding_mask");
-    spec.attn_mask = tensor("attn_mask");
-    spec.causal = data.at("causal").toBool();
-    spec.causal_offset = data.at("causal_offset").toInt();
-    spec.max_key_length = data.at("max_key_length").toInt();
-    spec.scale = data.at("scale").toDouble();
-    spec.chunk = data.at("chunk").toInt();
+    spec.masks = TileMasks::load(ctx, "");
+    spec.scale = ctx->saved_data.at("scale").toDouble();
+    spec.chunk = ctx->saved_data.at("chunk").toInt();
     return spec;
   }
 };
@@ -273,24 +205,9 @@ class ChunkedAttention final : public AttentionBackend {
     const auto& mask = p.mask;
     const auto device = p.query.device();
     ChunkedSpec spec;
+    spec.masks = TileMasks::of(mask, p.query_len(), p.key_len(), device);
     spec.scale = p.scale;
     spec.chunk = p.options.chunk_size();
-    if (mask.key_lengths().defined()) {
-      spec.key_lengths = mask.key_lengths().to(device, torch::kLong);
-      // Reading the lengths off a GPU would synchronise; the skip is an optimisation only.
-      if (mask.key_lengths().device().is_cpu() && mask.key_lengths().numel() > 0) {
-        spec.max_key_length = mask.key_lengths().max().item<int64_t>();
-      }
-    }
-    if (mask.key_padding_mask().defined())
-      spec.key_padding_mask = mask.key_padding_mask().to(device);
-    if (mask.attn_mask().defined()) spec.attn_mask = as_4d(mask.attn_mask().to(device));
-    if (mask.causal()) {
-      spec.causal = true;
-      spec.causal_offset = mask.causal_alignment() == CausalAlignment::kBottomRight
-                               ? p.key_len() - p.query_len()
-                               : 0;
-    }
     std::optional<torch::Tensor> bias;
     if (mask.bias().defined()) bias = mask.bias().to(device);
     AttentionResult result;

@@ -271,22 +271,6 @@ torch::Tensor relative_position_encoding(int64_t num_queries, int64_t num_keys,
   return encoding.to(options.dtype_opt().value_or(torch::get_default_dtype()));
 }
 
-torch::Tensor rel_shift(const torch::Tensor& scores) {
-  TORCH_CHECK_VALUE(scores.dim() == 4 && scores.size(3) >= 2 * scores.size(2) - 1,
-                    "rel_shift: scores must be [B, H, Lq, Lq + Lk - 1] with Lk >= Lq, got ",
-                    shape_string(scores.sizes()));
-  const int64_t b = scores.size(0), h = scores.size(1), lq = scores.size(2), p = scores.size(3);
-  const int64_t lk = p - lq + 1;
-  // A zero column in front makes each row P + 1 long; in[i, c] then sits at flat position
-  // i·(P + 1) + c + 1, so out[i, j] = in[i, Lq − 1 − i + j] sits at Lq + i·P + j: skip Lq
-  // elements, read rows of P, keep the first Lk columns.
-  const auto padded = torch::constant_pad_nd(scores, {1, 0}, 0.0);  // [B, H, Lq, P + 1]
-  return padded.reshape({b, h, lq * (p + 1)})
-      .narrow(2, lq, lq * p)
-      .reshape({b, h, lq, p})
-      .narrow(3, 0, lk);
-}
-
 ConformerAttentionImpl::ConformerAttentionImpl(ConformerAttentionOptions options_)
     : options(std::move(options_)) {
   reset();
@@ -371,6 +355,10 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::attend(
     v = new_cache.narrow(-1, e, e);
   }
 
+  // [B, H, T, E] from whichever path -> (output [B, T, D], cache)
+  const auto finish = [&](torch::Tensor heads_out) {
+    return merge_heads(std::move(heads_out), x, mask, new_cache);
+  };
   AttentionProblem problem;
   problem.query = q;
   problem.key = k;
@@ -388,25 +376,44 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::attend(
                       "ConformerAttention: pos_emb must be [1 or B, ", positions, " (",
                       to_string(o.position()), " for T = ", frames,
                       "), embed_dim = ", o.embed_dim(), "], got ", shape_string(pos.sizes()));
-    const auto p = linear_pos(pos).view({pos.size(0), positions, heads, e}).transpose(1, 2);
-    const auto u = pos_bias_u.view({1, heads, 1, e});
-    const auto bv = pos_bias_v.view({1, heads, 1, e});
-    // Term (c), u·k_j: one row per head, broadcast over the queries: [B, H, 1, Lk].
-    const auto content_bias = torch::matmul(u, k.transpose(-2, -1));
-    // Terms (b)+(d), (q_i + v)·p: [B, H, Lq, P], then aligned to the keys.
-    auto position_scores = torch::matmul(q + bv, p.transpose(-2, -1));
-    if (o.position() == ConformerPosition::kRelPos) position_scores = rel_shift(position_scores);
-    auto bias = problem.scale * (content_bias + position_scores);  // [B, H, Lq, Lk]
-    if (mask.bias().defined()) bias = bias + mask.bias();
-    problem.mask.bias(bias);
+    RelativeAttentionProblem relative;
+    relative.query = q;
+    relative.key = k;
+    relative.value = v;
+    relative.positions = linear_pos(pos).view({pos.size(0), positions, heads, e}).transpose(1, 2);
+    relative.content_bias = pos_bias_u;
+    relative.position_bias = pos_bias_v;
+    relative.layout = o.position() == ConformerPosition::kRelPos ? RelativeLayout::kShifted
+                                                                 : RelativeLayout::kKeyPositions;
+    relative.mask = mask;
+    relative.scale = problem.scale;
+    relative.dropout_p = is_training() ? o.dropout() : 0.0;
+    const bool strips = o.backend() == "auto" && x.device().is_cpu();
+    // A recorder sees the probabilities, which need the whole bias, whichever path computes.
+    if (!strips || AttentionRecorder::active() != nullptr) {
+      problem.mask.bias(relative_position_bias(relative));
+    }
+    if (strips) {
+      if (auto* recorder = AttentionRecorder::active()) {
+        recorder->record(problem, mha->options.backend(), /*self_attention=*/true);
+      }
+      return finish(relative_position_attention(relative));
+    }
   }
   problem.dropout_p = is_training() ? o.dropout() : 0.0;
   problem.options = o.backend_options();
   if (auto* recorder = AttentionRecorder::active()) {
     recorder->record(problem, mha->options.backend(), /*self_attention=*/true);
   }
-  const auto attended = scaled_dot_product_attention(std::move(problem), mha->options.backend());
-  auto heads_out = attended.output;  // [B, H, T, E]
+  return finish(scaled_dot_product_attention(std::move(problem), mha->options.backend()).output);
+}
+
+std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::merge_heads(
+    torch::Tensor heads_out, const torch::Tensor& x, const AttentionMask& mask,
+    torch::Tensor new_cache) {
+  const auto& o = options;
+  const int64_t batch = x.size(0), frames = x.size(1);
+  const int64_t heads = o.num_heads(), e = mha->head_dim();
   if (o.head_gating()) {
     // As MultiheadAttention: H·gate per head, so uniform gates change nothing.
     const auto gates = mha->head_gates(x, {}, mask);

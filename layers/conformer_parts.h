@@ -9,6 +9,7 @@
 #pragma once
 
 #include <attnzoo/layers/attention.h>
+#include <attnzoo/layers/attention_relative.h>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/conv.h>
@@ -180,13 +181,6 @@ torch::Tensor relative_position_encoding(int64_t num_queries, int64_t num_keys,
                                          ConformerPosition mode,
                                          const torch::TensorOptions& options = {});
 
-// Transformer-XL's shift (Dai et al. 2019, appendix B): scores over relative positions
-// [B, H, L, 2L − 1] (column c = relative position L − 1 − c) -> scores over keys [B, H, L, L]
-// with out[.., i, j] = in[.., i, L − 1 − i + j], i.e. the score of relative position i − j.
-// With a cache, Lq queries over Lk >= Lq keys (query i at key position Lk − Lq + i):
-// [B, H, Lq, Lq + Lk − 1] -> [B, H, Lq, Lk], out[.., i, j] = in[.., i, Lq − 1 − i + j].
-torch::Tensor rel_shift(const torch::Tensor& scores);
-
 struct ConformerAttentionOptions {
   ConformerAttentionOptions(int64_t embed_dim, int64_t num_heads)
       : embed_dim_(embed_dim), num_heads_(num_heads) {}
@@ -206,8 +200,11 @@ struct ConformerAttentionOptions {
 // Multi-head self-attention with an optional relative positional term (Dai et al. 2019, eq. in
 // section 3.3, terms (a)+(c) and (b)+(d)):
 //   score(i, j) = scale · [(q_i + u)·k_j + (q_i + v)·W_pos·R_{i−j}]
-// q, k and v come from the shared layer's fused `qkv` projection; everything but scale·q_i·k_j
-// reaches the attention as its additive bias (AttentionMask::bias), so every backend serves it.
+// q, k and v come from the shared layer's fused `qkv` projection. With backend "auto" on the CPU
+// the relative term is computed inside the attention, a strip of queries at a time
+// (relative_position_attention: no [T, T] matrix, forward and backward); otherwise, and while an
+// AttentionRecorder records, everything but scale·q_i·k_j reaches the named backend as its
+// additive bias (relative_position_bias), so every backend serves it.
 class ConformerAttentionImpl : public torch::nn::Cloneable<ConformerAttentionImpl> {
  public:
   explicit ConformerAttentionImpl(ConformerAttentionOptions options);
@@ -237,6 +234,11 @@ class ConformerAttentionImpl : public torch::nn::Cloneable<ConformerAttentionImp
                                                   const torch::Tensor& cache,
                                                   int64_t first_position, const AttentionMask& mask,
                                                   const torch::Tensor& pos_emb, bool want_cache);
+  // The heads' outputs [B, H, T, E] gated (head_gating), merged and projected.
+  std::tuple<torch::Tensor, torch::Tensor> merge_heads(torch::Tensor heads_out,
+                                                       const torch::Tensor& x,
+                                                       const AttentionMask& mask,
+                                                       torch::Tensor new_cache);
 };
 TORCH_MODULE(ConformerAttention);
 

@@ -326,7 +326,8 @@ TEST(Conformer, RelativePositionsGiveTheSameOutputOnEveryBackend) {
     perturb(*base);
     base->eval();
     const auto weights = state_dict(*base);
-    for (const char* backend : {"math", "sdpa", "chunked"}) {
+    // "auto" on the CPU: the relative term inside the attention, in strips (no whole bias).
+    for (const char* backend : {"math", "sdpa", "chunked", "auto"}) {
       Conformer model(ConformerOptions(24, 4, 32, 2, 5)
                           .position(position)
                           .attention_backend(backend)

@@ -1,0 +1,286 @@
+// relative_position_attention (the Conformer's relative term computed a strip of queries at a
+// time) against the materialised form (relative_position_bias given to the math backend) and an
+// index-by-index float64 transcription of Transformer-XL's score: every mask kind, caches
+// (fewer queries than keys), both layouts, shared and per-entry positions, strip sizes down to
+// one row; gradients of every input; dropout's forward/backward agreement; fully masked rows;
+// peak memory; refusals.
+#include "layers/attention_test_util.h"
+#include "tools/bench/memory_tracking.h"
+
+#include <attnzoo/layers/attention_relative.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace attnzoo {
+namespace {
+
+using testing::all_mask_cases;
+using testing::error_of;
+using testing::max_abs_diff;
+
+RelativeAttentionProblem random_problem(int64_t b, int64_t h, int64_t l, int64_t s, int64_t e,
+                                        RelativeLayout layout, bool shared_positions,
+                                        torch::Dtype dtype = torch::kDouble) {
+  const auto o = torch::TensorOptions().dtype(dtype);
+  RelativeAttentionProblem p;
+  p.query = torch::randn({b, h, l, e}, o);
+  p.key = torch::randn({b, h, s, e}, o);
+  p.value = torch::randn({b, h, s, e + 1}, o);
+  const int64_t rows = layout == RelativeLayout::kShifted ? l + s - 1 : s;
+  p.positions = torch::randn({shared_positions ? 1 : b, h, rows, e}, o);
+  p.content_bias = torch::randn({h, e}, o);
+  p.position_bias = torch::randn({h, e}, o);
+  p.layout = layout;
+  p.scale = 1.0 / std::sqrt(static_cast<double>(e));
+  return p;
+}
+
+// The materialised path: the whole [B, H, L, S] bias, then the math backend.
+torch::Tensor materialised(const RelativeAttentionProblem& p) {
+  AttentionProblem problem;
+  problem.query = p.query;
+  problem.key = p.key;
+  problem.value = p.value;
+  problem.scale = p.scale;
+  problem.mask = p.mask;
+  problem.mask.bias(relative_position_bias(p));
+  return scaled_dot_product_attention(problem, "math").output;
+}
+
+const char* name_of(RelativeLayout layout) {
+  return layout == RelativeLayout::kShifted ? "shifted" : "key_positions";
+}
+
+TEST(RelativeAttention, IndexByIndexTransformerXlWithACache) {
+  // Query i sits at key position S − L + i; its relative position to key j is S − L + i − j,
+  // which row r = L − 1 − i + j encodes (row r is relative position S − 1 − r).
+  torch::manual_seed(1);
+  const int64_t l = 3, s = 7, e = 4;
+  for (const auto layout : {RelativeLayout::kShifted, RelativeLayout::kKeyPositions}) {
+    SCOPED_TRACE(name_of(layout));
+    auto p = random_problem(1, 1, l, s, e, layout, true);
+    p.strip_rows = 2;
+    const auto q = p.query[0][0], k = p.key[0][0], v = p.value[0][0], pos = p.positions[0][0];
+    const auto u = p.content_bias[0], vb = p.position_bias[0];
+    auto expected = torch::empty({l, e + 1}, torch::kDouble);
+    for (int64_t i = 0; i < l; ++i) {
+      auto scores = torch::empty({s}, torch::kDouble);
+      for (int64_t j = 0; j < s; ++j) {
+        const int64_t r = layout == RelativeLayout::kShifted ? l - 1 - i + j : j;
+        scores[j] = p.scale * ((q[i] + u).dot(k[j]) + (q[i] + vb).dot(pos[r]));
+      }
+      expected[i] = torch::matmul(torch::softmax(scores, 0), v);
+    }
+    EXPECT_LE(max_abs_diff(relative_position_attention(p)[0][0], expected), 1e-12);
+    EXPECT_LE(max_abs_diff(materialised(p)[0][0], expected), 1e-12);
+  }
+}
+
+TEST(RelativeAttention, EveryMaskCaseMatchesTheMaterialisedPath) {
+  torch::manual_seed(2);
+  const int64_t b = 3, h = 2, e = 5;
+  for (const auto layout : {RelativeLayout::kShifted, RelativeLayout::kKeyPositions}) {
+    for (const auto& [l, s] : {std::pair<int64_t, int64_t>{9, 9}, {4, 11}}) {
+      for (const bool shared : {true, false}) {
+        for (const auto& [name, mask] : all_mask_cases(b, h, l, s, torch::kDouble)) {
+          for (const int64_t rows : {1, 4, 0}) {
+            SCOPED_TRACE(std::string(name_of(layout)) + " L=" + std::to_string(l) +
+                         " S=" + std::to_string(s) + (shared ? " shared" : " per-entry") + " " +
+                         name + " rows=" + std::to_string(rows));
+            auto p = random_problem(b, h, l, s, e, layout, shared);
+            p.mask = mask;
+            p.strip_rows = rows;
+            const auto ours = relative_position_attention(p);
+            const auto expected = materialised(p);
+            ASSERT_FALSE(torch::isnan(ours).any().item<bool>());
+            EXPECT_LE(max_abs_diff(ours, expected), 1e-12);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(RelativeAttention, GradientsOfEveryInputMatchAutogradThroughTheMaterialisedPath) {
+  torch::manual_seed(3);
+  const int64_t b = 2, h = 2, e = 4;
+  for (const auto layout : {RelativeLayout::kShifted, RelativeLayout::kKeyPositions}) {
+    for (const auto& [l, s] : {std::pair<int64_t, int64_t>{7, 7}, {3, 8}}) {
+      for (const bool shared : {true, false}) {
+        for (const auto& [name, mask] : all_mask_cases(b, h, l, s, torch::kDouble)) {
+          SCOPED_TRACE(std::string(name_of(layout)) + " L=" + std::to_string(l) +
+                       " S=" + std::to_string(s) + (shared ? " shared " : " per-entry ") + name);
+          auto base = random_problem(b, h, l, s, e, layout, shared);
+          base.mask = mask;
+          base.strip_rows = 3;
+          const auto d_out = torch::randn({b, h, l, e + 1}, torch::kDouble);
+          std::vector<torch::Tensor> grads[2];
+          for (int path = 0; path < 2; ++path) {
+            auto p = base;
+            std::vector<torch::Tensor> inputs;
+            for (auto* t :
+                 {&p.query, &p.key, &p.value, &p.positions, &p.content_bias, &p.position_bias}) {
+              *t = t->detach().requires_grad_();
+              inputs.push_back(*t);
+            }
+            if (mask.bias().defined()) {
+              p.mask.bias(mask.bias().detach().requires_grad_());
+              inputs.push_back(p.mask.bias());
+            }
+            const auto out = path == 0 ? relative_position_attention(p) : materialised(p);
+            grads[path] = torch::autograd::grad({out}, inputs, {d_out});
+          }
+          const char* names[] = {"query", "key", "value", "positions", "u", "v", "bias"};
+          for (size_t i = 0; i < grads[0].size(); ++i) {
+            EXPECT_LE(max_abs_diff(grads[0][i], grads[1][i]), 1e-10) << names[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(RelativeAttention, DropoutRedrawsTheSameMasksInTheBackward) {
+  // With the default generator reseeded before each call, the output is a fixed function of the
+  // inputs; its analytic gradient must match central differences of that function.
+  torch::manual_seed(4);
+  auto p = random_problem(1, 2, 5, 6, 3, RelativeLayout::kShifted, true);
+  p.dropout_p = 0.3;
+  p.strip_rows = 2;
+  const auto d_out = torch::randn({1, 2, 5, 4}, torch::kDouble);
+  auto loss = [&](const RelativeAttentionProblem& problem) {
+    torch::manual_seed(77);
+    return (relative_position_attention(problem) * d_out).sum();
+  };
+  auto without = p;
+  without.dropout_p = 0.0;
+  EXPECT_GT(max_abs_diff(loss(p), loss(without)), 1e-3) << "dropout dropped nothing";
+  EXPECT_EQ(loss(p).item<double>(), loss(p).item<double>());
+
+  auto with_grad = p;
+  with_grad.query = p.query.detach().requires_grad_();
+  with_grad.positions = p.positions.detach().requires_grad_();
+  const auto grads =
+      torch::autograd::grad({loss(with_grad)}, {with_grad.query, with_grad.positions});
+  const double step = 1e-6;
+  for (const auto& [which, index] : std::vector<std::pair<int, std::vector<int64_t>>>{
+           {0, {0, 1, 2, 1}}, {0, {0, 0, 4, 0}}, {1, {0, 1, 3, 2}}, {1, {0, 0, 7, 1}}}) {
+    auto plus = p, minus = p;
+    auto& tp = which == 0 ? plus.query : plus.positions;
+    auto& tm = which == 0 ? minus.query : minus.positions;
+    tp = tp.clone();
+    tm = tm.clone();
+    const auto at = [&](torch::Tensor& t) { return t[index[0]][index[1]][index[2]][index[3]]; };
+    at(tp).add_(step);
+    at(tm).sub_(step);
+    const double numeric = (loss(plus) - loss(minus)).item<double>() / (2 * step);
+    const auto analytic = grads[which][index[0]][index[1]][index[2]][index[3]].item<double>();
+    EXPECT_NEAR(analytic, numeric, 1e-6) << (which == 0 ? "query" : "positions");
+  }
+}
+
+TEST(RelativeAttention, InferenceAndTrainingPathsAgreeAndFloat32IsClose) {
+  torch::manual_seed(5);
+  auto p = random_problem(2, 4, 40, 40, 16, RelativeLayout::kShifted, true, torch::kFloat);
+  p.mask = AttentionMask().key_lengths(torch::tensor({40, 23}));
+  const auto inference = relative_position_attention(p);
+  auto q = p;
+  q.query = p.query.detach().requires_grad_();
+  const auto training = relative_position_attention(q);
+  EXPECT_LE(max_abs_diff(inference, training), 1e-6);
+  auto d = p;
+  for (auto* t : {&d.query, &d.key, &d.value, &d.positions, &d.content_bias, &d.position_bias}) {
+    *t = t->to(torch::kDouble);
+  }
+  EXPECT_LE(max_abs_diff(inference.to(torch::kDouble), materialised(d)), 1e-5);
+}
+
+TEST(RelativeAttention, FullyMaskedRowsAreZeroAndNanInputsStayVisible) {
+  torch::manual_seed(6);
+  auto p = random_problem(2, 1, 4, 4, 3, RelativeLayout::kShifted, true);
+  p.mask = AttentionMask().key_lengths(torch::tensor({4, 0}));
+  const auto out = relative_position_attention(p);
+  EXPECT_EQ(out[1].abs().max().item<double>(), 0.0);
+  EXPECT_GT(out[0].abs().max().item<double>(), 0.0);
+  // A NaN in the input is not a masked row: it must not turn into zeros.
+  p.query[0][0][2][1] = NAN;
+  EXPECT_TRUE(torch::isnan(relative_position_attention(p)[0][0][2]).all().item<bool>());
+}
+
+int64_t peak_bytes(const RelativeAttentionProblem& base, bool backward) {
+  auto p = base;
+  p.query = p.query.detach().requires_grad_(backward);
+  p.positions = p.positions.detach().requires_grad_(backward);
+  install_cpu_memory_tracking();
+  PeakMemoryScope scope(torch::kCPU);
+  {
+    const auto out = relative_position_attention(p);
+    if (backward) out.sum().backward();
+  }
+  return scope.peak_above_start();
+}
+
+TEST(RelativeAttention, PeakMemoryIsLinearInTheLength) {
+  // Doubling T doubles the peak (strips of a fixed budget), where the materialised path's
+  // [T, 2T − 1] position scores alone would quadruple it. At T = 4096, 2 heads, the float32
+  // position scores alone are 256 MiB.
+  torch::manual_seed(7);
+  std::vector<int64_t> peaks;
+  for (const int64_t t : {2048, 4096}) {
+    auto p = random_problem(1, 2, t, t, 16, RelativeLayout::kShifted, true, torch::kFloat);
+    p.mask = AttentionMask().key_lengths(torch::tensor({t - 10}));
+    for (const bool backward : {false, true}) {
+      const auto peak = peak_bytes(p, backward);
+      RecordProperty("peak_bytes_T" + std::to_string(t) + (backward ? "_backward" : "_forward"),
+                     std::to_string(peak));
+      const int64_t position_scores = 2 * t * (2 * t - 1) * 4;
+      if (t == 4096) {
+        EXPECT_LE(peak, position_scores / 16) << "T = " << t;
+      }
+      if (backward) peaks.push_back(peak);
+    }
+  }
+  EXPECT_LE(static_cast<double>(peaks[1]) / static_cast<double>(peaks[0]), 2.6)
+      << peaks[0] << " then " << peaks[1];
+}
+
+TEST(RelativeAttention, RefusalsNameTheArgument) {
+  auto p = random_problem(1, 2, 4, 4, 3, RelativeLayout::kShifted, true);
+  auto bad = p;
+  bad.positions = torch::randn({1, 2, 4, 3}, torch::kDouble);
+  EXPECT_NE(error_of([&] { relative_position_attention(bad); }).find("positions must be"),
+            std::string::npos);
+  bad = p;
+  bad.key = torch::randn({1, 2, 3, 3}, torch::kDouble);
+  bad.value = torch::randn({1, 2, 3, 4}, torch::kDouble);
+  bad.positions = torch::randn({1, 2, 6, 3}, torch::kDouble);
+  EXPECT_NE(error_of([&] { relative_position_attention(bad); }).find("at least as many keys"),
+            std::string::npos);
+  bad = p;
+  bad.content_bias = torch::randn({3, 3}, torch::kDouble);
+  EXPECT_NE(error_of([&] { relative_position_attention(bad); }).find("content_bias must be"),
+            std::string::npos);
+  bad = p;
+  bad.dropout_p = 1.0;
+  EXPECT_NE(error_of([&] { relative_position_attention(bad); }).find("dropout_p"),
+            std::string::npos);
+  bad = p;
+  bad.mask = AttentionMask().key_lengths(torch::tensor({1, 2}));
+  EXPECT_FALSE(error_of([&] { relative_position_attention(bad); }).empty());
+  auto q = p;
+  q.query = p.query.detach().requires_grad_();
+  const auto out = relative_position_attention(q);
+  const auto message = error_of([&] {
+    torch::autograd::grad({out.pow(2).sum()}, {q.query}, {}, /*retain_graph=*/true,
+                          /*create_graph=*/true);
+  });
+  EXPECT_NE(message.find("double backward"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace attnzoo
