@@ -129,6 +129,38 @@ int64_t ConformerSubsamplingImpl::factor() const {
   return f;
 }
 
+namespace {
+
+// The first convolution (one input channel) as one matrix product over its k × k patches:
+// [B, 1, T, F] -> [B, C, T', F'] laid out channels-last, which the next convolution reads without
+// a reorder. LibTorch's direct convolution with a single input channel spends most of its time
+// on memory traffic (a profile of conformer_s at 60 s: 95 ms of ~220 ms of subsampling; this form
+// takes about 40 ms).
+torch::Tensor single_channel_conv(torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
+  const auto& o = conv.options;
+  const auto kernel = *o.kernel_size(), stride = *o.stride();
+  const auto* padding = std::get_if<torch::ExpandingArray<2>>(&o.padding());
+  if (o.groups() != 1 || o.in_channels() != 1 || padding == nullptr || (*o.dilation())[0] != 1 ||
+      (*o.dilation())[1] != 1 || !conv.bias.defined() ||
+      !std::holds_alternative<torch::enumtype::kZeros>(o.padding_mode())) {
+    return conv.forward(x);
+  }
+  auto input = x.select(1, 0);  // [B, T, F]
+  if ((**padding)[0] > 0 || (**padding)[1] > 0) {
+    input = torch::constant_pad_nd(
+        input, {(**padding)[1], (**padding)[1], (**padding)[0], (**padding)[0]});
+  }
+  // [B, T', F', kT, kF]
+  const auto patches = input.unfold(1, kernel[0], stride[0]).unfold(2, kernel[1], stride[1]);
+  const int64_t batch = patches.size(0), frames = patches.size(1), bins = patches.size(2);
+  const int64_t channels = o.out_channels();
+  const auto y = torch::addmm(conv.bias, patches.reshape({-1, kernel[0] * kernel[1]}),
+                              conv.weight.view({channels, -1}).t());  // [B·T'·F', C]
+  return y.view({batch, frames, bins, channels}).permute({0, 3, 1, 2});
+}
+
+}  // namespace
+
 std::tuple<torch::Tensor, torch::Tensor> ConformerSubsamplingImpl::forward(
     const torch::Tensor& x, const torch::Tensor& lengths) {
   const auto& o = options;
@@ -144,6 +176,7 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerSubsamplingImpl::forward(
                                   : torch::full({batch}, x.size(1), torch::kLong);
   // Zeroes frames t >= length (frames on dimension 2 of [B, C, T, F]).
   const auto zero_padding = [&](const torch::Tensor& y, const torch::Tensor& valid_lengths) {
+    if (valid_lengths.min().item<int64_t>() >= y.size(2)) return y;  // no padding frames
     const auto t = torch::arange(y.size(2), torch::TensorOptions().device(y.device()));
     const auto valid = t.unsqueeze(0) < valid_lengths.to(y.device()).unsqueeze(1);  // [B, T]
     return y * valid.view({batch, 1, -1, 1}).to(y.scalar_type());
@@ -152,7 +185,7 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerSubsamplingImpl::forward(
   size_t step = 0;
   for (const auto& module : *conv) {
     if (auto* c = module->as<torch::nn::Conv2dImpl>()) {
-      y = c->forward(y);
+      y = step == 0 ? single_channel_conv(*c, y) : c->forward(y);
       const auto& s = steps[step++];
       const auto span = length + (2 * s.padding - s.kernel);
       length = torch::where(span >= 0, span.div(s.stride, "floor") + 1, torch::zeros_like(span));
