@@ -12,6 +12,11 @@ The first form writes into OUT_DIR:
                 speech_44k_stereo.wav   the same at 44.1 kHz
                 noise_16k.wav           white noise, 2 s, seeded
                 silence_16k.wav         1 s of zeros
+                loud_16k.wav, quiet_16k.wav, clipped_16k.wav, noisy_16k.wav
+                                        the speech at full scale, at -50 dBFS, driven 4x into
+                                        clipping, and under white noise at about 6 dB SNR
+                tones_16k.wav           100 Hz, 1 kHz and 5 kHz sines, each 40 dB below the last
+                other_voice_16k.wav     another voice and rate (en-gb+m3, 150 words/minute)
   fbank.safetensors    for each option set of SETS and each 16 kHz signal: kaldi-native-fbank's
                        features ("<set>/<signal>/knf"), torchaudio.compliance.kaldi.fbank's
                        ("/torchaudio"), both in float32 as they run, and torchaudio's in float64
@@ -209,11 +214,11 @@ def read_wav(path):
         return pcm.reshape(-1, w.getnchannels()).astype(np.float32) / 32768.0, w.getframerate()
 
 
-def espeak(text, path):
+def espeak(text, path, *voice):
     if shutil.which("espeak-ng") is None:
         sys.exit("espeak-ng not found: the speech of the audio tests is synthesised with Debian's "
                  "espeak-ng package (tools/setup.sh installs it)")
-    subprocess.run(["espeak-ng", "-w", str(path), text], check=True)
+    subprocess.run(["espeak-ng", *voice, "-w", str(path), text], check=True)
     x, rate = read_wav(path)
     return x[:, 0], rate
 
@@ -223,7 +228,8 @@ def make_all(out):
     audio.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         speech, speech_rate = espeak(TEXT, Path(tmp) / "espeak.wav")
-    if speech_rate != 22050:
+        other, other_rate = espeak(TEXT, Path(tmp) / "other.wav", "-v", "en-gb+m3", "-s", "150")
+    if speech_rate != 22050 or other_rate != 22050:
         sys.exit(f"espeak-ng wrote {speech_rate} Hz audio; this script expects 22050 Hz")
     speech = speech / max(1e-9, np.abs(speech).max()) * 0.8  # a loud, realistic level
     t = torch.from_numpy(speech.astype(np.float32))
@@ -240,6 +246,22 @@ def make_all(out):
                                np.random.default_rng(6).normal(0.0, 0.1, 2 * RATE), RATE)[:, 0],
         "silence_16k": write_wav(audio / "silence_16k.wav", np.zeros(RATE), RATE)[:, 0],
     }
+    # Levels and kinds of signal the fbank's precision claim must hold on (2 s of each).
+    rng = np.random.default_rng(7)
+    two = speech16[: 2 * RATE]
+    t = np.arange(2 * RATE) / RATE
+    varied = {
+        "loud_16k": two / max(1e-9, np.abs(two).max()) * (32767.0 / 32768.0),
+        "quiet_16k": two / max(1e-9, np.abs(two).max()) * 10 ** (-50 / 20),
+        "clipped_16k": np.clip(two * 4.0, -1.0, 32767.0 / 32768.0),
+        "noisy_16k": two + rng.normal(0.0, 0.5 * np.sqrt(np.mean(two**2)), two.shape),
+        "tones_16k": 0.5 * np.sin(2 * np.pi * 100 * t) + 5e-3 * np.sin(2 * np.pi * 1000 * t)
+        + 5e-5 * np.sin(2 * np.pi * 5000 * t),
+        "other_voice_16k": AF.resample(torch.from_numpy(other.astype(np.float32)), 22050,
+                                       RATE).numpy() * 0.8 / max(1e-9, np.abs(other).max()),
+    }
+    for name, x in varied.items():
+        signals[name] = write_wav(audio / f"{name}.wav", x, RATE)[:, 0]
     write_wav(audio / "speech_22k_stereo.wav", stereo(speech, 40), 22050)
     write_wav(audio / "speech_44k_stereo.wav", stereo(speech44, 80), 44100)
     save_file(fbank_references(signals), str(out / "fbank.safetensors"))
