@@ -21,8 +21,10 @@ using attention_detail::tile_of;
 using attention_detail::TileMasks;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-// A strip's scores, [B, H, rows, S], are kept near this size (bytes) when strip_rows is 0.
-constexpr int64_t kStripBytes = int64_t{4} << 20;
+// A strip's scores and position scores are kept near this size (bytes) when strip_rows is 0, so
+// that they stay in the caches: conformer_s's attention at T = 1500 runs fastest with strips of
+// 32 to 64 rows, and at T = 30000 with the fewest rows (alternating runs of `attnzoo bench model`).
+constexpr int64_t kStripBytes = int64_t{3} << 20;
 
 // What the strips need besides the tensors.
 struct Spec {
@@ -300,7 +302,7 @@ torch::Tensor relative_position_attention(const RelativeAttentionProblem& proble
   } else {
     // A strip's scores and position scores, float32, within kStripBytes.
     const int64_t per_row = b * h * (2 * s + 64) * 4;
-    spec.rows = std::clamp<int64_t>(kStripBytes / per_row, 8, 256);
+    spec.rows = std::clamp<int64_t>(kStripBytes / per_row, 16, 256);
   }
   if (spec.dropout_p > 0.0) {
     auto generator = at::detail::getDefaultCPUGenerator();

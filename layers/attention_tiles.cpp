@@ -10,9 +10,14 @@ TileMasks TileMasks::of(const AttentionMask& mask, int64_t query_len, int64_t ke
   TileMasks masks;
   if (mask.key_lengths().defined()) {
     masks.key_lengths = mask.key_lengths().to(device, torch::kLong);
-    // Reading the lengths off a GPU would synchronise; the skip is an optimisation only.
+    // Reading the lengths off a GPU would synchronise; the skips are optimisations only.
     if (mask.key_lengths().device().is_cpu() && mask.key_lengths().numel() > 0) {
       masks.max_key_length = mask.key_lengths().max().item<int64_t>();
+      // Lengths that cover every key exclude nothing: no tile needs them.
+      if (mask.key_lengths().min().item<int64_t>() >= key_len) {
+        masks.key_lengths = torch::Tensor();
+        masks.max_key_length = -1;
+      }
     }
   }
   if (mask.key_padding_mask().defined())
