@@ -72,7 +72,8 @@ ImageClassifier::ImageClassifier(const std::string& model, ImageClassifierOption
                     options.threads);
   s.device = api_detail::parse_device("ImageClassifier: device", options.device);
   s.dtype = api_detail::parse_dtype("ImageClassifier: dtype", options.dtype);
-  s.config = resolve_model_config(model, options.overrides);
+  s.config = resolve_model_config(
+      model, api_detail::with_quantize("ImageClassifier", options.overrides, options.quantize));
   const auto& family = model_family(s.config.family);
   TORCH_CHECK_VALUE(family.input_kind() == InputKind::kImages, "ImageClassifier: ", s.config.source,
                     " is a ", s.config.family, " model, which takes ",

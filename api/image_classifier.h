@@ -34,6 +34,9 @@ struct ImageClassifierOptions {
   std::vector<std::string> overrides;  // key.path=value, as the CLI's --set
   std::string device = "cpu";          // cpu | cuda | cuda:N
   std::string dtype = "fp32";          // fp32 | bf16 | fp16
+  // "none" | "int8" (layers/int8_inference.h; CPU, fp32 or bf16); empty: the config's
+  // inference.quantize.
+  std::string quantize;
   // LibTorch's intra-op threads; 0 leaves them as they are. This is process-wide
   // (torch::set_num_threads): the last classifier constructed with a value wins.
   int threads = 0;

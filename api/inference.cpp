@@ -26,9 +26,24 @@ torch::Device parse_device(const std::string& who, const std::string& name) {
   return device;
 }
 
+std::vector<std::string> with_quantize(const std::string& who, std::vector<std::string> overrides,
+                                       const std::string& quantize) {
+  if (quantize.empty()) return overrides;
+  TORCH_CHECK_VALUE(quantize == "none" || quantize == "int8", who,
+                    ": quantize must be none or int8 (or empty: the config's), got '", quantize,
+                    "'");
+  overrides.push_back("inference.quantize=" + quantize);
+  return overrides;
+}
+
 ZooModel inference_model(const ModelConfig& config, const std::string& weights,
                          const std::string& format, torch::Device device, torch::Dtype dtype,
                          std::string& description) {
+  TORCH_CHECK_VALUE(config.inference.quantize != "int8" ||
+                        (device.is_cpu() && (dtype == torch::kFloat || dtype == torch::kBFloat16)),
+                    config.source,
+                    ": inference.quantize int8 runs on the CPU in fp32 or bf16, got device ",
+                    device.str(), " and dtype ", dtype);
   torch::manual_seed(0);
   auto model = build_model(config);
   description = "random weights (seed 0)";

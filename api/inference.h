@@ -7,6 +7,7 @@
 #include <torch/types.h>
 
 #include <string>
+#include <vector>
 
 namespace attnzoo::api_detail {
 
@@ -16,6 +17,11 @@ torch::Dtype parse_dtype(const std::string& who, const std::string& name, bool a
 // "cpu" | "cuda" | "cuda:N", checked against the devices this process sees; c10::ValueError
 // beginning with `who` otherwise: "--device cuda: no CUDA device is available to this process".
 torch::Device parse_device(const std::string& who, const std::string& name);
+
+// `overrides` with inference.quantize set to `quantize` when that is not empty; c10::ValueError
+// beginning with `who` for a value other than none and int8.
+std::vector<std::string> with_quantize(const std::string& who, std::vector<std::string> overrides,
+                                       const std::string& quantize);
 
 // The config's model with fresh weights (seed 0) or `weights` loaded (layout `format`, else the
 // config's, else detected), in eval mode on `device` in `dtype`. `description` names the weights

@@ -96,7 +96,8 @@ SpeechEncoder::SpeechEncoder(const std::string& model, SpeechEncoderOptions opti
                     options.batch_size);
   s.device = api_detail::parse_device("SpeechEncoder: device", options.device);
   s.dtype = api_detail::parse_dtype("SpeechEncoder: dtype", options.dtype);
-  s.config = resolve_model_config(model, options.overrides);
+  s.config = resolve_model_config(
+      model, api_detail::with_quantize("SpeechEncoder", options.overrides, options.quantize));
   const auto& family = model_family(s.config.family);
   TORCH_CHECK_VALUE(family.input_kind() == InputKind::kAudioFeatures,
                     "SpeechEncoder: ", s.config.source, " is a ", s.config.family,

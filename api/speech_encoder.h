@@ -32,8 +32,11 @@ struct SpeechEncoderOptions {
   std::vector<std::string> overrides;  // key.path=value, as the CLI's --set
   std::string device = "cpu";          // cpu | cuda | cuda:N
   std::string dtype = "fp32";          // fp32 | bf16 | fp16
-  int threads = 0;                     // LibTorch intra-op threads, process-wide; 0: unchanged
-  AudioReadOptions read;               // channel choice, length limit
+  // "none" | "int8" (layers/int8_inference.h; CPU, fp32 or bf16); empty: the config's
+  // inference.quantize.
+  std::string quantize;
+  int threads = 0;        // LibTorch intra-op threads, process-wide; 0: unchanged
+  AudioReadOptions read;  // channel choice, length limit
   // > 0: encode chunk by chunk through the streaming caches (ConformerStream) in chunks of this
   // many encoder frames, with the config's streaming.num_left_chunks; the model must stream.
   // 0: the offline forward (with the config's streaming chunk mask, if any).

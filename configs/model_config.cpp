@@ -65,6 +65,11 @@ ModelConfig read_document(const Document& document, const std::vector<std::strin
                             " model (its classes or CTC units) are a file, one per line, "
                             "relative to this YAML");
   }
+  if (root.has("inference")) {
+    auto inference = root.map("inference", true);
+    config.inference.quantize = inference.choice("quantize", std::string("none"), {"none", "int8"});
+    inference.finish();
+  }
   root.finish();
   config.stated = document.read_keys();
   return config;

@@ -100,6 +100,13 @@ struct LabelsConfig {
   std::string file;  // kFile: the labels file, resolved against the YAML file's folder
 };
 
+// `inference:`: how the model runs when it serves predictions.
+struct InferenceConfig {
+  // `quantize`: "none", or "int8": the linear layers in int8 on the CPU (layers/int8_inference.h),
+  // the weights quantized per output channel at load, the activations per row at run time.
+  std::string quantize = "none";
+};
+
 struct ModelConfig {
   std::string name;
   // The model family (`family:`), a name of configs/model_family.h's registry.
@@ -112,6 +119,7 @@ struct ModelConfig {
   AudioFeaturesConfig features;
   StreamingConfig streaming;  // models that stream (the Conformer)
   LabelsConfig labels;
+  InferenceConfig inference;
   // Checkpoint layout (`checkpoint.format`: one of the family's layouts). Empty: detected from the
   // tensor names when weights are loaded.
   std::string checkpoint_format;

@@ -1,4 +1,5 @@
 #include <attnzoo/configs/registry.h>
+#include <attnzoo/layers/int8_inference.h>
 
 #include <attnzoo/configs/yaml_reader.h>
 #include <attnzoo/configs/zoo_path.h>
@@ -130,6 +131,7 @@ ZooModel build_model(const ModelConfig& config) {
   ZooModel model;
   model.config = config;
   model.module = model_family(config.family).build(config);
+  if (config.inference.quantize == "int8") set_int8_inference(*model.module);
   return model;
 }
 

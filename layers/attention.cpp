@@ -322,4 +322,9 @@ AttentionOutput MultiheadAttentionImpl::run(const torch::Tensor& query, const to
   return result;
 }
 
+int64_t MultiheadAttentionImpl::set_int8(bool on) {
+  for (auto* packed : {&qkv_packed, &q_packed, &kv_packed, &proj_packed}) packed->set_int8(on);
+  return (qkv ? 1 : 0) + (q ? 1 : 0) + (kv ? 1 : 0) + (proj ? 1 : 0);
+}
+
 }  // namespace attnzoo

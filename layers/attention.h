@@ -166,6 +166,9 @@ class MultiheadAttentionImpl : public torch::nn::Cloneable<MultiheadAttentionImp
   // The inference fast path of the projections (layers/packed_linear.h), for layers built on
   // this one (ConformerAttention) too: qkv_packed(qkv, x) == qkv(x).
   PackedLinear qkv_packed, q_packed, kv_packed, proj_packed;
+  // The projections in int8 at inference (PackedLinear::set_int8); returns how many this layer
+  // has (qkv and proj, or q, kv and proj).
+  int64_t set_int8(bool on);
 
  private:
   AttentionOutput run(const torch::Tensor& query, const torch::Tensor& memory,

@@ -48,6 +48,12 @@ torch::Tensor ConformerFeedForwardImpl::forward(const torch::Tensor& x) {
   return dropout(linear2_packed_(linear2, dropout(h)));
 }
 
+int64_t ConformerFeedForwardImpl::set_int8(bool on) {
+  linear1_packed_.set_int8(on);
+  linear2_packed_.set_int8(on);
+  return 2;
+}
+
 // ---------------------------------------------------------------------------------------------
 
 ConvNormImpl::ConvNormImpl(ConvNormOptions options_) : options(std::move(options_)) { reset(); }

@@ -45,6 +45,8 @@ class ConformerFeedForwardImpl : public torch::nn::Cloneable<ConformerFeedForwar
   void reset() override;
   // x: [..., D] -> [..., D]
   torch::Tensor forward(const torch::Tensor& x);
+  // linear1 and linear2 in int8 at inference (PackedLinear::set_int8); returns 2.
+  int64_t set_int8(bool on);
 
   ConformerFeedForwardOptions options;
   torch::nn::LayerNorm norm{nullptr};

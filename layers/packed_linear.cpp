@@ -36,6 +36,12 @@ const OneDnnOps& onednn_ops() {
   return ops;
 }
 
+// Whether autograd records a call with x and weight.
+bool recording(const torch::Tensor& x, const torch::Tensor& weight) {
+  return torch::GradMode::is_enabled() && !c10::InferenceMode::is_enabled() &&
+         (x.requires_grad() || weight.requires_grad());
+}
+
 }  // namespace
 
 void PackedLinear::set_enabled(bool enabled) { g_enabled = enabled; }
@@ -44,34 +50,63 @@ bool PackedLinear::applies(const torch::Tensor& x, const torch::Tensor& weight) 
   if (!g_enabled || !at::hasMKLDNN() || !at::globalContext().userEnabledMkldnn()) return false;
   const auto& ops = onednn_ops();
   if (!ops.linear || !ops.reorder) return false;
-  const bool recording = torch::GradMode::is_enabled() && !c10::InferenceMode::is_enabled() &&
-                         (x.requires_grad() || weight.requires_grad());
   const auto dtype = x.scalar_type();
-  return !recording && x.device().is_cpu() && weight.device().is_cpu() && x.dim() >= 2 &&
+  return !recording(x, weight) && x.device().is_cpu() && weight.device().is_cpu() && x.dim() >= 2 &&
          (dtype == torch::kFloat || dtype == torch::kBFloat16) && weight.scalar_type() == dtype &&
          x.numel() > 0;
 }
 
-torch::Tensor PackedLinear::packed(const torch::Tensor& weight) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+bool PackedLinear::cached(const torch::Tensor& weight) const {
   // Inference tensors (made under InferenceMode) have no version counter: only their storage
   // tells a new weight from the old one.
   const uint32_t version = weight.is_inference() ? 0 : weight._version();
-  if (!packed_.defined() || data_ != weight.data_ptr() || version_ != version ||
-      packed_.scalar_type() != weight.scalar_type()) {
+  return data_ == weight.data_ptr() && version_ == version && dtype_ == weight.scalar_type();
+}
+
+void PackedLinear::remember(const torch::Tensor& weight) const {
+  data_ = weight.data_ptr();
+  version_ = weight.is_inference() ? 0 : weight._version();
+  dtype_ = weight.scalar_type();
+}
+
+torch::Tensor PackedLinear::packed(const torch::Tensor& weight) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!packed_.defined() || !cached(weight)) {
     torch::NoGradGuard no_grad;
     std::vector<c10::IValue> stack{weight.detach().contiguous(), c10::IValue()};
     onednn_ops().reorder->callBoxed(&stack);
     packed_ = stack.at(0).toTensor();
-    data_ = weight.data_ptr();
-    version_ = version;
+    quantized_ = {};
+    remember(weight);
   }
   return packed_;
+}
+
+Int8Weight PackedLinear::quantized(const torch::Tensor& weight) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!quantized_.weight_t.defined() || !cached(weight)) {
+    quantized_ = quantize_weight_int8(weight);
+    packed_ = torch::Tensor();
+    remember(weight);
+  }
+  return quantized_;
 }
 
 torch::Tensor PackedLinear::operator()(const torch::nn::Linear& linear, const torch::Tensor& x,
                                        Activation activation) const {
   const auto& weight = linear->weight;
+  if (int8_ && !recording(x, weight)) {
+    TORCH_CHECK_VALUE(x.device().is_cpu() && weight.device().is_cpu(),
+                      "int8 inference (inference.quantize: int8) runs on the CPU; this layer's "
+                      "input is on ",
+                      x.device().str(), " and its weight on ", weight.device().str());
+    TORCH_CHECK_VALUE((x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kBFloat16) &&
+                          weight.scalar_type() == x.scalar_type(),
+                      "int8 inference (inference.quantize: int8) takes a float32 or bfloat16 "
+                      "model, got input ",
+                      x.scalar_type(), " and weight ", weight.scalar_type());
+    return apply_activation(int8_linear(x, quantized(weight), linear->bias), activation);
+  }
   if (!applies(x, weight))
     return apply_activation(torch::linear(x, weight, linear->bias), activation);
   c10::List<std::optional<at::Scalar>> scalars;

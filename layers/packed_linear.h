@@ -9,12 +9,16 @@
 // Everywhere else (training, CUDA, float64, half) it is torch::linear and the activation. The
 // results equal those up to the matrix product's summation order (~1e-6 relative).
 //
-// The reordered weight is cached per PackedLinear and rebuilt when the weight changes (another
-// storage, dtype or an in-place update: its version counter); the cache is guarded by a mutex,
-// so a module may run from several threads at once.
+// With set_int8(true), the same calls run int8_linear (layers/quantized_linear.h) instead:
+// dynamic quantization, the weight per output channel, the activations per row.
+//
+// The reordered (or quantized) weight is cached per PackedLinear and rebuilt when the weight
+// changes (another storage, dtype or an in-place update: its version counter); the cache is
+// guarded by a mutex, so a module may run from several threads at once.
 #pragma once
 
 #include <attnzoo/layers/activation.h>
+#include <attnzoo/layers/quantized_linear.h>
 
 #include <torch/nn/modules/linear.h>
 #include <torch/types.h>
@@ -28,8 +32,12 @@ class PackedLinear {
  public:
   PackedLinear() = default;
   // A copy (e.g. a cloned module) starts with an empty cache: its weight is another tensor.
-  PackedLinear(const PackedLinear&) {}
-  PackedLinear& operator=(const PackedLinear&) { return *this; }
+  // The int8 setting is copied.
+  PackedLinear(const PackedLinear& other) : int8_(other.int8_) {}
+  PackedLinear& operator=(const PackedLinear& other) {
+    int8_ = other.int8_;
+    return *this;
+  }
 
   torch::Tensor operator()(const torch::nn::Linear& linear, const torch::Tensor& x,
                            Activation activation = Activation::kNone) const;
@@ -40,13 +48,25 @@ class PackedLinear {
   // the environment has ATTNZOO_PACKED_LINEAR=0.
   static void set_enabled(bool enabled);
 
- private:
-  torch::Tensor packed(const torch::Tensor& weight) const;
+  // Inference calls (those autograd does not record) run in int8: float32 or bfloat16 CPU
+  // tensors, anything else an error naming the device or dtype; off by default.
+  void set_int8(bool on) { int8_ = on; }
+  bool int8() const { return int8_; }
 
+ private:
+  // Whether `weight` is the one the cache was built from.
+  bool cached(const torch::Tensor& weight) const;
+  void remember(const torch::Tensor& weight) const;
+  torch::Tensor packed(const torch::Tensor& weight) const;
+  Int8Weight quantized(const torch::Tensor& weight) const;
+
+  bool int8_ = false;
   mutable std::mutex mutex_;
   mutable torch::Tensor packed_;
+  mutable Int8Weight quantized_;
   mutable const void* data_ = nullptr;
   mutable uint32_t version_ = 0;
+  mutable torch::ScalarType dtype_ = torch::kFloat;
 };
 
 }  // namespace attnzoo

@@ -36,6 +36,12 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   return drop(fc2_packed_(fc2, drop(h)));
 }
 
+int64_t MlpImpl::set_int8(bool on) {
+  fc1_packed_.set_int8(on);
+  fc2_packed_.set_int8(on);
+  return 2;
+}
+
 void LayerScaleImpl::reset() {
   gamma = register_parameter("gamma", torch::full({dim_}, init_values_));
 }

@@ -37,6 +37,8 @@ class MlpImpl : public torch::nn::Cloneable<MlpImpl> {
   void reset() override;
   // x: [..., in] -> [..., out]
   torch::Tensor forward(const torch::Tensor& x);
+  // fc1 and fc2 in int8 at inference (PackedLinear::set_int8); returns 2.
+  int64_t set_int8(bool on);
 
   MlpOptions options;
   torch::nn::Linear fc1{nullptr};

@@ -152,6 +152,24 @@ TEST(ImageClassifier, Bfloat16StaysCloseToFloat32) {
   EXPECT_NEAR(top[0].probability, timm.tensors["a.png"].max().item<double>(), 0.05);
 }
 
+TEST(ImageClassifier, Int8StaysCloseToFloat32AndRefusesWhatItCannotRun) {
+  auto options = with_weights();
+  options.quantize = "int8";
+  const ImageClassifier int8(kYaml, options);
+  const auto timm = io::load_safetensors(kRef + "/probabilities.safetensors");
+  const auto top = int8.classify(kRef + "/a.png", 1);
+  EXPECT_NEAR(top[0].probability, timm.tensors["a.png"].max().item<double>(), 0.05);
+  const ImageClassifier fp32(kYaml, with_weights());
+  EXPECT_NE(top[0].probability, fp32.classify(kRef + "/a.png", 1)[0].probability);
+  options.quantize = "int4";
+  EXPECT_THAT(error_of([&] { ImageClassifier(kYaml, options); }),
+              HasSubstr("ImageClassifier: quantize must be none or int8"));
+  options.quantize = "int8";
+  options.dtype = "fp16";
+  EXPECT_THAT(error_of([&] { ImageClassifier(kYaml, options); }),
+              HasSubstr("inference.quantize int8 runs on the CPU in fp32 or bf16"));
+}
+
 TEST(ImageClassifier, LabelsOfTheZooAndItsErrors) {
   // labels: imagenet -> the shipped 1000 names.
   const auto names = load_labels({LabelsConfig::Source::kImageNet, ""}, 1000);

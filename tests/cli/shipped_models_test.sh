@@ -2,7 +2,9 @@
 # shipped_models_test.sh CASE ATTNZOO_BINARY PYTHON REPO_ROOT DATA_DIR: the zoo's shipped trained
 # models (configs/vit/vit_digits*, configs/conformer/conformer_kws*) as the README's main command
 # uses them, and their test accuracies against the training report (docs/training/results.json):
-# `attnzoo eval` must reproduce each within 0.5 points. DATA_DIR holds the test sets, made by
+# `attnzoo eval` must reproduce each within 0.5 points; with inference.quantize=int8, within 0.2
+# points (vit_digits) and 0.5 (conformer_kws) of the fp32 figure, and the logits of the shipped
+# samples within 0.05 of fp32's. DATA_DIR holds the test sets, made by
 # tools/data/ (a CTest fixture; tools/setup.sh makes the same ones).
 set -u
 case_name=$1
@@ -22,18 +24,40 @@ kws_w=$root/assets/weights/conformer_kws.safetensors
 digit=$root/assets/samples/digit_7.png
 word=$root/assets/samples/keyword_stop.wav
 
-# check_accuracy MODEL: top1 of $out/stdout (attnzoo eval --json) within 0.5 points of the report
+# check_accuracy MODEL [POINTS]: top1 of $out/stdout (attnzoo eval --json) within POINTS (0.5)
+# points of the report's fp32 figure
 check_accuracy() {
-  "$py" - "$out/stdout" "$root/docs/training/results.json" "$1" <<'PY' || exit 1
+  "$py" - "$out/stdout" "$root/docs/training/results.json" "$1" "${2:-0.5}" <<'PY' || exit 1
 import json
 import sys
 
 got = json.load(open(sys.argv[1]))
 report = json.load(open(sys.argv[2]))[sys.argv[3]]
+points = float(sys.argv[4])
 print(f"{sys.argv[3]}: eval top-1 {100 * got['top1']:.2f}%, report {100 * report['test_top1']:.2f}%"
       f" ({got['examples']} examples)")
 assert got["examples"] == report["test_examples"], (got["examples"], report["test_examples"])
-assert abs(got["top1"] - report["test_top1"]) <= 0.005, "more than 0.5 points from the report"
+assert abs(got["top1"] - report["test_top1"]) <= points / 100 + 1e-9, \
+    f"more than {points} points from the report"
+PY
+}
+
+# check_logits FLOAT INT8 KEY BOUND: the int8 model's logits (KEY of attnzoo forward's output)
+# within BOUND of the float model's, and the same class first
+check_logits() {
+  "$py" - "$@" <<'PY' || exit 1
+import sys
+
+from safetensors.torch import load_file
+
+fp32, int8 = (load_file(f)[sys.argv[3]] for f in sys.argv[1:3])
+bound = float(sys.argv[4])
+diff = (fp32 - int8).abs().max().item()
+print(f"{sys.argv[3]}: max |int8 - fp32| {diff:.4f} (logits span {fp32.min():.2f} .. "
+      f"{fp32.max():.2f}), bound {bound}")
+assert diff <= bound, diff
+assert (fp32.argmax(-1) == int8.argmax(-1)).all()
+assert diff > 0, "int8 gave the float logits exactly: was it used?"
 PY
 }
 
@@ -45,6 +69,28 @@ case "$case_name" in
   shipped_keywords_eval)
     run 0 eval --model "$kws" --weights "$kws_w" --data "$data/keywords/test.txt" --json
     check_accuracy conformer_kws
+    ;;
+  shipped_digits_eval_int8)
+    run 0 eval --model "$vit" --weights "$vit_w" --data "$data/digits/test.txt" --json \
+      --set inference.quantize=int8
+    check_accuracy vit_digits 0.2
+    ;;
+  shipped_keywords_eval_int8)
+    run 0 eval --model "$kws" --weights "$kws_w" --data "$data/keywords/test.txt" --json \
+      --set inference.quantize=int8
+    check_accuracy conformer_kws 0.5
+    ;;
+  shipped_int8_logits)
+    run 0 preprocess --model "$vit" --out "$out/pixels.safetensors" "$digit"
+    run 0 features --model "$kws" --out "$out/features.safetensors" "$word"
+    for q in none int8; do
+      run 0 forward --model "$vit" --weights "$vit_w" --input "$out/pixels.safetensors" \
+        --set inference.quantize=$q --output "$out/vit_$q.safetensors"
+      run 0 forward --model "$kws" --weights "$kws_w" --input "$out/features.safetensors" \
+        --set inference.quantize=$q --output "$out/kws_$q.safetensors"
+    done
+    check_logits "$out/vit_none.safetensors" "$out/vit_int8.safetensors" logits 0.05
+    check_logits "$out/kws_none.safetensors" "$out/kws_int8.safetensors" class_logits 0.05
     ;;
   shipped_classify_digit)
     run 0 classify --model "$vit" --weights "$vit_w" --topk 3 "$digit"

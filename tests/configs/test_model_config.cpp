@@ -243,6 +243,21 @@ TEST(ModelConfigErrors, UnknownNames) {
                "expected one of ast, conformer, vit, got 'cnn'");
   expect_error(parse_error(with(kTinyConfig, "interpolation: bicubic", "interpolation: lanczos")),
                "preprocess.interpolation", 15, 18, "expected one of bicubic, bilinear");
+  expect_error(
+      parse_error(with(kTinyConfig, "format: timm", "format: timm\ninference:\n  quantize: int4")),
+      "inference.quantize", 22, 13, "expected one of none, int8, got 'int4'");
+}
+
+TEST(ModelConfig, InferenceQuantize) {
+  EXPECT_EQ(parse_model_config(kTinyConfig, "tiny.yaml").inference.quantize, "none");
+  EXPECT_EQ(parse_model_config(
+                with(kTinyConfig, "format: timm", "format: timm\ninference:\n  quantize: int8"),
+                "tiny.yaml")
+                .inference.quantize,
+            "int8");
+  EXPECT_EQ(
+      parse_model_config(kTinyConfig, "tiny.yaml", {"inference.quantize=int8"}).inference.quantize,
+      "int8");
 }
 
 TEST(ModelConfigErrors, InconsistentValues) {

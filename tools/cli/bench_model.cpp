@@ -54,8 +54,9 @@ int run_model_bench(const ModelBenchOptions& o) {
   const auto timings = bench::time_calls([&] { output = forward(); }, o.warmup, o.iterations, sync);
   const double med = timings.median();
   const double best = timings.min();
-  std::printf("%s batch %lld %s %s%s threads %d: median %.3f ms, min %.3f ms over %lld calls\n",
+  std::printf("%s batch %lld %s%s %s%s threads %d: median %.3f ms, min %.3f ms over %lld calls\n",
               config.name.c_str(), static_cast<long long>(o.batch), o.dtype.c_str(),
+              config.inference.quantize == "int8" ? " int8" : "",
               o.device.c_str(), graph ? " (CUDA graph)" : "", torch::get_num_threads(), med, best,
               static_cast<long long>(o.iterations));
   if (!o.json.empty()) {

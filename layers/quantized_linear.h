@@ -1,0 +1,34 @@
+// y = x·Wᵀ + b with int8 arithmetic, for inference on the CPU (dynamic quantization):
+//   the weight once, per output channel n: s_n = max_k |W[n, k]| / 127, Wq = round(W / s_n);
+//   each call, per row m of x: r_m = max_k |x[m, k]| / 127, xq = round(x / r_m);
+//   y[m, n] = r_m · s_n · Σ_k xq[m, k]·Wq[n, k] + b[n]
+// The products run in int8 with int32 sums through LibTorch's integer matrix product (oneDNN: AMX
+// or VNNI where the CPU has them); quantizing the rows and the scaling back are one pass each.
+// Symmetric ranges (zero points 0), so the sums need no correction terms.
+//
+// Per-row activation scales keep one outlier token from costing every other token its precision
+// (what a per-tensor scale, as in quantize_dynamic's fbgemm kernels, does). The error against the
+// float product is bounded by the two roundings: |Δy[m, n]| ≤ (r_m·Σ_k|W[n, k]|/2 + s_n·Σ_k|x[m,
+// k]|/2 + K·r_m·s_n/4).
+#pragma once
+
+#include <torch/types.h>
+
+namespace attnzoo {
+
+struct Int8Weight {
+  torch::Tensor weight_t;  // [K, N] int8: the rounded weight, transposed for the product
+  torch::Tensor scale;     // [N] float32: s_n
+  int64_t in_features() const { return weight_t.size(0); }
+  int64_t out_features() const { return weight_t.size(1); }
+};
+
+// weight: [N, K] floating point, any device -> its int8 form on the CPU.
+Int8Weight quantize_weight_int8(const torch::Tensor& weight);
+
+// x: [..., K] float32 or bfloat16 on the CPU, bias: [N] or undefined -> [..., N] in x's dtype.
+// A row of x holding NaN or an infinity gives a row of NaN. Not differentiable (inference only).
+torch::Tensor int8_linear(const torch::Tensor& x, const Int8Weight& weight,
+                          const torch::Tensor& bias);
+
+}  // namespace attnzoo

@@ -1,0 +1,170 @@
+// int8_linear (dynamic quantization: weights per output channel, activations per row) against the
+// float product: exact on integer data that needs no rounding, within the rounding bound
+// elsewhere, rows independent of each other's range; PackedLinear's int8 switch (requantizing
+// after a weight update, the float path for autograd, refusals); attention, MLP and feed-forward
+// layers switched at once by set_int8_inference.
+#include "common/test_util.h"
+
+#include <attnzoo/layers/attention.h>
+#include <attnzoo/layers/conformer_parts.h>
+#include <attnzoo/layers/int8_inference.h>
+#include <attnzoo/layers/packed_linear.h>
+#include <attnzoo/layers/quantized_linear.h>
+#include <attnzoo/layers/transformer_parts.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+
+namespace attnzoo {
+namespace {
+
+using test_util::error_of;
+using test_util::max_abs_diff;
+
+TEST(Int8Linear, ExactWhereNothingIsRounded) {
+  // Integer rows whose largest magnitude is 127 and weight rows likewise: every scale is 1, every
+  // value already an int8, so the int32 sums are the exact products.
+  torch::manual_seed(1);
+  const auto x = torch::randint(-127, 128, {37, 64}).to(torch::kFloat);
+  x.select(1, 5).fill_(127);
+  const auto w = torch::randint(-127, 128, {48, 64}).to(torch::kFloat);
+  w.select(1, 9).fill_(-127);
+  const auto bias = torch::randint(-1000, 1000, {48}).to(torch::kFloat);
+  const auto ours = int8_linear(x, quantize_weight_int8(w), bias);
+  const auto expected = torch::matmul(x.to(torch::kDouble), w.t().to(torch::kDouble)) + bias;
+  // The sums (below 2^24) and the integer bias are exact in float32 too.
+  EXPECT_EQ(max_abs_diff(ours, expected), 0.0);
+  EXPECT_EQ(ours.sizes(), (std::vector<int64_t>{37, 48}));
+}
+
+TEST(Int8Linear, WithinTheRoundingBoundAndRowsAreIndependent) {
+  torch::manual_seed(2);
+  auto x = torch::randn({3, 5, 96});
+  x[1][2].mul_(1000.0);  // an outlier token
+  const auto w = torch::randn({80, 96}) * 0.1;
+  const auto quantized = quantize_weight_int8(w);
+  const auto ours = int8_linear(x, quantized, {});
+  const auto xd = x.to(torch::kDouble).reshape({-1, 96}), wd = w.to(torch::kDouble);
+  const auto exact = torch::matmul(xd, wd.t()).view({3, 5, 80});
+  // |Δ| <= r·Σ|W|/2 + s·Σ|x|/2 + K·r·s/4 per element (layers/quantized_linear.h).
+  const auto r = (xd.abs().amax(1) / 127.0).view({-1, 1});
+  const auto s = (wd.abs().amax(1) / 127.0).view({1, -1});
+  const auto bound = r * wd.abs().sum(1).view({1, -1}) / 2 + s * xd.abs().sum(1).view({-1, 1}) / 2 +
+                     96.0 * r * s / 4;
+  const auto error = (ours.to(torch::kDouble).view({-1, 80}) - torch::matmul(xd, wd.t())).abs();
+  EXPECT_TRUE((error <= bound * (1 + 1e-6) + 1e-5).all().item<bool>())
+      << "largest excess " << (error - bound).max().item<double>();
+  // The outlier's scale is its own: the other rows match the float product as if it were not
+  // there, to about 1% of their magnitude.
+  auto others = torch::ones({15}, torch::kBool);
+  others[7] = false;
+  const auto rel = (ours.view({15, 80}).index({others}).to(torch::kDouble) -
+                    exact.view({15, 80}).index({others}))
+                       .abs()
+                       .max()
+                       .item<double>() /
+                   exact.view({15, 80}).index({others}).abs().max().item<double>();
+  EXPECT_LT(rel, 0.02);
+  EXPECT_GT(rel, 0.0);
+  // A row with a NaN or an infinity is NaN, the others untouched.
+  auto poisoned = x.clone();
+  poisoned[0][1][3] = NAN;
+  poisoned[2][4][0] = INFINITY;
+  const auto out = int8_linear(poisoned, quantized, {});
+  EXPECT_TRUE(torch::isnan(out[0][1]).all().item<bool>());
+  EXPECT_TRUE(torch::isnan(out[2][4]).all().item<bool>());
+  EXPECT_EQ(max_abs_diff(out[1], ours[1]), 0.0);
+  // bfloat16 in, bfloat16 out.
+  EXPECT_EQ(int8_linear(x.to(torch::kBFloat16), quantized, {}).scalar_type(), torch::kBFloat16);
+}
+
+TEST(Int8Linear, Refusals) {
+  const auto quantized = quantize_weight_int8(torch::randn({4, 8}));
+  EXPECT_NE(error_of([&] {
+              int8_linear(torch::randn({2, 7}), quantized, {});
+            }).find("K = 8"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              int8_linear(torch::randn({2, 8}, torch::kDouble), quantized, {});
+            }).find("float32 or bfloat16"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              int8_linear(torch::randn({2, 8}), quantized, torch::randn({5}));
+            }).find("bias"),
+            std::string::npos);
+  auto bad = torch::randn({4, 8});
+  bad[1][2] = NAN;
+  EXPECT_NE(error_of([&] { quantize_weight_int8(bad); }).find("NaN"), std::string::npos);
+}
+
+TEST(Int8Linear, PackedLinearSwitchRequantizesAndKeepsAutogradInFloat) {
+  torch::manual_seed(3);
+  torch::nn::Linear linear(32, 16);
+  PackedLinear packed;
+  packed.set_int8(true);
+  const auto x = torch::randn({4, 32});
+  const auto before = [&] {
+    torch::NoGradGuard no_grad;
+    return packed(linear, x);
+  }();
+  const auto reference = int8_linear(x, quantize_weight_int8(linear->weight), linear->bias);
+  EXPECT_EQ(max_abs_diff(before, reference), 0.0);
+  EXPECT_GT(max_abs_diff(before, linear(x)), 0.0);
+  {
+    torch::NoGradGuard no_grad;
+    linear->weight.mul_(2.0);  // an in-place update: the cache must notice
+  }
+  const auto after = [&] {
+    torch::NoGradGuard no_grad;
+    return packed(linear, x);
+  }();
+  EXPECT_EQ(max_abs_diff(after, int8_linear(x, quantize_weight_int8(linear->weight), linear->bias)),
+            0.0);
+  // Recording autograd: the float product, with gradients.
+  const auto trained = packed(linear, x);
+  EXPECT_TRUE(trained.requires_grad());
+  EXPECT_EQ(max_abs_diff(trained, linear(x)), 0.0);
+  // Copies keep the setting.
+  const PackedLinear copy = packed;
+  EXPECT_TRUE(copy.int8());
+  torch::NoGradGuard no_grad;
+  EXPECT_NE(error_of([&] { packed(linear, x.to(torch::kDouble)); }).find("float32 or bfloat16"),
+            std::string::npos);
+}
+
+// Attention, an MLP and a Conformer feed-forward module in one model.
+struct Blocks : torch::nn::Module {
+  Blocks()
+      : attention(register_module("attention", MultiheadAttention(64, 4))),
+        mlp(register_module("mlp", Mlp(MlpOptions(64, 128)))),
+        feed_forward(
+            register_module("ff", ConformerFeedForward(ConformerFeedForwardOptions(64, 96)))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    const auto h = x + attention(x);
+    return feed_forward(h + mlp(h));
+  }
+  MultiheadAttention attention;
+  Mlp mlp;
+  ConformerFeedForward feed_forward;
+};
+
+TEST(Int8Linear, AWholeModelSwitchedStaysCloseToFloat) {
+  torch::manual_seed(4);
+  Blocks model;
+  model.eval();
+  const auto x = torch::randn({2, 9, 64});
+  torch::NoGradGuard no_grad;
+  const auto fp32 = model.forward(x);
+  EXPECT_EQ(set_int8_inference(model), 2 + 2 + 2);  // qkv, proj; fc1, fc2; linear1, linear2
+  const auto int8 = model.forward(x);
+  const double diff = max_abs_diff(int8, fp32);
+  EXPECT_GT(diff, 0.0);
+  EXPECT_LT(diff, 0.05 * fp32.abs().max().item<double>());
+  EXPECT_EQ(set_int8_inference(model, false), 6);
+  EXPECT_LE(max_abs_diff(model.forward(x), fp32), 1e-6);
+}
+
+}  // namespace
+}  // namespace attnzoo
