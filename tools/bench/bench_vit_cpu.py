@@ -42,6 +42,20 @@ def vit_times(binary, model, batch, threads, iterations, warmup, dtype="fp32", o
     return attnzoo_times(binary, model, iterations, warmup, threads, extra)
 
 
+def export_onnx(model, size, path: Path) -> None:
+    torch.onnx.export(model, (torch.randn(1, *size),), str(path), dynamo=False,
+                      input_names=["pixels"], output_names=["logits"],
+                      dynamic_axes={"pixels": {0: "batch"}}, opset_version=17)
+
+
+def ort_session(path: Path, threads: int):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="vit_tiny_patch16_224,vit_small_patch16_224,"
@@ -72,15 +86,8 @@ def main() -> None:
             model = timm.create_model(name, pretrained=False).eval()
             onnx_path = Path(tmp) / f"{name}.onnx"
             size = model.default_cfg["input_size"]
-            torch.onnx.export(model, (torch.randn(1, *size),), str(onnx_path), dynamo=False,
-                              input_names=["pixels"], output_names=["logits"],
-                              dynamic_axes={"pixels": {0: "batch"}}, opset_version=17)
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = args.threads
-            options.inter_op_num_threads = 1
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            session = ort.InferenceSession(str(onnx_path), options,
-                                           providers=["CPUExecutionProvider"])
+            export_onnx(model, size, onnx_path)
+            session = ort_session(onnx_path, args.threads)
             for batch in [int(b) for b in args.batches.split(",")]:
                 x = torch.randn(batch, *size)
                 xn = x.numpy()
@@ -151,17 +158,10 @@ def int8_report(args, tmp: Path) -> list:
         model = timm.create_model(name, pretrained=False).eval()
         size = model.default_cfg["input_size"]
         onnx_path, int8_path = tmp / f"{name}.fp32.onnx", tmp / f"{name}.int8.onnx"
-        torch.onnx.export(model, (torch.randn(1, *size),), str(onnx_path), dynamo=False,
-                          input_names=["pixels"], output_names=["logits"],
-                          dynamic_axes={"pixels": {0: "batch"}}, opset_version=17)
+        export_onnx(model, size, onnx_path)
         quantize_dynamic(str(onnx_path), str(int8_path), weight_type=QuantType.QInt8,
                          per_channel=True)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = args.threads
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        session = ort.InferenceSession(str(int8_path), options,
-                                       providers=["CPUExecutionProvider"])
+        session = ort_session(int8_path, args.threads)
         for batch in [int(b) for b in args.batches.split(",")]:
             xn = torch.randn(batch, *size).numpy()
             times = alternate({
