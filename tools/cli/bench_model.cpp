@@ -56,8 +56,8 @@ int run_model_bench(const ModelBenchOptions& o) {
   const double best = timings.min();
   std::printf("%s batch %lld %s%s %s%s threads %d: median %.3f ms, min %.3f ms over %lld calls\n",
               config.name.c_str(), static_cast<long long>(o.batch), o.dtype.c_str(),
-              config.inference.quantize == "int8" ? " int8" : "",
-              o.device.c_str(), graph ? " (CUDA graph)" : "", torch::get_num_threads(), med, best,
+              config.inference.quantize == "int8" ? " int8" : "", o.device.c_str(),
+              graph ? " (CUDA graph)" : "", torch::get_num_threads(), med, best,
               static_cast<long long>(o.iterations));
   if (!o.json.empty()) {
     nlohmann::json j = {{"model", config.name},
