@@ -39,15 +39,19 @@ void quantize_rows(const torch::Tensor& x, torch::Tensor& q, torch::Tensor& scal
       float amax;
       std::memcpy(&amax, &amax_bits, sizeof amax);
       const float scale = !finite ? NAN : amax > 0.0f ? amax / 127.0f : 1.0f;
-      const float inverse = finite ? 1.0f / scale : 0.0f;
       int8_t* qr = out + row * k;
+      r[row] = scale;
+      if (!finite) {  // NaN times anything stays NaN, whose conversion to an integer is undefined
+        std::memset(qr, 0, static_cast<size_t>(k));
+        continue;
+      }
+      const float inverse = 1.0f / scale;
       for (int64_t j = 0; j < k; ++j) {
         // |x·inverse| <= 127: adding and removing 1.5·2^23 rounds it to the nearest integer (ties
         // to even) in float32's default rounding mode.
         const float v = xr[j] * inverse;
         qr[j] = static_cast<int8_t>(static_cast<int32_t>((v + kRound) - kRound));
       }
-      r[row] = scale;
     }
   });
 }

@@ -168,13 +168,14 @@ TEST(RelativeAttention, DropoutRedrawsTheSameMasksInTheBackward) {
   const auto grads =
       torch::autograd::grad({loss(with_grad)}, {with_grad.query, with_grad.positions});
   const double step = 1e-6;
-  for (const auto& [which, index] : std::vector<std::pair<int, std::vector<int64_t>>>{
+  for (const auto& [which, where] : std::vector<std::pair<int, std::vector<int64_t>>>{
            {0, {0, 1, 2, 1}}, {0, {0, 0, 4, 0}}, {1, {0, 1, 3, 2}}, {1, {0, 0, 7, 1}}}) {
     auto plus = p, minus = p;
     auto& tp = which == 0 ? plus.query : plus.positions;
     auto& tm = which == 0 ? minus.query : minus.positions;
     tp = tp.clone();
     tm = tm.clone();
+    const auto index = where;  // a copy: C++17 lambdas cannot capture structured bindings
     const auto at = [&](torch::Tensor& t) { return t[index[0]][index[1]][index[2]][index[3]]; };
     at(tp).add_(step);
     at(tm).sub_(step);
