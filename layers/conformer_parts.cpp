@@ -43,9 +43,13 @@ void ConformerFeedForwardImpl::reset() {
 }
 
 torch::Tensor ConformerFeedForwardImpl::forward(const torch::Tensor& x) {
+  return forward_normed(norm(x));
+}
+
+torch::Tensor ConformerFeedForwardImpl::forward_normed(const torch::Tensor& h) {
   // Swish = SiLU (Ramachandran et al. 2017), as the paper's figure 4.
-  const auto h = linear1_packed_(linear1, norm(x), Activation::kSilu);
-  return dropout(linear2_packed_(linear2, dropout(h)));
+  const auto hidden = linear1_packed_(linear1, h, Activation::kSilu);
+  return dropout(linear2_packed_(linear2, dropout(hidden)));
 }
 
 int64_t ConformerFeedForwardImpl::set_int8(bool on) {
@@ -159,7 +163,12 @@ void ConformerConvModuleImpl::reset() {
 }
 
 torch::Tensor ConformerConvModuleImpl::forward(const torch::Tensor& x, const torch::Tensor& valid) {
-  auto y = pointwise_conv1(norm(x).transpose(1, 2));  // [B, 2D, T]
+  return forward_normed(norm(x), valid);
+}
+
+torch::Tensor ConformerConvModuleImpl::forward_normed(const torch::Tensor& h,
+                                                      const torch::Tensor& valid) {
+  auto y = pointwise_conv1(h.transpose(1, 2));  // [B, 2D, T]
   if (fused_epilogues() && !is_training() && options.norm() == ConvNormKind::kBatchNorm) {
     // GLU, the depthwise convolution, BatchNorm with its running statistics (folded, with the
     // convolution's bias, into a scale and shift) and Swish in one op (kernels/ops.h:

@@ -45,6 +45,9 @@ class ConformerFeedForwardImpl : public torch::nn::Cloneable<ConformerFeedForwar
   void reset() override;
   // x: [..., D] -> [..., D]
   torch::Tensor forward(const torch::Tensor& x);
+  // The module after its LayerNorm, for callers that computed h = norm(x) themselves (fused with
+  // a residual add: kernels/ops.h add_layer_norm). h: [..., D] -> [..., D]
+  torch::Tensor forward_normed(const torch::Tensor& h);
   // linear1 and linear2 in int8 at inference (PackedLinear::set_int8); returns 2.
   int64_t set_int8(bool on);
 
@@ -130,6 +133,9 @@ class ConformerConvModuleImpl : public torch::nn::Cloneable<ConformerConvModuleI
   void reset() override;
   // x: [B, T, D], valid: [B, T] bool or undefined (all valid) -> [B, T, D]
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& valid = {});
+  // The module after its LayerNorm, given h = norm(x) (as ConformerFeedForward::forward_normed).
+  // h: [B, T, D], valid as forward -> [B, T, D]
+  torch::Tensor forward_normed(const torch::Tensor& h, const torch::Tensor& valid = {});
 
   // Streaming (causal only): x [B, T, D] continues the frames whose last K − 1 depthwise inputs
   // are `cache` [B, D, K − 1] (undefined at the start: zeros, the left padding of forward).

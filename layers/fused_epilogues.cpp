@@ -1,5 +1,7 @@
 #include <attnzoo/layers/fused_epilogues.h>
 
+#include <torch/autograd.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <string>
@@ -20,5 +22,12 @@ std::atomic<bool>& switch_state() {
 bool fused_epilogues() { return switch_state().load(std::memory_order_relaxed); }
 
 void set_fused_epilogues(bool on) { switch_state().store(on, std::memory_order_relaxed); }
+
+bool fused_add_layer_norm(const torch::Tensor& x, bool training) {
+  if (fused_epilogues()) return true;
+  const auto dtype = x.scalar_type();
+  return !training && x.device().is_cpu() &&
+         (dtype == torch::kFloat || dtype == torch::kBFloat16) && !torch::GradMode::is_enabled();
+}
 
 }  // namespace attnzoo

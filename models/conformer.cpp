@@ -1,5 +1,8 @@
 #include <attnzoo/models/conformer.h>
 
+#include <attnzoo/kernels/ops.h>
+#include <attnzoo/layers/fused_epilogues.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -77,6 +80,30 @@ torch::Tensor ConformerBlockImpl::forward(const torch::Tensor& x, const torch::T
   AttentionMask mask;
   if (lengths.defined()) mask.key_lengths(lengths);
   if (attn_mask.defined()) mask.attn_mask(attn_mask);
+  if (fused_add_layer_norm(x, is_training())) {
+    // Each branch's residual add and the LayerNorm in front of the next branch (or the block's
+    // final norm) in one add_layer_norm: four passes over the residual stream instead of eight.
+    torch::Tensor y = x, h = ffn1->norm(x);
+    torch::Tensor update = 0.5 * ffn1->forward_normed(h);
+    const auto add_and_norm = [&](const torch::nn::LayerNorm& next) {
+      std::tie(y, h) =
+          kernels::add_layer_norm(update, y, next->weight, next->bias, next->options.eps());
+    };
+    if (options.convolution_first()) {
+      add_and_norm(conv->norm);
+      update = conv->forward_normed(h, valid);
+    }
+    add_and_norm(attn_norm);
+    update = attn(h, mask, pos_emb);
+    if (!options.convolution_first()) {
+      add_and_norm(conv->norm);
+      update = conv->forward_normed(h, valid);
+    }
+    add_and_norm(ffn2->norm);
+    update = 0.5 * ffn2->forward_normed(h);
+    add_and_norm(final_norm);
+    return h;
+  }
   // Attention drops its output with torchaudio's self_attn_dropout inside the layer (proj_drop).
   auto y = x + 0.5 * ffn1(x);
   if (options.convolution_first()) y = y + conv(y, valid);

@@ -78,7 +78,7 @@ torch::Tensor ViTBlockImpl::forward(const torch::Tensor& x, torch::Tensor* weigh
   }
   if (ls1) a = ls1(a);
   torch::Tensor y, m;
-  if (fused_epilogues()) {
+  if (fused_add_layer_norm(x, training)) {
     // y = x + branch and norm2(y) in one op (kernels/ops.h: add_layer_norm).
     const auto [sum, normed] =
         kernels::add_layer_norm(drop_path(a, drop_path_rate_, training), x, norm2->weight,
@@ -91,6 +91,19 @@ torch::Tensor ViTBlockImpl::forward(const torch::Tensor& x, torch::Tensor* weigh
   }
   if (ls2) m = ls2(m);
   return y + drop_path(m, drop_path_rate_, training);
+}
+
+std::tuple<torch::Tensor, torch::Tensor> ViTBlockImpl::forward_fused(
+    const torch::Tensor& x, const torch::Tensor& h, const torch::nn::LayerNormImpl* next_norm) {
+  auto a = attn(h);
+  if (ls1) a = ls1(a);
+  const auto [y, normed] =
+      kernels::add_layer_norm(a, x, norm2->weight, norm2->bias, norm2->options.eps());
+  auto m = mlp(normed);
+  if (ls2) m = ls2(m);
+  if (!next_norm) return {y + m, torch::Tensor()};
+  return kernels::add_layer_norm(m, y, next_norm->weight, next_norm->bias,
+                                 next_norm->options.eps());
 }
 
 VisionTransformerImpl::VisionTransformerImpl(ViTOptions options_) : options(std::move(options_)) {
@@ -263,6 +276,19 @@ torch::Tensor VisionTransformerImpl::forward_features(const torch::Tensor& image
   }
   x = torch::dropout(x, options.pos_drop_rate(), is_training());
   if (norm_pre) x = norm_pre(x);
+  if (!intermediates && !blocks->is_empty() && fused_add_layer_norm(x, is_training())) {
+    // Every block boundary as one add_layer_norm: block i's output and the norm after it (block
+    // i + 1's norm1, or the final norm) come out of the same pass.
+    const size_t depth = blocks->size();
+    auto h = blocks[0]->as<ViTBlockImpl>()->norm1(x);
+    for (size_t i = 0; i < depth; ++i) {
+      const torch::nn::LayerNormImpl* next = i + 1 < depth
+                                                 ? blocks[i + 1]->as<ViTBlockImpl>()->norm1.get()
+                                                 : (norm.is_empty() ? nullptr : norm.get());
+      std::tie(x, h) = blocks[i]->as<ViTBlockImpl>()->forward_fused(x, h, next);
+    }
+    return norm ? h : x;
+  }
   for (const auto& module : *blocks) {
     auto& block = *module->as<ViTBlockImpl>();
     torch::Tensor weights;

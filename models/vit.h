@@ -19,6 +19,7 @@
 
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -90,6 +91,14 @@ class ViTBlockImpl : public torch::nn::Cloneable<ViTBlockImpl> {
   void reset() override;
   // x: [B, N, D] -> [B, N, D]; attention probabilities [B, H, N, N] into *weights when given.
   torch::Tensor forward(const torch::Tensor& x, torch::Tensor* weights = nullptr);
+  // The same block at inference with both residual adds fused into the LayerNorm that follows
+  // them (kernels/ops.h: add_layer_norm), given the residual stream x and h = norm1(x);
+  // next_norm is the LayerNorm applied to this block's output (the next block's norm1 or the
+  // model's final norm), or null for none.
+  // x, h: [B, N, D] -> (output [B, N, D], next_norm(output) [B, N, D] or undefined)
+  std::tuple<torch::Tensor, torch::Tensor> forward_fused(const torch::Tensor& x,
+                                                         const torch::Tensor& h,
+                                                         const torch::nn::LayerNormImpl* next_norm);
 
   torch::nn::LayerNorm norm1{nullptr};
   MultiheadAttention attn{nullptr};

@@ -1,8 +1,10 @@
 // The fused-epilogue switch (layers/fused_epilogues.h): with it on, the ViT block's add +
 // LayerNorm, the MLP's bias + GELU and the Conformer convolution module's GLU → depthwise conv →
-// BatchNorm → Swish go through kernels/ops.h. On the CPU those ops run their LibTorch references,
-// so every output and gradient must equal the unfused model's (float64, and float32 to rounding);
-// with a GPU the fused kernels must stay within float32 rounding of the unfused model on CUDA.
+// BatchNorm → Swish go through kernels/ops.h. On the CPU every output and gradient must equal the
+// unfused model's (float64, and float32 to rounding); with a GPU the fused kernels must stay within
+// float32 rounding of the unfused model on CUDA. Without the switch, inference on the CPU takes
+// add_layer_norm at every block boundary (counted through the dispatcher) and gives the separate
+// ops' output within float32 rounding.
 #include <attnzoo/layers/fused_epilogues.h>
 #include <attnzoo/layers/transformer_parts.h>
 #include <attnzoo/models/conformer.h>
@@ -10,8 +12,11 @@
 
 #include <torch/torch.h>
 
+#include "common/op_counter.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <thread>
@@ -140,6 +145,70 @@ TEST(FusedEpilogues, ConformerEqualsTheUnfusedModelAtInference) {
           *model, [&] { return std::get<0>(model->forward(x, lengths)); },
           dtype == torch::kFloat64 ? 1e-11 : 1e-4, true);
     }
+  }
+}
+
+// Inference on the CPU in float32 takes add_layer_norm at every block boundary without the
+// switch (`calls` of it), and gives the separate ops' output (run with autograd recording, which
+// keeps them) within float32 rounding.
+void expect_fused_at_cpu_inference(const std::function<torch::Tensor()>& run, int calls) {
+  ASSERT_FALSE(fused_epilogues());
+  torch::Tensor fused;
+  {
+    torch::NoGradGuard no_grad;
+    test_util::OpCounter counter({"attnzoo::add_layer_norm"});
+    fused = run();
+    EXPECT_EQ(counter.calls("attnzoo::add_layer_norm"), calls);
+  }
+  torch::Tensor separate;
+  {
+    test_util::OpCounter counter({"attnzoo::add_layer_norm"});
+    separate = run().detach();
+    EXPECT_EQ(counter.calls("attnzoo::add_layer_norm"), 0);
+  }
+  ASSERT_EQ(fused.sizes(), separate.sizes());
+  const double scale = separate.abs().max().item<double>();
+  EXPECT_LE(max_diff(fused, separate), 1e-5 * std::max(1.0, scale));
+}
+
+TEST(FusedEpilogues, VisionTransformerFusesItsBlockBoundariesAtCpuInference) {
+  struct Case {
+    std::string name;
+    ViTOptions options;
+    int calls;  // two a block; the last block's second only with a final norm over all tokens
+  };
+  const auto base = ViTOptions().img_size(32).patch_size(8).embed_dim(48).depth(3).num_heads(4);
+  const Case cases[] = {
+      {"final norm", ViTOptions(base), 6},
+      {"LayerScale", ViTOptions(base).init_values(0.5), 6},
+      {"avg pool with fc_norm", ViTOptions(base).global_pool(GlobalPool::kAvg), 5},
+      {"no final norm", ViTOptions(base).final_norm(false), 5},
+      {"pre-norm (CLIP)", ViTOptions(base).pre_norm(true), 6},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    VisionTransformer vit(c.options);
+    randomize(*vit, 6);
+    vit->eval();
+    const auto images = torch::randn({2, 3, 32, 32});
+    expect_fused_at_cpu_inference([&] { return vit(images); }, c.calls);
+  }
+}
+
+TEST(FusedEpilogues, ConformerFusesEveryBranchBoundaryAtCpuInference) {
+  for (const bool convolution_first : {false, true}) {
+    SCOPED_TRACE(convolution_first ? "convolution first" : "attention first");
+    auto model = ConformerEncoder(
+        ConformerEncoderOptions(
+            20, ConformerOptions(16, 4, 32, 2, 5).convolution_first(convolution_first))
+            .subsampling(Subsampling::kConv2d4)
+            .subsampling_channels(6));
+    randomize(*model, 7);
+    model->eval();
+    const auto x = torch::randn({3, 61, 20});
+    const auto lengths = torch::tensor({61, 40, 23});
+    // Four a block (after each branch), two blocks.
+    expect_fused_at_cpu_inference([&] { return std::get<0>(model->forward(x, lengths)); }, 8);
   }
 }
 
