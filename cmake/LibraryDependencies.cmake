@@ -4,6 +4,8 @@
 #   attnzoo::opencv   OpenCV core + imgproc + imgcodecs (OpenCV.cmake)
 #   attnzoo::sndfile  libsndfile (pkg-config)
 #   attnzoo::soxr     libsoxr (pkg-config)
+#   attnzoo::sentencepiece  libsentencepiece (its header and library; its pkg-config file also
+#                     names the trainer library, which attnzoo does not use)
 #   yaml-cpp, nlohmann_json::nlohmann_json (their CMake packages)
 # Included by attnzoo's build (Dependencies.cmake) and, installed beside attnzooConfig.cmake, by
 # the projects that find_package(attnzoo): they find what attnzoo was built against the same way.
@@ -58,3 +60,15 @@ endforeach()
 
 _attnzoo_find_package(yaml-cpp CONFIG)
 _attnzoo_find_package(nlohmann_json 3.10 CONFIG)
+
+if(NOT TARGET attnzoo::sentencepiece)
+  find_path(ATTNZOO_SENTENCEPIECE_INCLUDE_DIR sentencepiece_processor.h)
+  find_library(ATTNZOO_SENTENCEPIECE_LIBRARY sentencepiece)
+  if(NOT ATTNZOO_SENTENCEPIECE_INCLUDE_DIR OR NOT ATTNZOO_SENTENCEPIECE_LIBRARY)
+    _attnzoo_dependency_missing("libsentencepiece not found (Debian: libsentencepiece-dev)")
+  endif()
+  add_library(attnzoo::sentencepiece INTERFACE IMPORTED)
+  target_include_directories(attnzoo::sentencepiece SYSTEM INTERFACE
+                             ${ATTNZOO_SENTENCEPIECE_INCLUDE_DIR})
+  target_link_libraries(attnzoo::sentencepiece INTERFACE ${ATTNZOO_SENTENCEPIECE_LIBRARY})
+endif()

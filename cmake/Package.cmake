@@ -79,7 +79,7 @@ if(BUILD_SHARED_LIBS)
 else()
   set(ATTNZOO_PC_REQUIRES "nlohmann_json sndfile soxr yaml-cpp")
   set(ATTNZOO_PC_REQUIRES_PRIVATE "")
-  string(APPEND ATTNZOO_PC_OTHER_LIBS " -l${CMAKE_DL_LIBS}")
+  string(APPEND ATTNZOO_PC_OTHER_LIBS " ${ATTNZOO_SENTENCEPIECE_LIBRARY} -l${CMAKE_DL_LIBS}")
   # models/cuda_graph.cpp calls the CUDA runtime itself: LibTorch's, as the build linked it.
   if(ATTNZOO_TORCH_HAS_CUDA AND TARGET CUDA::cudart)
     get_target_property(_cudart CUDA::cudart IMPORTED_LOCATION)

@@ -16,6 +16,8 @@
 //   file ImageError        preprocess/image/header.h   an unreadable or unsupported image
 //   AudioError        preprocess/audio/error.h    an unreadable or unusable audio file or waveform
 //   DatasetError      train/data.h                a training folder or list file
+//   UnitsError        decoding/error.h            a token table (units file, token list)
+//   DecodingError     decoding/error.h            CTC log-probabilities or decoder options
 //   InputError        here                        a tensor a model cannot take (shape, dtype,
 //   length)
 //

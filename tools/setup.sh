@@ -55,6 +55,7 @@ APT_PACKAGES=(
   clang clang-format libclang-rt-14-dev
   opencv-doc espeak-ng
   libgloo-dev
+  libsentencepiece-dev
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

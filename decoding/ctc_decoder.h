@@ -1,0 +1,102 @@
+// CTC decoding of per-frame log-probabilities (Graves et al., "Connectionist Temporal
+// Classification", ICML 2006): greedy (best path) and prefix beam search, on a plain row-major
+// float array [T, V] so that this core stays torch-free (decoding/README.md has the formulas).
+//
+// Notation: y_t(k) = exp(log_probs[t * V + k]); an alignment a = (a_1..a_T) collapses to a label
+// sequence B(a) by merging repeats and then dropping the blank. P(l) = sum over a with B(a) = l
+// of prod_t y_t(a_t).
+//
+// Greedy: a_t = argmax_k y_t(k) (the lowest id among ties), l = B(a); its score is the best path's
+// log-probability sum_t log y_t(a_t), not log P(l).
+//
+// Prefix beam search: per prefix l, log p_b(l) and log p_nb(l), the probability summed (log-add)
+// over the alignments of the frames so far that collapse to l and end in a blank / in l's last
+// label. Per frame t, for each kept prefix and each token k the frame allows:
+//   k = blank:             p_b'(l)    += (p_b(l) + p_nb(l)) y_t(blank)
+//   k = last(l):           p_nb'(l)   += p_nb(l) y_t(k)           (the repeat collapses)
+//                          p_nb'(l+k) += p_b(l) y_t(k)            (a blank separates: "aa")
+//   otherwise:             p_nb'(l+k) += (p_b(l) + p_nb(l)) y_t(k)
+// then the beam keeps beam_size prefixes by p_b + p_nb (BeamUnit::kPrefix: WeNet's runtime,
+// Hannun et al.'s formulation), or beam_size (prefix, ending) states by their
+// own probability (BeamUnit::kPrefixEnding: flashlight-text's LexiconFreeDecoder with log-add,
+// which torchaudio's ctc_decoder wraps, and pyctcdecode). With no pruning both are exact:
+// score = log P(l).
+//
+// Timestamps and confidence come from the best alignment of each hypothesis among those the beam
+// kept (a Viterbi maximum tracked beside the sums, as WeNet's runtime does): a token's start_frame
+// is the first frame of that alignment that emits it, end_frame the last frame of the same run
+// (before a blank or another label); seconds are start_frame * frame_period_seconds and
+// (end_frame + 1) * frame_period_seconds. A token's confidence is its peak posterior
+// max over [start_frame, end_frame] of y_t(token); a hypothesis's confidence is the mean of its
+// tokens' confidences, and for an empty hypothesis the mean of y_t(blank) over all frames.
+#pragma once
+
+#include <attnzoo/decoding/error.h>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace attnzoo::decoding {
+
+// A [frames, vocab] row-major view of CTC log-probabilities (log_softmax over the vocabulary,
+// blank included); not owned. Entries may be -inf (probability 0), never NaN or +inf.
+struct CtcLogProbs {
+  const float* data = nullptr;
+  int64_t frames = 0;  // T
+  int64_t vocab = 0;   // V
+};
+
+// One token of a hypothesis, where its best alignment put it.
+struct TokenTiming {
+  int64_t start_frame = 0;
+  int64_t end_frame = 0;  // inclusive
+  double start_seconds = 0.0;
+  double end_seconds = 0.0;
+  double confidence = 0.0;  // peak posterior over [start_frame, end_frame]
+};
+
+struct CtcHypothesis {
+  std::vector<int64_t> tokens;
+  double score = 0.0;  // log P(tokens) over the kept alignments (greedy: the best path's)
+  std::vector<TokenTiming> timings;  // one per token
+  double confidence = 0.0;
+};
+
+struct GreedyOptions {
+  int64_t blank_id = 0;
+  double frame_period_seconds = 0.04;  // the encoder's output frame period (e.g. 10 ms x 4)
+};
+
+enum class BeamUnit {
+  kPrefix,        // beam_size prefixes, ranked by p_b + p_nb
+  kPrefixEnding,  // beam_size (prefix, blank or label ending) states, ranked each on its own
+};
+
+struct PrefixBeamSearchOptions {
+  int64_t beam_size = 10;
+  int64_t blank_id = 0;
+  int64_t nbest = 1;  // hypotheses returned, best first; at most beam_size
+  // Per-frame pruning of the tokens considered (blank included: a token pruned at frame t is
+  // emitted by no alignment at t). A token is kept when it is among the token_top_k most likely
+  // (0: all), inside the smallest most-likely set whose probabilities sum to at least
+  // token_top_p, and at least token_min_log_prob; the frame's most likely token always is.
+  int64_t token_top_k = 0;
+  double token_top_p = 1.0;
+  double token_min_log_prob = -std::numeric_limits<double>::infinity();
+  BeamUnit beam_unit = BeamUnit::kPrefix;
+  double frame_period_seconds = 0.04;
+};
+
+// Throws DecodingError naming the argument: frames or vocab 0 or negative, a null data pointer,
+// NaN or +inf at (t, k), blank_id outside [0, vocab), frame_period_seconds not positive or not
+// finite.
+CtcHypothesis ctc_greedy_decode(const CtcLogProbs& log_probs, const GreedyOptions& options = {});
+
+// Up to nbest hypotheses, best (highest score) first; fewer when fewer distinct prefixes survive.
+// Throws DecodingError for the input as ctc_greedy_decode does, and for beam_size < 1, nbest < 1
+// or > beam_size, token_top_k < 0, token_top_p outside (0, 1], token_min_log_prob NaN.
+std::vector<CtcHypothesis> ctc_prefix_beam_search(const CtcLogProbs& log_probs,
+                                                  const PrefixBeamSearchOptions& options = {});
+
+}  // namespace attnzoo::decoding

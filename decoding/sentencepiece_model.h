@@ -1,0 +1,44 @@
+// A SentencePiece model (.model, the bpe.model / tokenizer model WeNet and ESPnet ship beside
+// their token lists), through libsentencepiece: the pieces of its vocabulary and its own decoding
+// of pieces to text (byte fallback, its normaliser's options and unknown pieces as the model
+// says, which join_sentencepiece_pieces in units.h does not know).
+//
+// A CTC head's ids are not the model's ids (ESPnet's token list puts <blank> first and <sos/eos>
+// last around the pieces): decode a hypothesis as model.decode_pieces(units.pieces(ids)).
+#pragma once
+
+#include <attnzoo/decoding/error.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace attnzoo::decoding {
+
+inline constexpr int64_t kMaxSentencePieceModelBytes = 64 << 20;
+
+class SentencePieceModel {
+ public:
+  // UnitsError naming the file: missing, larger than kMaxSentencePieceModelBytes, or not a model.
+  explicit SentencePieceModel(const std::string& path);
+  ~SentencePieceModel();
+  SentencePieceModel(SentencePieceModel&&) noexcept;
+  SentencePieceModel& operator=(SentencePieceModel&&) noexcept;
+
+  int64_t size() const;
+  // DecodingError when id is outside [0, size()).
+  std::string piece(int64_t id) const;
+  std::string decode_pieces(const std::vector<std::string>& pieces) const;
+  std::string decode_ids(const std::vector<int64_t>& ids) const;
+
+ private:
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  std::string path_;
+};
+
+}  // namespace attnzoo::decoding
