@@ -2,7 +2,7 @@
 # Builds tests with sanitizers and runs them; fails on any report, leaks included.
 #   tools/sanitize.sh [address] [thread]      default: both
 #   address  ASan + UBSan (LeakSanitizer on) in build-asan/: every test of io/, configs/,
-#            preprocess/ and api/, the code that reads untrusted input.
+#            preprocess/, api/ and decoding/, the code that reads untrusted input.
 #   thread   TSan in build-tsan/: the multi-threaded tests (ImageClassifier, SpeechEncoder with
 #            its Streams and AudioClassifier from 4 threads at once, the data loaders' workers).
 # The trees: tools/sanitizer_tree.sh (clang, attnzoo's libraries and tests instrumented; LibTorch,
@@ -22,9 +22,9 @@ run_kind() { # run_kind KIND: configure, build and run one sanitizer's tests
     address)
       build="$ROOT/build-asan"
       sanitize="address,undefined"
-      labels='^(io|configs|preprocess|api)$'
+      labels='^(io|configs|preprocess|api|decoding)$'
       targets=(attnzoo_io_tests attnzoo_configs_tests attnzoo_image_tests attnzoo_audio_tests
-               attnzoo_api_tests)
+               attnzoo_api_tests attnzoo_decoding_tests)
       ;;
     thread)
       build="$ROOT/build-tsan"
