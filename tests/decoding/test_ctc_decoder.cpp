@@ -99,19 +99,26 @@ TEST(CtcForwardOracle, MatchesTorchCtcLoss) {
   EXPECT_LT(worst, 1e-9) << "over " << checked << " label sequences";
 }
 
+// The options a beam case of beam_cases.json names: its beam (every hypothesis returned), blank
+// and per-frame top-k.
+PrefixBeamSearchOptions case_options(const json& c, int64_t blank, BeamUnit unit) {
+  PrefixBeamSearchOptions o;
+  o.beam_size = c.at("beam").get<int64_t>();
+  o.nbest = o.beam_size;
+  o.blank_id = blank;
+  o.token_top_k = c.at("top_k").get<int64_t>();
+  o.beam_unit = unit;
+  return o;
+}
+
 TEST(CtcPrefixBeamSearch, MatchesFlashlightWithPrefixEndingBeam) {
   const auto cases = load("beam_cases.json");
   double worst = 0.0;
   size_t hypotheses = 0;
   for (const auto& c : cases) {
     const auto x = case_of(c);
-    PrefixBeamSearchOptions o;
-    o.beam_size = c.at("beam").get<int64_t>();
-    o.nbest = o.beam_size;
-    o.blank_id = x.blank;
-    o.token_top_k = c.at("top_k").get<int64_t>();
-    o.beam_unit = BeamUnit::kPrefixEnding;
-    const auto ours = ctc_prefix_beam_search(x.view(), o);
+    const auto ours =
+        ctc_prefix_beam_search(x.view(), case_options(c, x.blank, BeamUnit::kPrefixEnding));
     const auto& theirs = c.at("flashlight");
     const std::string name = c.at("name");
     ASSERT_EQ(ours.size(), theirs.size()) << name;
@@ -138,13 +145,7 @@ TEST(CtcPrefixBeamSearch, ScoresAreBoundedByTheExactSum) {
   for (const auto unit : {BeamUnit::kPrefix, BeamUnit::kPrefixEnding}) {
     for (const auto& c : cases) {
       const auto x = case_of(c);
-      PrefixBeamSearchOptions o;
-      o.beam_size = c.at("beam").get<int64_t>();
-      o.nbest = o.beam_size;
-      o.blank_id = x.blank;
-      o.token_top_k = c.at("top_k").get<int64_t>();
-      o.beam_unit = unit;
-      const auto ours = ctc_prefix_beam_search(x.view(), o);
+      const auto ours = ctc_prefix_beam_search(x.view(), case_options(c, x.blank, unit));
       const std::string name = c.at("name");
       ASSERT_FALSE(ours.empty()) << name;
       for (size_t r = 0; r < ours.size(); ++r) {
@@ -304,9 +305,11 @@ TEST(CtcPrefixBeamSearch, PerFramePruningEqualsZeroProbability) {
   EXPECT_GT(checked, 10);
 }
 
-std::string beam_error(const CtcLogProbs& x, const PrefixBeamSearchOptions& o) {
+// The message of the DecodingError that f throws (a test failure when it throws none).
+template <typename F>
+std::string decoding_error(F&& f) {
   try {
-    ctc_prefix_beam_search(x, o);
+    f();
   } catch (const DecodingError& e) {
     return e.what();
   }
@@ -314,14 +317,12 @@ std::string beam_error(const CtcLogProbs& x, const PrefixBeamSearchOptions& o) {
   return {};
 }
 
+std::string beam_error(const CtcLogProbs& x, const PrefixBeamSearchOptions& o) {
+  return decoding_error([&] { ctc_prefix_beam_search(x, o); });
+}
+
 std::string greedy_error(const CtcLogProbs& x, const GreedyOptions& o) {
-  try {
-    ctc_greedy_decode(x, o);
-  } catch (const DecodingError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a DecodingError";
-  return {};
+  return decoding_error([&] { ctc_greedy_decode(x, o); });
 }
 
 TEST(CtcDecoding, BadArgumentsAreNamed) {
