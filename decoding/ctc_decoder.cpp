@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <unordered_map>
@@ -23,33 +24,57 @@ double log_add(double a, double b) {
 
 [[noreturn]] void fail(const std::string& message) { throw DecodingError(message); }
 
-void check_input(const CtcLogProbs& x, int64_t blank_id, double frame_period_seconds) {
-  if (x.frames < 1)
-    fail("log_probs: frames (T) must be at least 1, got " + std::to_string(x.frames));
-  if (x.vocab < 1) fail("log_probs: vocab (V) must be at least 1, got " + std::to_string(x.vocab));
-  if (x.frames > std::numeric_limits<int64_t>::max() / x.vocab) {
-    fail("log_probs: frames x vocab overflows (" + std::to_string(x.frames) + " x " +
-         std::to_string(x.vocab) + ")");
-  }
-  if (x.data == nullptr) fail("log_probs: data is null");
-  if (blank_id < 0 || blank_id >= x.vocab) {
-    fail("blank_id: expected a token id in [0, " + std::to_string(x.vocab) + "), got " +
+void check_vocab(int64_t vocab, int64_t blank_id, double frame_period_seconds) {
+  if (vocab < 1) fail("log_probs: vocab (V) must be at least 1, got " + std::to_string(vocab));
+  if (blank_id < 0 || blank_id >= vocab) {
+    fail("blank_id: expected a token id in [0, " + std::to_string(vocab) + "), got " +
          std::to_string(blank_id));
   }
   if (!(frame_period_seconds > 0.0) || !std::isfinite(frame_period_seconds)) {
     fail("frame_period_seconds: expected a positive finite number, got " +
          std::to_string(frame_period_seconds));
   }
+}
+
+// The rows of x, whose frame 0 is frame `first_frame` of the utterance (named in errors).
+void check_rows(const CtcLogProbs& x, int64_t first_frame) {
+  if (x.frames > std::numeric_limits<int64_t>::max() / x.vocab) {
+    fail("log_probs: frames x vocab overflows (" + std::to_string(x.frames) + " x " +
+         std::to_string(x.vocab) + ")");
+  }
+  if (x.frames > 0 && x.data == nullptr) fail("log_probs: data is null");
   for (int64_t t = 0; t < x.frames; ++t) {
     const float* row = x.data + t * x.vocab;
     for (int64_t k = 0; k < x.vocab; ++k) {
       if (std::isnan(row[k]) || row[k] == std::numeric_limits<float>::infinity()) {
         fail("log_probs: " + std::string(std::isnan(row[k]) ? "NaN" : "+inf") + " at frame " +
-             std::to_string(t) + ", token " + std::to_string(k) +
+             std::to_string(first_frame + t) + ", token " + std::to_string(k) +
              " (expected log-probabilities: finite or -inf)");
       }
     }
   }
+}
+
+void check_input(const CtcLogProbs& x, int64_t blank_id, double frame_period_seconds) {
+  if (x.frames < 1)
+    fail("log_probs: frames (T) must be at least 1, got " + std::to_string(x.frames));
+  check_vocab(x.vocab, blank_id, frame_period_seconds);
+  check_rows(x, 0);
+}
+
+void check_beam_options(const PrefixBeamSearchOptions& o) {
+  if (o.beam_size < 1) fail("beam_size: must be at least 1, got " + std::to_string(o.beam_size));
+  if (o.nbest < 1 || o.nbest > o.beam_size) {
+    fail("nbest: expected 1 .. beam_size (" + std::to_string(o.beam_size) + "), got " +
+         std::to_string(o.nbest));
+  }
+  if (o.token_top_k < 0) {
+    fail("token_top_k: must be 0 (all tokens) or positive, got " + std::to_string(o.token_top_k));
+  }
+  if (!(o.token_top_p > 0.0 && o.token_top_p <= 1.0)) {
+    fail("token_top_p: expected a value in (0, 1], got " + std::to_string(o.token_top_p));
+  }
+  if (std::isnan(o.token_min_log_prob)) fail("token_min_log_prob: is NaN");
 }
 
 // One token of the best alignment so far: the run of frames that emits it and its peak.
@@ -154,15 +179,19 @@ std::vector<TokenTiming> timings_of(const std::vector<Emission>& emissions, doub
   return timings;
 }
 
-double confidence_of(const std::vector<TokenTiming>& timings, const CtcLogProbs& x,
-                     int64_t blank_id) {
+// The mean peak posterior of the tokens; for no token, `blank_mean` (the mean posterior of the
+// blank over the frames).
+double confidence_of(const std::vector<TokenTiming>& timings, double blank_mean) {
+  if (timings.empty()) return blank_mean;
   double sum = 0.0;
-  if (timings.empty()) {
-    for (int64_t t = 0; t < x.frames; ++t) sum += std::exp(double{x.data[t * x.vocab + blank_id]});
-    return sum / static_cast<double>(x.frames);
-  }
   for (const auto& timing : timings) sum += timing.confidence;
   return sum / static_cast<double>(timings.size());
+}
+
+double blank_mean_of(const CtcLogProbs& x, int64_t blank_id) {
+  double sum = 0.0;
+  for (int64_t t = 0; t < x.frames; ++t) sum += std::exp(double{x.data[t * x.vocab + blank_id]});
+  return sum / static_cast<double>(x.frames);
 }
 
 // Orders candidates by score, then by their tokens (lexicographically), so that equal scores
@@ -311,39 +340,36 @@ CtcHypothesis ctc_greedy_decode(const CtcLogProbs& x, const GreedyOptions& optio
   }
   h.score = score;
   h.timings = timings_of(emissions, options.frame_period_seconds);
-  h.confidence = confidence_of(h.timings, x, options.blank_id);
+  h.confidence = confidence_of(h.timings, blank_mean_of(x, options.blank_id));
   return h;
 }
 
-std::vector<CtcHypothesis> ctc_prefix_beam_search(const CtcLogProbs& x,
-                                                  const PrefixBeamSearchOptions& o) {
-  check_input(x, o.blank_id, o.frame_period_seconds);
-  if (o.beam_size < 1) fail("beam_size: must be at least 1, got " + std::to_string(o.beam_size));
-  if (o.nbest < 1 || o.nbest > o.beam_size) {
-    fail("nbest: expected 1 .. beam_size (" + std::to_string(o.beam_size) + "), got " +
-         std::to_string(o.nbest));
-  }
-  if (o.token_top_k < 0) {
-    fail("token_top_k: must be 0 (all tokens) or positive, got " + std::to_string(o.token_top_k));
-  }
-  if (!(o.token_top_p > 0.0 && o.token_top_p <= 1.0)) {
-    fail("token_top_p: expected a value in (0, 1], got " + std::to_string(o.token_top_p));
-  }
-  if (std::isnan(o.token_min_log_prob)) fail("token_min_log_prob: is NaN");
-
-  std::vector<Prefix> beam(1);
-  beam[0].blank = 0.0;  // the empty prefix, before any frame: probability 1
-  beam[0].best_blank.log_prob = 0.0;
+struct CtcPrefixBeamSearch::State {
+  PrefixBeamSearchOptions o;
+  int64_t vocab = 0;
+  int64_t frames = 0;        // frames advanced over
+  double blank_sum = 0.0;    // sum over them of y_t(blank), for the empty hypothesis's confidence
+  std::vector<Prefix> beam;  // empty once a frame left no alignment
+  // Scratch, kept between frames.
   std::vector<int64_t> order, kept_tokens;
   std::vector<Candidate> candidates;
   std::vector<Prefix> next;
   // child_in_beam[k] while entry i is extended: the beam entry holding i's prefix + k, or -1.
-  std::vector<int64_t> child_in_beam(static_cast<size_t>(x.vocab), -1);
+  std::vector<int64_t> child_in_beam;
   std::vector<std::vector<std::pair<int64_t, size_t>>> children;
   std::unordered_map<std::vector<int64_t>, size_t, TokensHash> index;
-  for (int64_t t = 0; t < x.frames; ++t) {
-    const float* row = x.data + t * x.vocab;
-    frame_tokens(row, x.vocab, o, order, kept_tokens);
+
+  void start() {
+    frames = 0;
+    blank_sum = 0.0;
+    beam.assign(1, Prefix{});
+    beam[0].blank = 0.0;  // the empty prefix, before any frame: probability 1
+    beam[0].best_blank.log_prob = 0.0;
+  }
+
+  // One frame, number t of the utterance.
+  void step(const float* row, int64_t t) {
+    frame_tokens(row, vocab, o, order, kept_tokens);
     // A prefix of the beam may also be another's extension ("ab" and "a" + b): find those pairs.
     index.clear();
     for (size_t j = 0; j < beam.size(); ++j) index.emplace(beam[j].tokens, j);
@@ -409,9 +435,45 @@ std::vector<CtcHypothesis> ctc_prefix_beam_search(const CtcLogProbs& x,
       next.push_back(std::move(p));
     }
     beam.swap(next);
-    if (beam.empty()) break;  // every token of the frame was -inf: no alignment survives
   }
+};
 
+CtcPrefixBeamSearch::CtcPrefixBeamSearch(int64_t vocab, PrefixBeamSearchOptions options)
+    : state_(std::make_unique<State>()) {
+  check_vocab(vocab, options.blank_id, options.frame_period_seconds);
+  check_beam_options(options);
+  state_->o = options;
+  state_->vocab = vocab;
+  state_->child_in_beam.assign(static_cast<size_t>(vocab), -1);
+  state_->start();
+}
+
+CtcPrefixBeamSearch::~CtcPrefixBeamSearch() = default;
+CtcPrefixBeamSearch::CtcPrefixBeamSearch(CtcPrefixBeamSearch&&) noexcept = default;
+CtcPrefixBeamSearch& CtcPrefixBeamSearch::operator=(CtcPrefixBeamSearch&&) noexcept = default;
+
+void CtcPrefixBeamSearch::advance(const CtcLogProbs& log_probs) {
+  State& s = *state_;
+  if (log_probs.frames < 0) {
+    fail("log_probs: frames (T) must not be negative, got " + std::to_string(log_probs.frames));
+  }
+  if (log_probs.vocab != s.vocab) {
+    fail("log_probs: vocab (V) " + std::to_string(log_probs.vocab) +
+         " differs from the decoder's " + std::to_string(s.vocab));
+  }
+  check_rows(log_probs, s.frames);
+  for (int64_t t = 0; t < log_probs.frames; ++t) {
+    const float* row = log_probs.data + t * log_probs.vocab;
+    s.blank_sum += std::exp(double{row[s.o.blank_id]});
+    // Once a frame has left no alignment, none survives later frames either.
+    if (!s.beam.empty()) s.step(row, s.frames);
+    ++s.frames;
+  }
+}
+
+std::vector<CtcHypothesis> CtcPrefixBeamSearch::hypotheses() const {
+  const State& s = *state_;
+  const auto& beam = s.beam;
   std::vector<size_t> order_final(beam.size());
   std::iota(order_final.begin(), order_final.end(), size_t{0});
   std::vector<double> totals(beam.size());
@@ -420,17 +482,31 @@ std::vector<CtcHypothesis> ctc_prefix_beam_search(const CtcLogProbs& x,
     if (totals[a] != totals[b]) return totals[a] > totals[b];
     return beam[a].tokens < beam[b].tokens;
   });
+  const double blank_mean = s.frames > 0 ? s.blank_sum / static_cast<double>(s.frames) : 1.0;
   std::vector<CtcHypothesis> hypotheses;
-  for (size_t r = 0; r < order_final.size() && r < static_cast<size_t>(o.nbest); ++r) {
+  for (size_t r = 0; r < order_final.size() && r < static_cast<size_t>(s.o.nbest); ++r) {
     const Prefix& p = beam[order_final[r]];
     CtcHypothesis h;
     h.tokens = p.tokens;
     h.score = totals[order_final[r]];
-    h.timings = timings_of(p.best().emissions, o.frame_period_seconds);
-    h.confidence = confidence_of(h.timings, x, o.blank_id);
+    h.timings = timings_of(p.best().emissions, s.o.frame_period_seconds);
+    h.confidence = confidence_of(h.timings, blank_mean);
     hypotheses.push_back(std::move(h));
   }
   return hypotheses;
+}
+
+int64_t CtcPrefixBeamSearch::frames() const { return state_->frames; }
+
+void CtcPrefixBeamSearch::reset() { state_->start(); }
+
+std::vector<CtcHypothesis> ctc_prefix_beam_search(const CtcLogProbs& x,
+                                                  const PrefixBeamSearchOptions& o) {
+  if (x.frames < 1)
+    fail("log_probs: frames (T) must be at least 1, got " + std::to_string(x.frames));
+  CtcPrefixBeamSearch search(x.vocab, o);
+  search.advance(x);
+  return search.hypotheses();
 }
 
 }  // namespace attnzoo::decoding

@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
 namespace attnzoo::decoding {
@@ -98,5 +99,30 @@ CtcHypothesis ctc_greedy_decode(const CtcLogProbs& log_probs, const GreedyOption
 // or > beam_size, token_top_k < 0, token_top_p outside (0, 1], token_min_log_prob NaN.
 std::vector<CtcHypothesis> ctc_prefix_beam_search(const CtcLogProbs& log_probs,
                                                   const PrefixBeamSearchOptions& options = {});
+
+// The same search over frames that arrive in blocks (live audio): advance() takes the next
+// frames, hypotheses() gives the n-best of all the frames so far. However the frames are split
+// into blocks, hypotheses() equals ctc_prefix_beam_search of them all at once (the same tokens,
+// scores, timings and confidences, frames counted from the first). Before any frame it gives
+// the empty hypothesis with score 0. A search is used by one thread at a time.
+class CtcPrefixBeamSearch {
+ public:
+  // Throws DecodingError for the options as ctc_prefix_beam_search does, and for vocab < 1.
+  explicit CtcPrefixBeamSearch(int64_t vocab, PrefixBeamSearchOptions options = {});
+  ~CtcPrefixBeamSearch();
+  CtcPrefixBeamSearch(CtcPrefixBeamSearch&&) noexcept;
+  CtcPrefixBeamSearch& operator=(CtcPrefixBeamSearch&&) noexcept;
+
+  // log_probs: [T, V] with V the decoder's vocab; T may be 0. DecodingError for another V, or
+  // NaN or +inf at a frame (named by its number in the utterance); the search is then as before.
+  void advance(const CtcLogProbs& log_probs);
+  std::vector<CtcHypothesis> hypotheses() const;
+  int64_t frames() const;  // frames advanced over
+  void reset();            // back to before the first frame, for the next utterance
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace attnzoo::decoding
