@@ -9,7 +9,7 @@
 //   - the Conformer convolution module at inference with batch_norm: GLU, depthwise convolution,
 //     BatchNorm (folded into a scale and shift) and Swish in one glu_dwconv_swish.
 // fused_epilogues() turns all three on everywhere; the models give the same outputs and gradients
-// either way (tests/layers/test_fused_epilogues.cpp), and on CUDA they run the fused kernels. Off
+// either way (tests/models/test_fused_epilogues.cpp), and on CUDA they run the fused kernels. Off
 // by default; ATTNZOO_FUSED_EPILOGUES=1 in the environment turns it on at start-up,
 // set_fused_epilogues at any time (it applies to the forward passes that start afterwards, in
 // every thread). Without it, CPU inference still takes add_layer_norm, whose CPU kernel is

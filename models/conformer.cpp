@@ -82,7 +82,7 @@ torch::Tensor ConformerBlockImpl::forward(const torch::Tensor& x, const torch::T
   if (attn_mask.defined()) mask.attn_mask(attn_mask);
   if (fused_add_layer_norm(x, is_training())) {
     // Each branch's residual add and the LayerNorm in front of the next branch (or the block's
-    // final norm) in one add_layer_norm: four passes over the residual stream instead of eight.
+    // final norm) in one add_layer_norm: five passes over the residual stream instead of nine.
     torch::Tensor y = x, h = ffn1->norm(x);
     torch::Tensor update = 0.5 * ffn1->forward_normed(h);
     const auto add_and_norm = [&](const torch::nn::LayerNorm& next) {
