@@ -188,12 +188,6 @@ double confidence_of(const std::vector<TokenTiming>& timings, double blank_mean)
   return sum / static_cast<double>(timings.size());
 }
 
-double blank_mean_of(const CtcLogProbs& x, int64_t blank_id) {
-  double sum = 0.0;
-  for (int64_t t = 0; t < x.frames; ++t) sum += std::exp(double{x.data[t * x.vocab + blank_id]});
-  return sum / static_cast<double>(x.frames);
-}
-
 // Orders candidates by score, then by their tokens (lexicographically), so that equal scores
 // give the same beam on every run.
 class CandidateOrder {
@@ -316,32 +310,95 @@ BestAlignment alignment_of(const AlignmentSource& source, const std::vector<Pref
 
 }  // namespace
 
-CtcHypothesis ctc_greedy_decode(const CtcLogProbs& x, const GreedyOptions& options) {
-  check_input(x, options.blank_id, options.frame_period_seconds);
-  CtcHypothesis h;
-  std::vector<Emission> emissions;
+const char* to_string(CtcSearch search) {
+  return search == CtcSearch::kGreedy ? "greedy" : "prefix_beam";
+}
+
+const char* to_string(BeamUnit unit) {
+  return unit == BeamUnit::kPrefix ? "prefix" : "prefix_ending";
+}
+
+struct CtcGreedySearch::State {
+  GreedyOptions o;
+  int64_t vocab = 0;
+  int64_t frames = 0;
+  int64_t previous = -1;  // the best token of the last frame
   double score = 0.0;
-  int64_t previous = -1;
-  for (int64_t t = 0; t < x.frames; ++t) {
-    const float* row = x.data + t * x.vocab;
+  double blank_sum = 0.0;
+  std::vector<int64_t> tokens;
+  std::vector<Emission> emissions;
+
+  void start() {
+    frames = 0;
+    previous = -1;
+    score = blank_sum = 0.0;
+    tokens.clear();
+    emissions.clear();
+  }
+};
+
+CtcGreedySearch::CtcGreedySearch(int64_t vocab, GreedyOptions options)
+    : state_(std::make_unique<State>()) {
+  check_vocab(vocab, options.blank_id, options.frame_period_seconds);
+  state_->o = options;
+  state_->vocab = vocab;
+}
+
+CtcGreedySearch::~CtcGreedySearch() = default;
+CtcGreedySearch::CtcGreedySearch(CtcGreedySearch&&) noexcept = default;
+CtcGreedySearch& CtcGreedySearch::operator=(CtcGreedySearch&&) noexcept = default;
+
+void CtcGreedySearch::advance(const CtcLogProbs& x) {
+  State& s = *state_;
+  if (x.frames < 0) {
+    fail("log_probs: frames (T) must not be negative, got " + std::to_string(x.frames));
+  }
+  if (x.vocab != s.vocab) {
+    fail("log_probs: vocab (V) " + std::to_string(x.vocab) + " differs from the decoder's " +
+         std::to_string(s.vocab));
+  }
+  check_rows(x, s.frames);
+  for (int64_t i = 0; i < x.frames; ++i) {
+    const int64_t t = s.frames + i;
+    const float* row = x.data + i * x.vocab;
     const int64_t best = std::max_element(row, row + x.vocab) - row;  // first of equals
-    score += row[best];
-    if (best != options.blank_id) {
-      if (best == previous) {
-        emissions.back().end = t;
-        emissions.back().peak_log_prob =
-            std::max(emissions.back().peak_log_prob, double{row[best]});
+    s.score += row[best];
+    s.blank_sum += std::exp(double{row[s.o.blank_id]});
+    if (best != s.o.blank_id) {
+      if (best == s.previous) {
+        s.emissions.back().end = t;
+        s.emissions.back().peak_log_prob =
+            std::max(s.emissions.back().peak_log_prob, double{row[best]});
       } else {
-        emissions.push_back({t, t, row[best]});
-        h.tokens.push_back(best);
+        s.emissions.push_back({t, t, row[best]});
+        s.tokens.push_back(best);
       }
     }
-    previous = best;
+    s.previous = best;
   }
-  h.score = score;
-  h.timings = timings_of(emissions, options.frame_period_seconds);
-  h.confidence = confidence_of(h.timings, blank_mean_of(x, options.blank_id));
+  s.frames += x.frames;
+}
+
+CtcHypothesis CtcGreedySearch::hypothesis() const {
+  const State& s = *state_;
+  CtcHypothesis h;
+  h.tokens = s.tokens;
+  h.score = s.score;
+  h.timings = timings_of(s.emissions, s.o.frame_period_seconds);
+  const double blank_mean = s.frames > 0 ? s.blank_sum / static_cast<double>(s.frames) : 1.0;
+  h.confidence = confidence_of(h.timings, blank_mean);
   return h;
+}
+
+int64_t CtcGreedySearch::frames() const { return state_->frames; }
+
+void CtcGreedySearch::reset() { state_->start(); }
+
+CtcHypothesis ctc_greedy_decode(const CtcLogProbs& x, const GreedyOptions& options) {
+  check_input(x, options.blank_id, options.frame_period_seconds);
+  CtcGreedySearch search(x.vocab, options);
+  search.advance(x);
+  return search.hypothesis();
 }
 
 struct CtcPrefixBeamSearch::State {
@@ -494,6 +551,23 @@ std::vector<CtcHypothesis> CtcPrefixBeamSearch::hypotheses() const {
     hypotheses.push_back(std::move(h));
   }
   return hypotheses;
+}
+
+std::vector<int64_t> CtcPrefixBeamSearch::stable_tokens() const {
+  const auto& beam = state_->beam;
+  if (beam.empty()) return {};
+  size_t common = beam.front().tokens.size();
+  for (const auto& prefix : beam) {
+    const auto& first = beam.front().tokens;
+    common = std::min(common, prefix.tokens.size());
+    common = static_cast<size_t>(std::mismatch(first.begin(),
+                                               first.begin() + static_cast<std::ptrdiff_t>(common),
+                                               prefix.tokens.begin())
+                                     .first -
+                                 first.begin());
+  }
+  return {beam.front().tokens.begin(),
+          beam.front().tokens.begin() + static_cast<std::ptrdiff_t>(common)};
 }
 
 int64_t CtcPrefixBeamSearch::frames() const { return state_->frames; }

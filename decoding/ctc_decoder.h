@@ -69,10 +69,16 @@ struct GreedyOptions {
   double frame_period_seconds = 0.04;  // the encoder's output frame period (e.g. 10 ms x 4)
 };
 
+// Which search turns a CTC head's outputs into hypotheses: "greedy" (ctc_greedy_decode,
+// CtcGreedySearch) or "prefix_beam" (ctc_prefix_beam_search, CtcPrefixBeamSearch).
+enum class CtcSearch { kGreedy, kPrefixBeam };
+const char* to_string(CtcSearch search);
+
 enum class BeamUnit {
   kPrefix,        // beam_size prefixes, ranked by p_b + p_nb
   kPrefixEnding,  // beam_size (prefix, blank or label ending) states, ranked each on its own
 };
+const char* to_string(BeamUnit unit);  // "prefix" | "prefix_ending"
 
 struct PrefixBeamSearchOptions {
   int64_t beam_size = 10;
@@ -93,6 +99,30 @@ struct PrefixBeamSearchOptions {
 // NaN or +inf at (t, k), blank_id outside [0, vocab), frame_period_seconds not positive or not
 // finite.
 CtcHypothesis ctc_greedy_decode(const CtcLogProbs& log_probs, const GreedyOptions& options = {});
+
+// The best path over frames that arrive in blocks: after each advance(), hypothesis() equals
+// ctc_greedy_decode of all the frames so far (the same tokens, score, timings and confidence).
+// Its tokens only grow as frames arrive. Used by one thread at a time.
+class CtcGreedySearch {
+ public:
+  // Throws DecodingError for vocab < 1 and for the options as ctc_greedy_decode does.
+  explicit CtcGreedySearch(int64_t vocab, GreedyOptions options = {});
+  ~CtcGreedySearch();
+  CtcGreedySearch(CtcGreedySearch&&) noexcept;
+  CtcGreedySearch& operator=(CtcGreedySearch&&) noexcept;
+
+  // log_probs: [T, V] (T may be 0). DecodingError for another V, or NaN or +inf at a frame
+  // (named by its number in the utterance); the search is then as before.
+  void advance(const CtcLogProbs& log_probs);
+  // Before any frame: no tokens, score 0, confidence 1.
+  CtcHypothesis hypothesis() const;
+  int64_t frames() const;
+  void reset();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // Up to nbest hypotheses, best (highest score) first; fewer when fewer distinct prefixes survive.
 // Throws DecodingError for the input as ctc_greedy_decode does, and for beam_size < 1, nbest < 1
@@ -117,6 +147,11 @@ class CtcPrefixBeamSearch {
   // NaN or +inf at a frame (named by its number in the utterance); the search is then as before.
   void advance(const CtcLogProbs& log_probs);
   std::vector<CtcHypothesis> hypotheses() const;
+  // The tokens every prefix in the beam begins with (their longest common prefix). Every prefix
+  // of the next frame's beam extends one of this frame's, so these tokens only grow as frames
+  // arrive, and every later hypothesis begins with them: the part of a live result that no later
+  // audio can change. Empty before any frame and once a frame left no alignment.
+  std::vector<int64_t> stable_tokens() const;
   int64_t frames() const;  // frames advanced over
   void reset();            // back to before the first frame, for the next utterance
 

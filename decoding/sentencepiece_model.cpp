@@ -48,6 +48,13 @@ std::string SentencePieceModel::piece(int64_t id) const {
   return processor_->IdToPiece(static_cast<int>(id));
 }
 
+std::vector<std::string> SentencePieceModel::encode_pieces(const std::string& text) const {
+  std::vector<std::string> pieces;
+  const auto status = processor_->Encode(text, &pieces);
+  if (!status.ok()) throw DecodingError(path_ + ": " + std::string(status.message()));
+  return pieces;
+}
+
 std::string SentencePieceModel::decode_pieces(const std::vector<std::string>& pieces) const {
   std::string text;
   const auto status = processor_->Decode(pieces, &text);

@@ -33,6 +33,8 @@ class SentencePieceModel {
   int64_t size() const;
   // DecodingError when id is outside [0, size()).
   std::string piece(int64_t id) const;
+  // The model's segmentation of `text` into pieces (its normaliser first, as it was trained).
+  std::vector<std::string> encode_pieces(const std::string& text) const;
   std::string decode_pieces(const std::vector<std::string>& pieces) const;
   std::string decode_ids(const std::vector<int64_t>& ids) const;
 

@@ -244,6 +244,26 @@ Units Units::read_espnet(const std::string& path, int64_t ctc_vocab) {
   return parse_espnet(read_bounded_file(path), path, ctc_vocab);
 }
 
+Units Units::read(const std::string& path, UnitsFormat format, int64_t ctc_vocab) {
+  return format == UnitsFormat::kWenet ? read_wenet(path, ctc_vocab) : read_espnet(path, ctc_vocab);
+}
+
+const char* to_string(TextJoin join) {
+  switch (join) {
+    case TextJoin::kCharacters:
+      return "characters";
+    case TextJoin::kWords:
+      return "words";
+    case TextJoin::kSentencePiece:
+      return "sentencepiece";
+  }
+  return "?";
+}
+
+const char* to_string(UnitsFormat format) {
+  return format == UnitsFormat::kWenet ? "wenet" : "espnet";
+}
+
 const std::string& Units::token(int64_t id) const {
   if (id < 0 || id >= size()) {
     throw DecodingError("token id " + std::to_string(id) + " outside [0, " +
@@ -293,7 +313,10 @@ std::string Units::text(const std::vector<int64_t>& ids, TextJoin join) const {
   const auto tokens = pieces(ids);
   if (join == TextJoin::kSentencePiece) return join_sentencepiece_pieces(tokens);
   std::string text;
-  for (const auto& token : tokens) text += token;
+  for (const auto& token : tokens) {
+    if (join == TextJoin::kWords && !text.empty()) text += ' ';
+    text += token;
+  }
   return text;
 }
 

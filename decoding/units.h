@@ -13,11 +13,12 @@
 // Reading is bounded: a file of at most kMaxUnitsFileBytes, lines of at most kMaxUnitsLineBytes.
 //
 // Text: the tokens of the ids, without <blank> and <sos/eos> (<unk> stays as its token),
-// concatenated (TextJoin::kCharacters: Chinese characters, letters), or as SentencePiece joins
-// pieces without its model (TextJoin::kSentencePiece): "▁" becomes a space, and the leading
-// "▁" of each piece is dropped while nothing has been written yet (SentencePiece's decode with
-// its default add_dummy_prefix). Byte-fallback pieces (<0x41>) need the model itself
-// (decoding/sentencepiece_model.h).
+// concatenated (TextJoin::kCharacters: Chinese characters, letters), separated by one space
+// (TextJoin::kWords: a table of whole words), or as SentencePiece joins pieces without its model
+// (TextJoin::kSentencePiece): "▁" becomes a space, and the leading "▁" of each piece is dropped
+// while nothing has been written yet (SentencePiece's decode with its default add_dummy_prefix).
+// Byte-fallback pieces (<0x41>) need the model itself (decoding/sentencepiece_model.h). The other
+// direction, text to ids, is decoding/tokenizer.h.
 #pragma once
 
 #include <attnzoo/decoding/error.h>
@@ -33,13 +34,20 @@ namespace attnzoo::decoding {
 inline constexpr int64_t kMaxUnitsFileBytes = 16 << 20;
 inline constexpr int64_t kMaxUnitsLineBytes = 1024;
 
-enum class TextJoin { kCharacters, kSentencePiece };
+// How a table's tokens make text: "characters", "words", "sentencepiece" in a model's YAML.
+enum class TextJoin { kCharacters, kWords, kSentencePiece };
+const char* to_string(TextJoin join);
+
+// The file layout of a table: "wenet" (TOKEN ID lines) or "espnet" (one token per line).
+enum class UnitsFormat { kWenet, kEspnet };
+const char* to_string(UnitsFormat format);
 
 class Units {
  public:
   // ctc_vocab > 0: the table must have exactly that many tokens.
   static Units read_wenet(const std::string& path, int64_t ctc_vocab = 0);
   static Units read_espnet(const std::string& path, int64_t ctc_vocab = 0);
+  static Units read(const std::string& path, UnitsFormat format, int64_t ctc_vocab = 0);
   // The same from a file's bytes; `source` names it in errors.
   static Units parse_wenet(std::string_view text, const std::string& source, int64_t ctc_vocab = 0);
   static Units parse_espnet(std::string_view text, const std::string& source,

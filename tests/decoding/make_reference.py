@@ -10,15 +10,21 @@
   greedy_cases.json  numpy's argmax path, collapsed: tokens, best-path score, runs
   units/             a WeNet units.txt, an ESPnet tokens.txt and a SentencePiece BPE model trained
                      here (the `sentencepiece` package), with id sequences and their text as
-                     sentencepiece itself decodes it (units_cases.json)
+                     sentencepiece itself decodes it (units_cases.json); and tables of characters
+                     (WeNet's with "▁", ESPnet's with "<space>", Chinese without a space), of words
+                     and the BPE model's, with texts and their ids (tokenizer_cases.json)
+  error_rate_cases.json  reference and hypothesis texts (single pairs and corpora) with jiwer's
+                     wer and cer and its hit, substitution, deletion and insertion counts
 
 usage: make_reference.py OUT_DIR
 """
 import itertools
 import json
+import re
 import sys
 from pathlib import Path
 
+import jiwer
 import numpy as np
 import sentencepiece as spm
 import torch
@@ -197,6 +203,183 @@ def units_files(out):
                               "pieces": [sp.id_to_piece(i) for i in range(sp.get_piece_size())],
                               "sequences": sp_cases}
     (out / "units_cases.json").write_text(json.dumps(cases, ensure_ascii=False), encoding="utf-8")
+    tokenizer_files(out, sp, token_list, sentences)
+
+
+# decoding/tokenizer.h's white space: ASCII only (Python's str.split() would take Unicode's too).
+WHITE = " \t\n\r\v\f"
+
+
+def spaced(rng, words):
+    """words joined by runs of white space, sometimes with white space at the ends."""
+    gaps = [str(rng.choice([" ", " ", " ", "  ", "\t", " \n "])) for _ in words]
+    text = "".join(g + w for g, w in zip(gaps, words))[len(gaps[0]):] if words else ""
+    if rng.random() < 0.3:
+        text = "  " + text
+    if rng.random() < 0.3:
+        text = text + " \t"
+    return text
+
+
+def char_tokens(text, space):
+    """The toolkits' character tokenizers (ESPnet's CharTokenizer, WeNet's char_tokenizer: each
+    character a token, " " as the space symbol) on the text with its white space normalised as
+    decoding/tokenizer.h documents: ends dropped, each run one space, no token without a space
+    symbol."""
+    tokens = []
+    for word in re.split(f"[{WHITE}]+", text.strip(WHITE)):
+        if not word:
+            continue
+        if tokens and space is not None:
+            tokens.append(space)
+        tokens.extend(word)
+    return tokens
+
+
+def tokenizer_files(out, sp, bpe_tokens, sentences):
+    """Token tables and texts with the ids the toolkits' tokenizers give them, for
+    decoding/tokenizer.h. Every table has <unk>, so a token it lacks is <unk>'s id."""
+    rng = np.random.default_rng(11)
+    letters = list("abcdefghijklmnopqrstuvwxyz'")
+    chinese = list("你好世界语音识别模型的是")
+    tables = {
+        # WeNet's lang_char.txt of an English or mixed model: "▁" is the space.
+        "wenet_chars": ("wenet", "characters", ["▁"] + letters + chinese),
+        # ESPnet's token_list of a char model: "<space>" is the space.
+        "espnet_chars": ("espnet", "characters", ["<space>"] + letters),
+        # A Chinese character table: no space token, spaces are dropped.
+        "chinese_chars": ("wenet", "characters", chinese),
+        "words": ("wenet", "words", sorted(set(WORDS))),
+    }
+    texts = {
+        "latin": [spaced(rng, list(rng.choice(WORDS, size=int(rng.integers(1, 8)))))
+                  for _ in range(12)]
+                 + ["a", "don't stop", "  lead", "trail  ", " \t both \n ", "x  y   z", "",
+                    "   ", "Quick Fox", "naïve café", "smile 🙂 now", "a\tb\nc"],
+        "chinese": ["你好世界", "你好 世界", "  语音  识别 模型 ", "你好，世界", "中文", "你a好"],
+    }
+    description = {}
+    for name, (layout, join, tokens) in tables.items():
+        table = ["<blank>", "<unk>"] + tokens + ["<sos/eos>"]
+        path = out / f"{name}.txt"
+        if layout == "wenet":
+            lines = [f"{token} {i}" for i, token in enumerate(table)]
+        else:
+            lines = table
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        id_of = {token: i for i, token in enumerate(table)}
+        space = {"wenet_chars": "▁", "espnet_chars": "<space>"}.get(name)
+        cases = []
+        for text in texts["latin"] + texts["chinese"]:
+            if join == "words":
+                pieces = [w for w in re.split(f"[{WHITE}]+", text) if w]
+            else:
+                pieces = char_tokens(text, space)
+            ids = [id_of.get(p, 1) for p in pieces]
+            decoded = [table[i] for i in ids]
+            if join == "words":
+                text_of_ids = " ".join(decoded)
+            else:
+                text_of_ids = "".join(" " if t == space else t for t in decoded).strip(" ")
+            cases.append({"text": text, "ids": ids, "decoded": text_of_ids,
+                          "unknown": 1 in ids})
+        description[name] = {"file": path.name, "layout": layout, "join": join,
+                             "size": len(table), "cases": cases}
+    # The BPE model's pieces as its ESPnet token list numbers them: sentencepiece's own encoding,
+    # a piece the list lacks as <unk>, decoded by the model.
+    id_of = {token: i for i, token in enumerate(bpe_tokens)}
+    cases = []
+    for text in sentences[20:40] + texts["latin"] + ["Zebra jumps", "  the   fox  "]:
+        pieces = sp.encode(text.strip(WHITE), out_type=str)
+        ids = [id_of.get(p, 1) for p in pieces]
+        cases.append({"text": text, "ids": ids,
+                      "decoded": sp.decode_pieces([bpe_tokens[i] for i in ids]),
+                      "unknown": 1 in ids})
+    description["sentencepiece"] = {"file": "bpe_tokens.txt", "model": "bpe.model",
+                                    "layout": "espnet", "join": "sentencepiece",
+                                    "size": len(bpe_tokens), "cases": cases}
+    (out / "tokenizer_cases.json").write_text(json.dumps(description, ensure_ascii=False),
+                                              encoding="utf-8")
+
+
+CHINESE_WORDS = ["你好", "世界", "语音", "识别", "模型", "的", "是", "中文"]
+
+
+def edited(rng, words, vocabulary, rate):
+    """words with each one substituted, deleted or followed by an insertion at about `rate`."""
+    out = []
+    for w in words:
+        r = rng.random()
+        if r < rate:
+            out.append(str(rng.choice(vocabulary)))
+        elif r < 2 * rate:
+            pass
+        else:
+            out.append(w)
+        if rng.random() < rate:
+            out.append(str(rng.choice(vocabulary)))
+    return out
+
+
+def jiwer_counts(reference, hypothesis):
+    w = jiwer.process_words(reference, hypothesis)
+    c = jiwer.process_characters(reference, hypothesis)
+    return {
+        "wer": float(w.wer), "cer": float(c.cer),
+        "words": {"hits": w.hits, "substitutions": w.substitutions, "deletions": w.deletions,
+                  "insertions": w.insertions},
+        "characters": {"hits": c.hits, "substitutions": c.substitutions,
+                       "deletions": c.deletions, "insertions": c.insertions}}
+
+
+def error_rate_cases():
+    """Pairs and corpora with jiwer's measures. White space in them is the space only: jiwer's
+    default transforms split words at " " alone (a single tab stays inside a word)."""
+    rng = np.random.default_rng(5)
+    pairs = [
+        ("the cat sat on the mat", "the cat sat on the mat"),
+        ("the cat sat", "the dog sat"),            # one substitution, not a deletion + insertion
+        ("a b c d", "b c d e"),                    # a deletion and an insertion
+        ("the quick brown fox", ""),               # empty hypothesis: all deleted
+        ("  the   quick brown  ", "the quick  brown fox "),  # extra spaces
+        ("the the the the", "the the"),           # repeated words
+        ("the the the", "the the the the the"),
+        ("abc abc", "abd abc abc"),
+        ("你好世界", "你好世届"),                   # Chinese: one word, four characters
+        ("你好 世界 语音 识别", "你好 世界 识别 模型"),
+        ("语音识别模型", "语音 识别模型的"),
+        ("naïve café", "naive cafe"),
+        ("🙂 smile", "smile 🙂"),
+        ("a", "b c d e f"),                        # more errors than reference words
+        ("x", "x"),
+    ]
+    for n in range(40):
+        chinese = n % 5 == 4
+        vocabulary = CHINESE_WORDS if chinese else list(WORDS)
+        words = [str(w) for w in rng.choice(vocabulary, size=int(rng.integers(1, 25)))]
+        if n % 7 == 3:
+            words = words[:2] * 4  # repeated words
+        hypothesis = edited(rng, words, vocabulary, [0.0, 0.05, 0.15, 0.3, 0.6][n % 5])
+        if n % 11 == 10:
+            hypothesis = []
+        join = "" if chinese and n % 2 else " "
+        pairs.append((spaced(rng, words).replace("\t", " ").replace("\n", " ")
+                      if join == " " else join.join(words), " ".join(hypothesis)))
+    cases = [dict(reference=r, hypothesis=h, **jiwer_counts(r, h)) for r, h in pairs]
+    corpora = []
+    for n, size in enumerate((2, 5, 12, 30)):
+        chosen = rng.choice(len(pairs), size=size, replace=False)
+        references = [pairs[i][0] for i in chosen]
+        hypotheses = [pairs[i][1] for i in chosen]
+        corpora.append(dict(references=references, hypotheses=hypotheses,
+                            **jiwer_counts(references, hypotheses)))
+    # Empty references: jiwer's "wer" is then the number of insertions, where error_rate.h says
+    # +inf (and 0 for two empty texts).
+    empty = [dict(reference=r, hypothesis=h, **jiwer_counts(r, h))
+             for r, h in [("", ""), ("", "a b"), ("   ", "你好")]]
+    corpora.append(dict(references=["a b", ""], hypotheses=["a b", "c"],
+                        **jiwer_counts(["a b", ""], ["a b", "c"])))
+    return {"pairs": cases, "corpora": corpora, "empty_references": empty}
 
 
 def main():
@@ -206,6 +389,8 @@ def main():
     (out / "oracle_cases.json").write_text(json.dumps(oracle_cases()))
     (out / "greedy_cases.json").write_text(json.dumps(greedy_cases()))
     units_files(out / "units")
+    (out / "error_rate_cases.json").write_text(json.dumps(error_rate_cases(), ensure_ascii=False),
+                                               encoding="utf-8")
 
 
 if __name__ == "__main__":
