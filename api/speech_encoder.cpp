@@ -128,6 +128,20 @@ const std::string& SpeechEncoder::weights_description() const { return state_->w
 int64_t SpeechEncoder::min_feature_frames() const { return state_->min_frames; }
 double SpeechEncoder::frame_period_ms() const { return state_->frame_ms; }
 
+torch::Tensor SpeechEncoder::ctc_log_probs(const torch::Tensor& encoded) const {
+  auto& s = *state_;
+  TORCH_CHECK_VALUE(!s.conformer.is_empty() && s.conformer->ctc,
+                    "SpeechEncoder::ctc_log_probs: ", s.config.source,
+                    " has no CTC head (architecture.vocab_size is 0)");
+  const int64_t width = s.conformer->options.blocks().input_dim();
+  TORCH_CHECK_VALUE(encoded.defined() && encoded.dim() == 2 && encoded.size(1) == width,
+                    "SpeechEncoder::ctc_log_probs: encoded must be [k, ", width, "], got ",
+                    encoded.defined() ? encoded.sizes() : c10::IntArrayRef{});
+  torch::InferenceMode inference;
+  const auto x = encoded.unsqueeze(0).to(s.device, s.dtype);
+  return s.conformer->ctc_log_probs(x)[0].to(torch::kCPU, torch::kFloat).contiguous();
+}
+
 EncodedSpeech SpeechEncoder::encode_features(torch::Tensor features, const std::string& source,
                                              double seconds) const {
   auto& s = *state_;

@@ -120,6 +120,11 @@ class SpeechEncoder {
   Stream stream(int64_t sample_rate, int64_t chunk = 0,
                 const std::string& source = "<stream>") const;
 
+  // The CTC head applied to encoder frames [k, D] as a Stream returns them (k may be 0) ->
+  // log-probabilities [k, vocab] float32 on the CPU: what encode() gives as log_probs, for live
+  // audio. c10::ValueError when the model has no CTC head or is not a Conformer.
+  torch::Tensor ctc_log_probs(const torch::Tensor& encoded) const;
+
   const ModelConfig& config() const;
   const std::string& weights_description() const;
   // The fewest feature frames the subsampling turns into one encoder frame.

@@ -1,5 +1,6 @@
 #include <attnzoo/configs/config_sections.h>
 
+#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 
@@ -107,6 +108,63 @@ AudioFeaturesConfig read_audio_features(MapReader& root, int64_t input_dim,
     features.fail("frame_shift_ms", "frame_shift_ms must not exceed frame_length_ms");
   }
   return f;
+}
+
+namespace {
+
+// A file named at `key`, relative to the folder of the YAML file `source`; it must exist.
+std::string existing_file(MapReader& section, const std::string& key, const std::string& source) {
+  namespace fs = std::filesystem;
+  fs::path file(section.string(key, std::nullopt));
+  if (file.is_relative()) file = fs::path(source).parent_path() / file;
+  std::error_code error;
+  if (!fs::is_regular_file(file, error)) {
+    section.fail(key, "'" + file.string() + "' is not a file (paths are relative to the YAML)");
+  }
+  return file.lexically_normal().string();
+}
+
+}  // namespace
+
+DecodingConfig read_decoding(MapReader& root, const std::string& source, int64_t ctc_vocab) {
+  DecodingConfig d;
+  if (!root.has("decoding")) return d;
+  auto section = root.map("decoding", true);
+  if (ctc_vocab <= 0) {
+    section.fail_here("a decoding section needs a CTC head (architecture.vocab_size > 0)");
+  }
+  d.units = existing_file(section, "units", source);
+  d.units_format =
+      section.enumeration("units_format", d.units_format,
+                          {decoding::UnitsFormat::kWenet, decoding::UnitsFormat::kEspnet});
+  d.text = section.enumeration("text", d.text,
+                               {decoding::TextJoin::kCharacters, decoding::TextJoin::kWords,
+                                decoding::TextJoin::kSentencePiece});
+  if (section.has("sentencepiece_model")) {
+    if (d.text != decoding::TextJoin::kSentencePiece) {
+      section.fail("sentencepiece_model", "a SentencePiece model goes with text: sentencepiece");
+    }
+    d.sentencepiece_model = existing_file(section, "sentencepiece_model", source);
+  }
+  d.search = section.enumeration("search", d.search,
+                                 {decoding::CtcSearch::kGreedy, decoding::CtcSearch::kPrefixBeam});
+  auto& b = d.beam;
+  b.beam_size = section.integer("beam_size", b.beam_size, 1, kMaxBeam);
+  b.nbest = section.integer("nbest", b.nbest, 1, kMaxBeam);
+  if (b.nbest > b.beam_size) {
+    section.fail(section.relation_key("nbest", "beam_size"),
+                 "nbest " + std::to_string(b.nbest) + " exceeds beam_size " +
+                     std::to_string(b.beam_size) + " (the beam holds the hypotheses returned)");
+  }
+  b.token_top_k = section.integer("token_top_k", b.token_top_k, 0, kMaxClasses);
+  b.token_top_p = section.number("token_top_p", b.token_top_p, 0.0, 1.0, /*min_exclusive=*/true);
+  if (section.has("token_min_log_prob")) {
+    b.token_min_log_prob = section.number("token_min_log_prob", std::nullopt, -1e30, 0.0);
+  }
+  b.beam_unit = section.enumeration(
+      "beam_unit", b.beam_unit, {decoding::BeamUnit::kPrefix, decoding::BeamUnit::kPrefixEnding});
+  section.finish();
+  return d;
 }
 
 std::string read_checkpoint_format(MapReader checkpoint, const std::vector<std::string>& formats) {

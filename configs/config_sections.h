@@ -31,6 +31,7 @@ inline constexpr int64_t kMaxKernel = 1024;
 inline constexpr int64_t kMaxChunk = 1 << 20;
 inline constexpr int64_t kMaxSampleRate = 384000;
 inline constexpr int64_t kMaxFrames = 1 << 20;
+inline constexpr int64_t kMaxBeam = 10000;
 // Rates are probabilities of dropping; 1 would drop everything.
 inline constexpr double kBelowOne = 0.999999;
 
@@ -53,6 +54,11 @@ ImagePreprocessConfig read_image_preprocess(MapReader pre, int64_t in_chans, int
 // Its num_mel_bins must equal the model's `input_dim`, the value of `input_key`.
 AudioFeaturesConfig read_audio_features(MapReader& root, int64_t input_dim,
                                         const std::string& input_key);
+
+// `decoding:` of a model whose CTC head has `ctc_vocab` outputs (DecodingConfig; absent: an
+// empty one). Files are resolved against the folder of `source`, the YAML file, and must exist;
+// a model without a CTC head (ctc_vocab 0) may not have the section.
+DecodingConfig read_decoding(MapReader& root, const std::string& source, int64_t ctc_vocab);
 
 // `checkpoint:`: its `format`, one of the family's `formats`.
 std::string read_checkpoint_format(MapReader checkpoint, const std::vector<std::string>& formats);

@@ -141,6 +141,7 @@ class ConformerFamily final : public ModelFamily {
         .head_gating(attention.head_gating);
     config.features = read_audio_features(root, o.input_dim(), "architecture.input_dim");
     config.streaming = read_streaming(root.map("streaming", false), o, attention.head_gating);
+    config.decoding = read_decoding(root, config.source, o.vocab_size());
     if (root.has("checkpoint")) {
       config.checkpoint_format =
           read_checkpoint_format(root.map("checkpoint", true), checkpoint_formats());
@@ -194,6 +195,9 @@ class ConformerFamily final : public ModelFamily {
 
   int64_t num_classes(const ModelConfig& config) const override {
     return config.options<ConformerEncoderOptions>().num_classes();
+  }
+  int64_t ctc_vocab(const ModelConfig& config) const override {
+    return config.options<ConformerEncoderOptions>().vocab_size();
   }
   int64_t attention_layers(const ModelConfig& config) const override {
     return config.options<ConformerEncoderOptions>().blocks().num_layers();
@@ -275,7 +279,7 @@ class ConformerFamily final : public ModelFamily {
   torch::Tensor classify(torch::nn::Module& module, const ModelConfig& config,
                          const ModelInput& input) const override {
     auto& encoder = encoder_module(module);
-    const auto& streaming = config.streaming;
+    const auto streaming = input.attention_chunks.value_or(config.streaming);
     const auto [encoded, lengths] = encoder.forward(
         input.values, input.lengths, streaming.chunk_size, streaming.num_left_chunks);
     return encoder.classify(encoded, lengths);
@@ -284,7 +288,7 @@ class ConformerFamily final : public ModelFamily {
   NamedTensors forward(torch::nn::Module& module, const ModelConfig& config,
                        const ModelInput& input, bool stream) const override {
     auto& encoder = encoder_module(module);
-    const auto& streaming = config.streaming;
+    const auto streaming = input.attention_chunks.value_or(config.streaming);
     torch::Tensor encoded, lengths;
     if (stream) {
       std::tie(encoded, lengths) = encoder.forward_chunk_by_chunk(

@@ -10,6 +10,8 @@
 // override instead of a line and column.
 #pragma once
 
+#include <attnzoo/decoding/ctc_decoder.h>
+#include <attnzoo/decoding/units.h>
 #include <attnzoo/io/error.h>
 #include <attnzoo/models/conformer.h>
 #include <attnzoo/models/vit.h>
@@ -107,6 +109,23 @@ struct InferenceConfig {
   std::string quantize = "none";
 };
 
+// `decoding:` of a model with a CTC head: its token table, how the table's tokens make text, and
+// how the head's outputs are searched (api/speech_recognizer.h). Training with train.loss ctc
+// tokenizes its transcripts with the same table (decoding/tokenizer.h).
+struct DecodingConfig {
+  std::string units;  // the token table, resolved against the YAML's folder; empty: no section
+  decoding::UnitsFormat units_format = decoding::UnitsFormat::kWenet;
+  decoding::TextJoin text = decoding::TextJoin::kCharacters;
+  // The SentencePiece model of a text: sentencepiece table (resolved); empty: none (decoding
+  // then joins the pieces itself, and training cannot cut transcripts into pieces).
+  std::string sentencepiece_model;
+  decoding::CtcSearch search = decoding::CtcSearch::kPrefixBeam;
+  // beam_size, nbest, the per-frame pruning and beam_unit; blank_id comes from the units and
+  // frame_period_seconds from the model.
+  decoding::PrefixBeamSearchOptions beam;
+  bool defined() const { return !units.empty(); }
+};
+
 struct ModelConfig {
   std::string name;
   // The model family (`family:`), a name of configs/model_family.h's registry.
@@ -118,6 +137,7 @@ struct ModelConfig {
   ImagePreprocessConfig image;
   AudioFeaturesConfig features;
   StreamingConfig streaming;  // models that stream (the Conformer)
+  DecodingConfig decoding;    // models with a CTC head
   LabelsConfig labels;
   InferenceConfig inference;
   // Checkpoint layout (`checkpoint.format`: one of the family's layouts). Empty: detected from the

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,9 @@ struct ModelInput {
 
   torch::Tensor values;   // images [B, C, H, W] or features [B, T, F]
   torch::Tensor lengths;  // features: valid frames [B] (undefined: all T); images: undefined
+  // Models that stream: the chunks their attention sees for this batch instead of the config's
+  // streaming section (dynamic chunk training draws them per batch). Others ignore it.
+  std::optional<StreamingConfig> attention_chunks;
 };
 
 // Outputs by name, in the order a family gives them ("logits", "encoded", "lengths", ...).
@@ -94,6 +98,9 @@ class ModelFamily {
   virtual ModelStats stats(const ModelConfig& config) const = 0;
   // The classification head's classes; 0 when the model has none.
   virtual int64_t num_classes(const ModelConfig& config) const = 0;
+  // The CTC head's outputs (blank included), which forward() names "logits" beside "encoded";
+  // 0 when the model has none.
+  virtual int64_t ctc_vocab(const ModelConfig& config) const = 0;
   // The attention layers a forward records (AttentionRecorder), and their backend.
   virtual int64_t attention_layers(const ModelConfig& config) const = 0;
   virtual std::string attention_backend(const ModelConfig& config) const = 0;

@@ -75,6 +75,7 @@ TrainAugmentConfig read_augment(MapReader a) {
   g.mixup_alpha = a.number("mixup_alpha", 0.0, 0.0, 100.0);
   g.cutmix_alpha = a.number("cutmix_alpha", 0.0, 0.0, 100.0);
   g.mix_prob = a.number("mix_prob", 1.0, 0.0, 1.0);
+  if (auto speeds = a.number_list("speed_perturb", 0, 0.5, 2.0)) g.speed_perturb = *speeds;
   g.spec_augment = a.boolean("spec_augment", false);
   g.freq_masks = a.integer("freq_masks", 2, 0, 100);
   g.freq_width = a.integer("freq_width", 27, 0, 10000);
@@ -125,6 +126,10 @@ TrainOptimizerConfig read_optimizer(MapReader o) {
 
 TrainLoopConfig read_loop(MapReader t) {
   TrainLoopConfig l;
+  l.loss = t.choice("loss", l.loss, {"cross_entropy", "ctc"});
+  l.dynamic_chunk = t.integer("dynamic_chunk", 0, 0, config_detail::kMaxChunk);
+  l.full_context_prob = t.number("full_context_prob", l.full_context_prob, 0.0, 1.0);
+  l.dynamic_left_chunks = t.boolean("dynamic_left_chunks", false);
   l.epochs = t.integer("epochs", 1, 1, 1000000);
   l.steps = t.integer("steps", 0, 0, int64_t{1} << 40);
   l.batch_size = t.integer("batch_size", 32, 1, 1 << 20);
@@ -152,6 +157,45 @@ TrainLoopConfig read_loop(MapReader t) {
   l.output = t.string("output", "");
   t.finish();
   return l;
+}
+
+// What train.loss and train.dynamic_chunk ask of the model and the data. `model`: the model as
+// the document names it (resolved), for a second reading with streaming on.
+void check_objective(const TrainConfig& c, const std::string& model, MapReader& root,
+                     MapReader& train) {
+  const auto& family = model_family(c.model.family);
+  if (c.train.loss == "ctc") {
+    if (family.ctc_vocab(c.model) <= 0) {
+      train.fail("loss", "ctc needs a model with a CTC head; " + c.model.name +
+                             " has none (architecture.vocab_size is 0)");
+    }
+    if (!c.model.decoding.defined()) {
+      train.fail("loss", "ctc tokenizes the transcripts with the model's token table; " +
+                             c.model.source + " has no decoding.units");
+    }
+    if (!c.data.classes.empty()) {
+      root.fail("data",
+                "data.classes name the classes of a classifier; train.loss ctc reads "
+                "transcripts");
+    }
+    if (c.train.label_smoothing > 0.0) {
+      train.fail("label_smoothing", "label smoothing is for train.loss cross_entropy");
+    }
+  } else if (family.num_classes(c.model) <= 0) {
+    train.fail("loss", "cross_entropy needs a model with a classification head; " + c.model.name +
+                           " has none (set train.loss: ctc for a CTC head)");
+  }
+  if (c.train.dynamic_chunk > 0) {
+    // The family says whether the model can stream: the model read again with a chunk mask.
+    auto overrides = c.model_overrides;
+    overrides.push_back("streaming.chunk_size=1");
+    try {
+      resolve_model_config(model, overrides);
+    } catch (const ConfigError& e) {
+      train.fail("dynamic_chunk",
+                 std::string("dynamic chunks train a model to stream: ") + e.what());
+    }
+  }
 }
 
 TrainConfig read_train_document(const Document& document,
@@ -195,7 +239,9 @@ TrainConfig read_train_document(const Document& document,
   c.schedule.warmup_steps = schedule.integer("warmup_steps", 0, 0, int64_t{1} << 40);
   c.schedule.min_lr_ratio = schedule.number("min_lr_ratio", 0.0, 0.0, 1.0);
   schedule.finish();
-  c.train = read_loop(root.map("train", false));
+  auto train = root.map("train", false);
+  c.train = read_loop(train);
+  check_objective(c, model, root, train);
   if (c.train.output.empty()) {
     c.train.output = "runs/" + c.model.name;
   }

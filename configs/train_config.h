@@ -30,7 +30,7 @@ namespace attnzoo {
 struct TrainDataConfig {
   // image_folder: one subfolder per class (sorted names are the classes); image_list and
   // audio_list: text files of "PATH LABEL" lines (paths relative to the list file, LABEL a class
-  // name), '#' comments.
+  // name), '#' comments. With train.loss ctc, audio_list lines are "PATH<TAB>TRANSCRIPT".
   std::string kind;
   std::string train;                 // folder or list file, resolved against the config's folder
   std::string val;                   // optional, the same kind
@@ -63,6 +63,10 @@ struct TrainAugmentConfig {
   double mixup_alpha = 0.0;
   double cutmix_alpha = 0.0;
   double mix_prob = 1.0;
+  // Audio: speed perturbation (Kaldi's and WeNet's speed_perturb): each training utterance played
+  // at a speed drawn from these factors (tempo and pitch together, as sox's `speed`: the samples
+  // resampled as if recorded at rate x factor); empty: off.
+  std::vector<double> speed_perturb;
   // Audio: SpecAugment (preprocess/audio/spec_augment.h) on each training utterance's features.
   bool spec_augment = false;
   int64_t freq_masks = 2;
@@ -95,6 +99,17 @@ struct TrainScheduleConfig {
 };
 
 struct TrainLoopConfig {
+  // cross_entropy: a classifier's head on labels. ctc: a CTC head on transcripts, tokenized by the
+  // model's decoding section (its units), validated by word and character error rates.
+  std::string loss = "cross_entropy";
+  // Dynamic chunk training (WeNet's use_dynamic_chunk), for models that stream: each batch's
+  // attention sees the whole utterance with probability full_context_prob, else chunks of a size
+  // drawn from 1 .. dynamic_chunk encoder frames, with all earlier chunks or, with
+  // dynamic_left_chunks, a number of them drawn from 0 .. the utterance's; so that one model
+  // serves offline and streaming. 0: off (the config's streaming section applies).
+  int64_t dynamic_chunk = 0;
+  double full_context_prob = 0.5;
+  bool dynamic_left_chunks = false;
   int64_t epochs = 1;
   int64_t steps = 0;  // > 0: this many optimiser steps instead of `epochs`
   int64_t batch_size = 32;

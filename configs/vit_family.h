@@ -28,6 +28,7 @@ class ViTFamily : public ModelFamily {
                              const std::string& source) const override;
   ModelStats stats(const ModelConfig& config) const override;
   int64_t num_classes(const ModelConfig& config) const override;
+  int64_t ctc_vocab(const ModelConfig&) const override { return 0; }
   int64_t attention_layers(const ModelConfig& config) const override;
   std::string attention_backend(const ModelConfig& config) const override;
   int64_t min_frames(const ModelConfig&) const override;

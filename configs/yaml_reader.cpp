@@ -464,11 +464,15 @@ std::optional<std::vector<double>> MapReader::number_list(const std::string& key
                                                           bool min_exclusive) {
   const Entry* entry = lookup(key, false);
   if (!entry) return std::nullopt;
-  const std::string expected =
-      "a sequence of " + std::to_string(size) + " numbers in " + interval(min, max, min_exclusive);
-  if (!entry->value.IsSequence() || entry->value.size() != size) fail_type(*entry, expected);
+  const std::string expected = (size > 0 ? "a sequence of " + std::to_string(size)
+                                         : std::string("a non-empty sequence of")) +
+                               " numbers in " + interval(min, max, min_exclusive);
+  if (!entry->value.IsSequence() || entry->value.size() == 0 ||
+      (size > 0 && entry->value.size() != size)) {
+    fail_type(*entry, expected);
+  }
   std::vector<double> values;
-  for (size_t i = 0; i < size; ++i) {
+  for (size_t i = 0; i < entry->value.size(); ++i) {
     const YAML::Node item = entry->value[i];
     double value = 0.0;
     if (!decode_number(item, value) || !in_range(value, min, max, min_exclusive)) {

@@ -10,8 +10,8 @@
 #    ${XDG_CACHE_HOME:-~/.cache}/attnzoo/venv-<hash of the lock's pins>, so every clone on this machine
 #    (CI included) reuses it. pip's own cache makes a rebuilt venv cheap.
 # 3. The data of the shipped models in build/data: opencv-doc's handwritten digits and the test
-#    split of the synthesized keywords (tools/data/; about a minute the first time), for
-#    `attnzoo eval` and the tests; --no-data skips it (tools/demo.sh does not need it).
+#    splits of the synthesized keywords and digit strings (tools/data/; about a minute the first
+#    time), for `attnzoo eval` and the tests; --no-data skips it (tools/demo.sh does not need it).
 # 4. CMake + Ninja configure (ccache on) and an incremental build: of the targets named with
 #    --target (tools/demo.sh builds only the CLI), else of everything, tests included.
 # Idempotent: a re-run on a ready machine only checks and re-builds what changed. Each phase
@@ -110,13 +110,15 @@ phase_done "venv"
 
 # --- 3. Data of the shipped models --------------------------------------------------------------
 # Never committed, made here: the 5000 handwritten digits of opencv-doc's digits.png, and the test
-# split of the spoken keywords (espeak-ng). Both scripts leave a complete data set alone, so a
-# re-run costs a checksum. The training split of the keywords is made on demand (configs/train/).
+# splits of the spoken keywords and digit strings (espeak-ng). The scripts leave a complete data
+# set alone, so a re-run costs a checksum. The training splits are made on demand
+# (configs/train/).
 DATA_DIR="$ROOT/build/data"
 if [ "$DO_DATA" -eq 1 ]; then
   "$VPY" "$ROOT/tools/data/make_digits.py" "$DATA_DIR/digits"
   "$VPY" "$ROOT/tools/data/make_keywords.py" --split test "$DATA_DIR/keywords"
-  say "data: $DATA_DIR/digits (train, test), $DATA_DIR/keywords (test)"
+  "$VPY" "$ROOT/tools/data/make_digit_strings.py" --split test "$DATA_DIR/digit_strings"
+  say "data: $DATA_DIR/digits (train, test), $DATA_DIR/keywords (test), $DATA_DIR/digit_strings (test)"
 else
   say "data: skipped (--no-data); tools/setup.sh makes it"
 fi

@@ -145,6 +145,42 @@ LabelledDataset list_dataset(const std::string& list_file,
   return dataset;
 }
 
+LabelledDataset transcript_list_dataset(const std::string& list_file,
+                                        const decoding::Tokenizer& tokenizer) {
+  std::ifstream in(list_file);
+  if (!in) throw DatasetError(list_file + ": cannot open the list file");
+  const auto base = fs::path(list_file).parent_path();
+  LabelledDataset dataset;
+  dataset.source = list_file;
+  dataset.transcribed = true;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    const auto text = trim(line);
+    if (text.empty() || text[0] == '#') continue;
+    const std::string where = list_file + ":" + std::to_string(number);
+    // Found in the line as read: an empty transcript leaves the tab at its end.
+    const auto tab = line.find('\t');
+    if (tab == std::string::npos) {
+      throw DatasetError(where + ": expected 'PATH<TAB>TRANSCRIPT', got '" + text.substr(0, 80) +
+                         "'");
+    }
+    fs::path path(trim(line.substr(0, tab)));
+    if (path.empty()) throw DatasetError(where + ": no path before the tab");
+    if (path.is_relative()) path = base / path;
+    LabelledExample example;
+    example.path = path.lexically_normal().string();
+    try {
+      example.tokens = tokenizer.encode(line.substr(tab + 1), where);
+    } catch (const decoding::DecodingError& e) {
+      throw DatasetError(e.what());
+    }
+    dataset.examples.push_back(std::move(example));
+  }
+  if (in.bad()) throw DatasetError(list_file + ": read error");
+  if (dataset.examples.empty()) throw DatasetError(list_file + ": no examples");
+  return dataset;
+}
+
 int64_t batches_per_epoch(int64_t examples, int64_t batch_size, bool drop_last) {
   return drop_last ? examples / batch_size : (examples + batch_size - 1) / batch_size;
 }
@@ -187,7 +223,8 @@ struct EpochLoader::State {
     const int64_t count =
         std::max<int64_t>(0, std::min<int64_t>(part, whole - options.shard * part));
     std::vector<torch::Tensor> inputs;
-    std::vector<int64_t> labels, indices, lengths;
+    std::vector<int64_t> labels, indices, lengths, target_lengths;
+    int64_t longest_target = 0;
     for (int64_t k = 0; k < count; ++k) {
       const int64_t position = first + k;
       const int64_t index = order[static_cast<size_t>(position)];
@@ -200,6 +237,8 @@ struct EpochLoader::State {
       inputs.push_back(std::move(x));
       labels.push_back(example.label);
       indices.push_back(index);
+      target_lengths.push_back(static_cast<int64_t>(example.tokens.size()));
+      longest_target = std::max(longest_target, target_lengths.back());
     }
     Batch batch;
     if (options.pad) {
@@ -219,6 +258,16 @@ struct EpochLoader::State {
     }
     batch.labels = torch::tensor(labels, torch::kLong);
     batch.indices = torch::tensor(indices, torch::kLong);
+    if (dataset->transcribed) {
+      batch.targets = torch::zeros({count, longest_target}, torch::kLong);
+      auto targets = batch.targets.accessor<int64_t, 2>();
+      for (int64_t k = 0; k < count; ++k) {
+        const auto& tokens =
+            dataset->examples[static_cast<size_t>(indices[static_cast<size_t>(k)])].tokens;
+        for (size_t j = 0; j < tokens.size(); ++j) targets[k][static_cast<int64_t>(j)] = tokens[j];
+      }
+      batch.target_lengths = torch::tensor(target_lengths, torch::kLong);
+    }
     return batch;
   }
 

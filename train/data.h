@@ -1,6 +1,6 @@
-// Training data: labelled datasets (an image folder with one subfolder per class, or a list file
-// of "PATH LABEL" lines for images or audio) and a loader that prepares batches on worker threads
-// ahead of the training loop.
+// Training data: labelled datasets (an image folder with one subfolder per class, a list file
+// of "PATH LABEL" lines for images or audio, or of "PATH<TAB>TRANSCRIPT" lines for CTC) and a
+// loader that prepares batches on worker threads ahead of the training loop.
 //
 // Reproducible whatever the number of workers: the order of an epoch is a shuffle seeded by
 // (seed, epoch), and each example's augmentation draws from a generator seeded by (seed, epoch,
@@ -8,6 +8,7 @@
 // uninterrupted run saw (EpochLoader's start_batch).
 #pragma once
 
+#include <attnzoo/decoding/tokenizer.h>
 #include <attnzoo/io/error.h>
 
 #include <torch/types.h>
@@ -18,13 +19,19 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attnzoo {
 
 struct LabelledExample {
+  LabelledExample() = default;
+  LabelledExample(std::string path, int64_t label, std::vector<int64_t> tokens = {})
+      : path(std::move(path)), label(label), tokens(std::move(tokens)) {}
+
   std::string path;
-  int64_t label = 0;
+  int64_t label = 0;            // a class (0 for a transcribed example)
+  std::vector<int64_t> tokens;  // a transcribed example's token ids
 };
 
 // A training folder or list file that cannot be used; the message names it (and the line).
@@ -35,8 +42,9 @@ class DatasetError : public Error {
 
 struct LabelledDataset {
   std::string source;                // the folder or list file
-  std::vector<std::string> classes;  // label i is classes[i]
+  std::vector<std::string> classes;  // label i is classes[i]; empty when transcribed
   std::vector<LabelledExample> examples;
+  bool transcribed = false;  // the examples carry token sequences (CTC), not classes
 };
 
 // One subfolder per class; the files directly inside each (hidden files skipped) are its
@@ -53,13 +61,24 @@ LabelledDataset image_folder_dataset(const std::string& folder,
 LabelledDataset list_dataset(const std::string& list_file,
                              const std::vector<std::string>& classes = {});
 
+// A text file of "PATH<TAB>TRANSCRIPT" lines (WeNet's and Kaldi's text files with the path first;
+// paths relative to the list's folder; blank lines and '#' comments skipped), each transcript
+// tokenized by `tokenizer` (an empty one is silence). DatasetErrors name the file and line: no
+// tab, a transcript with a token the table lacks (and no <unk>).
+LabelledDataset transcript_list_dataset(const std::string& list_file,
+                                        const decoding::Tokenizer& tokenizer);
+
 // A batch: inputs [B, ...] float32 (images [B, 3, H, W]; audio features [B, T, F] zero-padded
 // with lengths [B]), labels [B] and the examples' positions in the dataset [B] (int64).
+// A transcribed dataset's batch has its token ids too: targets [B, max L] int64 (zero-padded)
+// and target_lengths [B].
 struct Batch {
   torch::Tensor inputs;
   torch::Tensor lengths;  // audio only (undefined for images)
   torch::Tensor labels;
   torch::Tensor indices;
+  torch::Tensor targets;         // transcribed only
+  torch::Tensor target_lengths;  // transcribed only
 };
 
 // Prepares one example's input ([3, H, W] image, or [T, F] features), drawing any randomness from

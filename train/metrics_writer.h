@@ -1,14 +1,18 @@
 // metrics.csv of a training run: a header, then one row per logged step, flushed as it is written
 // (a plot or a person may read the file while the run goes on).
 //
-//   step,epoch,loss,lr,grad_norm,examples_per_second,val_loss,val_top1,val_top5
-//   6,1,0.98147631,0.003,0.41621,812.5,0.8123,0.625,1
+//   step,epoch,loss,lr,grad_norm,examples_per_second,val_loss,val_top1,val_top5,val_wer,val_cer
+//   6,1,0.98147631,0.003,0.41621,812.5,0.8123,0.625,1,,
+//
+// A classifier's evaluations fill val_top1 and val_top5, a CTC model's (train.loss ctc) val_wer
+// and val_cer, the word and character error rates.
 //
 // Numbers with 8 significant digits; a NaN (no evaluation on that row) is an empty cell.
 //
 // A resumed run continues the file: the rows up to the checkpoint's step are kept and the new ones
-// appended. Rows past that step (written after the checkpoint by a run that was then killed) and a
-// torn last line are dropped first, so that the file has each step once, in order.
+// appended (a file of the nine columns before val_wer and val_cer gets them, empty). Rows past that
+// step (written after the checkpoint by a run that was then killed) and a torn last line are
+// dropped first, so that the file has each step once, in order.
 #pragma once
 
 #include <attnzoo/train/run_log.h>
@@ -30,12 +34,15 @@ struct TrainMetrics {
   double val_loss = std::numeric_limits<double>::quiet_NaN();
   double val_top1 = std::numeric_limits<double>::quiet_NaN();
   double val_top5 = std::numeric_limits<double>::quiet_NaN();
+  double val_wer = std::numeric_limits<double>::quiet_NaN();
+  double val_cer = std::numeric_limits<double>::quiet_NaN();
 };
 
 class MetricsWriter {
  public:
   static constexpr const char* kHeader =
-      "step,epoch,loss,lr,grad_norm,examples_per_second,val_loss,val_top1,val_top5";
+      "step,epoch,loss,lr,grad_norm,examples_per_second,val_loss,val_top1,val_top5,val_wer,"
+      "val_cer";
 
   // resume_step 0, or no file at `path`: a new file with the header (an existing one is
   // replaced). resume_step > 0: the existing file continued after its rows up to resume_step (the

@@ -59,6 +59,14 @@ void ProgressReport::evaluation(int64_t step, double loss, double top1, double t
        << examples << " examples)" << std::defaultfloat << "\n";
 }
 
+void ProgressReport::transcription_evaluation(int64_t step, double loss, double wer, double cer,
+                                              int64_t examples) {
+  if (bar_) out_ << "\n";
+  out_ << "step " << step << ": val CTC loss " << std::fixed << std::setprecision(4) << loss
+       << ", WER " << std::setprecision(2) << 100.0 * wer << "%, CER " << 100.0 * cer << "% ("
+       << examples << " utterances)" << std::defaultfloat << "\n";
+}
+
 void ProgressReport::message(const std::string& text) {
   if (bar_) out_ << "\n";
   out_ << text;

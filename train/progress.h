@@ -38,6 +38,9 @@ class ProgressReport {
   void row(const TrainMetrics& row);
   // "step N: val loss L, top-1 A%, top-5 B% (E examples)".
   void evaluation(int64_t step, double loss, double top1, double top5, int64_t examples);
+  // "step N: val CTC loss L, WER W%, CER C% (E utterances)".
+  void transcription_evaluation(int64_t step, double loss, double wer, double cer,
+                                int64_t examples);
   // A message of its own lines (its text ends with a newline), below the bar.
   void message(const std::string& text);
   // Ends the bar's line (nothing without a bar), at the end of the loop.

@@ -1,13 +1,16 @@
 #include <attnzoo/train/trainer.h>
 
 #include <attnzoo/api/frontend_options.h>
+#include <attnzoo/api/model_tokenizer.h>
 #include <attnzoo/io/atomic_file.h>
 #include <attnzoo/io/safetensors.h>
 #include <attnzoo/models/checkpoint.h>
 #include <attnzoo/preprocess/audio/features.h>
+#include <attnzoo/preprocess/audio/read.h>
 #include <attnzoo/preprocess/audio/spec_augment.h>
 #include <attnzoo/preprocess/image/augment.h>
 #include <attnzoo/preprocess/image/decode.h>
+#include <attnzoo/train/ctc_training.h>
 #include <attnzoo/train/diagnostics.h>
 #include <attnzoo/train/distributed.h>
 #include <attnzoo/train/mixup.h>
@@ -139,15 +142,29 @@ ExampleLoader example_loader(const ModelConfig& model, const TrainAugmentConfig*
     o.time_warp_window = augment->time_warp;
     spec = std::make_shared<SpecAugment>(o);
   }
-  return [extractor, spec](const LabelledExample& example, std::mt19937_64& rng) {
-    auto features = audio_file_features(example.path, *extractor).features;
+  const auto speeds = augment ? augment->speed_perturb : std::vector<double>{};
+  return [extractor, spec, speeds](const LabelledExample& example, std::mt19937_64& rng) {
+    torch::Tensor features;
+    if (speeds.empty()) {
+      features = audio_file_features(example.path, *extractor).features;
+    } else {
+      // Played at `speed`: the samples taken as recorded at rate x speed, resampled to the model's.
+      const auto n = static_cast<int64_t>(speeds.size());
+      const double speed = speeds[static_cast<size_t>(random_int(rng, 0, n))];
+      const auto audio = read_audio(example.path);
+      features = waveform_features(
+          audio.samples, std::llround(static_cast<double>(audio.info.sample_rate) * speed),
+          *extractor, example.path);
+    }
     return spec ? (*spec)(features, rng) : features;
   };
 }
 
-LabelledDataset load_dataset(const TrainDataConfig& data, const std::string& which) {
+LabelledDataset load_dataset(const TrainDataConfig& data, const std::string& which,
+                             const decoding::Tokenizer* tokenizer) {
   const auto& where = which == "val" ? data.val : data.train;
   TORCH_CHECK_VALUE(!where.empty(), "the config has no data.", which);
+  if (tokenizer) return transcript_list_dataset(where, *tokenizer);
   return data.kind == "image_folder" ? image_folder_dataset(where, data.classes)
                                      : list_dataset(where, data.classes);
 }
@@ -278,6 +295,10 @@ struct Trainer::State {
   WarmupCosineSchedule schedule;
   LabelledDataset train, val;
   bool has_val = false;
+  // train.loss ctc: the transcripts' tokenizer and the validation's search (the model's).
+  std::optional<decoding::Tokenizer> tokenizer;
+  CtcSearchSettings search;
+  bool ctc() const { return tokenizer.has_value(); }
   torch::Device device{torch::kCPU};
   int64_t batches_per_epoch = 0, total_steps = 0, step = 0;
   fs::path output;
@@ -314,9 +335,13 @@ struct Trainer::State {
   // The first line of the log.
   std::string banner(int64_t global_batch) const {
     std::ostringstream out;
-    out << "training " << config.model.name << ": " << train.examples.size() << " examples, "
-        << train.classes.size() << " classes, " << total_steps << " steps of "
-        << config.train.accumulation << " x " << global_batch
+    out << "training " << config.model.name << ": " << train.examples.size() << " examples, ";
+    if (ctc()) {
+      out << "CTC over " << tokenizer->units().size() << " tokens";
+    } else {
+      out << train.classes.size() << " classes";
+    }
+    out << ", " << total_steps << " steps of " << config.train.accumulation << " x " << global_batch
         << (env.enabled() ? " (" + std::to_string(env.world_size) + " ranks x " +
                                 std::to_string(config.train.batch_size) + ")"
                           : std::string())
@@ -325,28 +350,60 @@ struct Trainer::State {
     return out.str();
   }
 
-  // Forward and backward of one micro-batch of the step (gradients summed over the step's
-  // micro-batches, synchronised across ranks at its last one): soft-target cross-entropy of the
-  // mixed batch, divided by the number of micro-batches. `diagnosis`: where the forward's attention
-  // statistics go (nullptr: not recorded). Returns the loss, averaged over the ranks.
-  double learn_from(Batch batch, const Mixup& mixup, std::mt19937_64& rng, bool last_micro_batch,
-                    nlohmann::json* diagnosis) {
-    const auto mixed = mixup(batch.inputs, batch.labels, rng);
+  // The batch's input on the model's device, with the attention chunks of dynamic chunk
+  // training drawn from `rng`.
+  ModelInput model_input(const Batch& batch, std::mt19937_64& rng) const {
+    ModelInput input{batch.inputs.to(device), {}};
+    if (batch.lengths.defined()) input.lengths = batch.lengths.to(device);
+    const auto& t = config.train;
+    if (t.dynamic_chunk > 0) {
+      // Encoder frames of the longest utterance: features over input frames per encoder frame.
+      const auto& family = model_family(config.model.family);
+      const double rate = family.frame_ms(config.model) / config.model.features.frame_shift_ms;
+      const auto frames =
+          static_cast<int64_t>(static_cast<double>(batch.inputs.size(1)) / std::max(rate, 1.0));
+      input.attention_chunks = draw_attention_chunks(
+          {t.dynamic_chunk, t.full_context_prob, t.dynamic_left_chunks}, frames, rng);
+    }
+    return input;
+  }
+
+  // The loss of one batch: soft-target cross-entropy of the mixed batch (a classifier), or the
+  // CTC loss of its transcripts.
+  torch::Tensor batch_loss(Batch& batch, const Mixup* mixup, std::mt19937_64& rng) {
+    if (ctc()) {
+      torch::Tensor log_probs, lengths;
+      for (const auto& [name, value] : model.forward(model_input(batch, rng))) {
+        if (name == "logits") log_probs = value;
+        if (name == "lengths") lengths = value;
+      }
+      return ctc_batch_loss(log_probs, lengths, batch, train, tokenizer->units().blank_id());
+    }
+    const auto mixed = (*mixup)(batch.inputs, batch.labels, rng);
     batch.inputs = mixed.inputs;
+    const auto logits = model.classify(model_input(batch, rng));
+    return -(mixed.targets.to(logits.device()) * torch::log_softmax(logits.to(torch::kFloat), -1))
+                .sum(-1)
+                .mean();
+  }
+
+  // Forward and backward of one micro-batch of the step (gradients summed over the step's
+  // micro-batches, synchronised across ranks at its last one): its loss divided by the number of
+  // micro-batches. `diagnosis`: where the forward's attention statistics go (nullptr: not
+  // recorded). Returns the loss, averaged over the ranks.
+  double learn_from(Batch batch, const Mixup* mixup, std::mt19937_64& rng, bool last_micro_batch,
+                    nlohmann::json* diagnosis) {
     torch::Tensor loss;
     {
       AutocastScope scope(config.train.precision == "bf16" && device.is_cuda());
       std::unique_ptr<AttentionRecorder> recorder;
       if (diagnosis) recorder = std::make_unique<AttentionRecorder>();
-      const auto logits = classify_batch(model, batch);
+      loss = batch_loss(batch, mixup, rng);
       if (recorder) {
         const auto statistics = attention_statistics(recorder->records());
         (*diagnosis)["attention"] = to_json(statistics);
         (*diagnosis)["attention_text"] = to_text(statistics);
       }
-      loss = -(mixed.targets.to(logits.device()) * torch::log_softmax(logits.to(torch::kFloat), -1))
-                  .sum(-1)
-                  .mean();
     }
     const double value = loss.item<double>();
     if (!std::isfinite(value)) {
@@ -374,7 +431,7 @@ struct Trainer::State {
   // One optimiser step: the step's micro-batches forward and backward (their losses and examples
   // added to `window`), diagnostics when due, clipping, the update, the weight average. Returns
   // the gradient norm before clipping and the learning rate the update used.
-  std::pair<double, double> train_step(TrainingBatches& batches, const Mixup& mixup,
+  std::pair<double, double> train_step(TrainingBatches& batches, const Mixup* mixup,
                                        MetricsWindow& window, RunLog* diagnostics,
                                        ProgressReport& progress) {
     const auto& t = config.train;
@@ -385,7 +442,7 @@ struct Trainer::State {
     optimizer->zero_grad();
     for (int64_t a = 0; a < t.accumulation; ++a) {
       auto batch = batches(step * t.accumulation + a);
-      const int64_t examples = batch.labels.size(0) * env.world_size;
+      const int64_t examples = batch.indices.size(0) * env.world_size;
       window.add(learn_from(std::move(batch), mixup, rng, a + 1 == t.accumulation,
                             diagnose && a == 0 ? &diagnosis : nullptr),
                  examples);
@@ -421,6 +478,15 @@ struct Trainer::State {
   // The validation columns of `row` (rank 0; the others leave them NaN).
   void validate(TrainMetrics& row, ProgressReport& progress) {
     if (!has_val || !main_rank()) return;
+    if (ctc()) {
+      const auto r = evaluate_ctc(final_model(), val, *tokenizer, search, config.train.batch_size,
+                                  config.data.workers);
+      row.val_loss = r.loss;
+      row.val_wer = r.wer();
+      row.val_cer = r.cer();
+      progress.transcription_evaluation(row.step, r.loss, r.wer(), r.cer(), r.examples);
+      return;
+    }
     const auto r =
         evaluate(final_model(), val, config.train.batch_size, config.data.workers, device);
     row.val_loss = r.loss;
@@ -441,6 +507,7 @@ struct Trainer::State {
                           {"format", "attnzoo"},
                           {"step", std::to_string(step)},
                           {"weights", ema ? "ema" : "last"},
+                          {"loss", config.train.loss},
                           {"classes", class_names.dump()}});
   }
 };
@@ -456,9 +523,14 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
     throw Error(c.source + ": train.device " + c.train.device +
                 ": no CUDA device is available to this process");
   }
-  s.train = load_dataset(c.data, "train");
+  if (c.train.loss == "ctc") {
+    s.tokenizer = model_tokenizer(c.model);
+    s.search = ctc_search_settings(c.model, s.tokenizer->units());
+  }
+  const decoding::Tokenizer* tokenizer = s.tokenizer ? &*s.tokenizer : nullptr;
+  s.train = load_dataset(c.data, "train", tokenizer);
   if (!c.data.val.empty()) {
-    s.val = load_dataset(c.data, "val");
+    s.val = load_dataset(c.data, "val", tokenizer);
     s.has_val = true;
     if (s.val.classes != s.train.classes) {
       throw Error(c.data.val + ": its classes differ from " + c.data.train +
@@ -466,7 +538,7 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
     }
   }
   const int64_t classes = model_classes(c.model);
-  if (classes != static_cast<int64_t>(s.train.classes.size())) {
+  if (!s.ctc() && classes != static_cast<int64_t>(s.train.classes.size())) {
     throw Error(c.source + ": the model's head has " + std::to_string(classes) +
                 " classes (architecture.num_classes), the data " +
                 std::to_string(s.train.classes.size()) + " (" + c.data.train + ")");
@@ -556,7 +628,8 @@ std::vector<TrainMetrics> Trainer::run() {
   }
   const auto lo = s.loader_options();
   TrainingBatches batches(s.train, example_loader(c.model, &c.augment), lo, s.batches_per_epoch);
-  const Mixup mixup(mixup_options(c, static_cast<int64_t>(s.train.classes.size())));
+  std::optional<Mixup> mixup;
+  if (!s.ctc()) mixup.emplace(mixup_options(c, static_cast<int64_t>(s.train.classes.size())));
   const auto examples_per_epoch = static_cast<double>(s.batches_per_epoch * lo.batch_size);
   const int64_t last_step =
       s.options.stop_at_step > 0 ? std::min(s.options.stop_at_step, s.total_steps) : s.total_steps;
@@ -565,8 +638,8 @@ std::vector<TrainMetrics> Trainer::run() {
   std::vector<TrainMetrics> history;
   MetricsWindow window;
   while (s.step < last_step) {
-    const auto [grad_norm, lr] =
-        s.train_step(batches, mixup, window, diagnostics ? &*diagnostics : nullptr, progress);
+    const auto [grad_norm, lr] = s.train_step(batches, mixup ? &*mixup : nullptr, window,
+                                              diagnostics ? &*diagnostics : nullptr, progress);
     const bool epoch_end = s.epoch_ended();
     const bool log_row = s.step % t.log_every == 0 || s.step == s.total_steps;
     const bool eval_row = s.has_val && (t.eval_every > 0 ? s.step % t.eval_every == 0 : epoch_end);

@@ -6,7 +6,8 @@
 //   auto history = trainer.run();  // metrics.csv, checkpoint.safetensors, model.safetensors
 //
 // The loop: batches from worker threads (train/data.h) with the frontends' training transforms,
-// soft-target cross-entropy (label smoothing, mixup / cutmix), gradient accumulation, clipping,
+// soft-target cross-entropy (label smoothing, mixup / cutmix) or the CTC loss of transcripts with
+// dynamic chunk training (train/ctc_training.h), gradient accumulation, clipping,
 // AdamW with per-name and per-slice groups (train/optimizer.h), linear warmup then cosine, bf16
 // autocast on CUDA. Every `checkpoint_every` steps (and at the end) checkpoint.safetensors holds
 // the model, the optimiser's moments, the step and the random generator's state; a run resumed
@@ -48,8 +49,10 @@ struct EvalResult {
 // SpecAugment when training). Thread-safe.
 ExampleLoader example_loader(const ModelConfig& model, const TrainAugmentConfig* augment);
 
-// The dataset of a config's data section: `train` or `val`.
-LabelledDataset load_dataset(const TrainDataConfig& data, const std::string& which);
+// The dataset of a config's data section: `train` or `val`; with a tokenizer, a transcript list
+// (train.loss ctc) tokenized by it.
+LabelledDataset load_dataset(const TrainDataConfig& data, const std::string& which,
+                             const decoding::Tokenizer* tokenizer = nullptr);
 
 // Logits of a batch: a ViT on images, a Conformer's classification head on padded features.
 torch::Tensor classify_batch(ZooModel& model, const Batch& batch);

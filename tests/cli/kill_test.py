@@ -51,7 +51,7 @@ def check_lines(path: Path, complete) -> list:
 
 
 def metrics_row(line: str) -> bool:
-    return line.startswith("step,") or (line.count(",") == 8 and line.split(",")[0].isdigit())
+    return line.startswith("step,") or (line.count(",") == 10 and line.split(",")[0].isdigit())
 
 
 def json_line(line: str) -> bool:

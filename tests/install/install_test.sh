@@ -7,6 +7,10 @@
 #                     against the moved prefix alone, into WORK_DIR/examples
 #   cmake_consumer    those examples on the shipped models: the predictions of `attnzoo classify`
 #   pkg_config        the README's one-file program, built with the README's g++ line
+#   transcribe_consumer  the README's speech-to-text program, built the same way, on a randomly
+#                     initialised WeNet-layout checkpoint (tests/api/make_wenet_ctc_checkpoint.py)
+#                     and a units file made here: the text, scores and times of the installed
+#                     `attnzoo transcribe`, offline and live
 #   zoo_without_source  the moved prefix's CLI with the source tree hidden (a mount namespace
 #                     over it, where unshare is allowed), another working folder and no
 #                     ATTNZOO_ZOO_PATH: it lists and runs the zoo
@@ -162,6 +166,72 @@ import sys
 name, label, prob = open(sys.argv[1]).read().split()
 assert label == sys.argv[2] == "7", (label, sys.argv[2])
 assert abs(float(prob) - float(sys.argv[3])) <= 1e-6, (prob, sys.argv[3])
+PY
+    ;;
+
+  transcribe_consumer)
+    readme_block "tests/install: transcribe.cpp" >"$out/transcribe.cpp"
+    [ -s "$out/transcribe.cpp" ] || fail "README.md lacks the block marked tests/install: transcribe.cpp"
+    line=$(readme_block "tests/install: pkg-config" | grep -v '^#' | grep -v '^$')
+    line=${line//top1/transcribe}
+    cd "$out"
+    export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+    bash -c "$line" >"$out/build.log" 2>&1 || { cat "$out/build.log"; fail "$line failed"; }
+    py=${ATTNZOO_PYTHON:-python3}
+    "$py" "$source/tests/api/make_wenet_ctc_checkpoint.py" "$out/wenet" || fail "no checkpoint"
+    # WeNet's lang_char.txt layout (the YAML has no decoding section: characters, as WeNet's
+    # character models); the YAML streams in chunks of 4.
+    printf '<blank> 0\n<unk> 1\na 2\nb 3\nc 4\nd 5\ne 6\nf 7\ng 8\n<sos/eos> 9\n' \
+      >"$out/wenet/units.txt"
+    yaml=$source/tests/api/data/conformer_micro_wenet_ctc.yaml
+    # Two utterances of noise and chirps, 16 kHz and 8 kHz.
+    "$py" - "$out" <<'PY' || fail "no audio"
+import sys, wave
+import numpy as np
+rng = np.random.default_rng(11)
+for name, rate, seconds in (("a.wav", 16000, 1.9), ("b.wav", 8000, 1.3)):
+    n = int(rate * seconds)
+    t = np.arange(n) / rate
+    x = 0.3 * np.sin(2 * np.pi * (300 + 400 * t) * t) * (np.sin(5 * t) > 0) + 0.1 * rng.standard_normal(n)
+    with wave.open(f"{sys.argv[1]}/{name}", "wb") as w:
+        w.setnchannels(1); w.setsampwidth(2); w.setframerate(rate)
+        w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
+PY
+    weights=$out/wenet/wenet_ctc_micro.safetensors
+    model=(--model "$yaml" --weights "$weights" --units "$out/wenet/units.txt")
+    "${consumer_env[@]}" "$out/transcribe" "$yaml" "$weights" "$out/wenet/units.txt" \
+      "$out/a.wav" "$out/b.wav" >"$out/ours" || fail "transcribe failed"
+    "$prefix/bin/attnzoo" transcribe "${model[@]}" --json "$out/a.wav" "$out/b.wav" \
+      >"$out/cli" || fail "attnzoo transcribe failed"
+    for f in a b; do
+      "$prefix/bin/attnzoo" transcribe "${model[@]}" --json --live --block-ms 100 "$out/$f.wav" \
+        >"$out/live_$f" || fail "attnzoo transcribe --live failed"
+    done
+    cat "$out/ours"
+    "$py" - "$out" <<'PY' || fail "the README's transcribe and attnzoo transcribe disagree"
+import json, re, sys
+out = sys.argv[1]
+cli = [json.loads(l) for l in open(f"{out}/cli")]
+blocks = open(f"{out}/ours").read().split(f"{out}/")[1:]
+assert len(blocks) == 2, blocks
+for block, ref, f in zip(blocks, cli, "ab"):
+    head, *rest = block.splitlines()
+    m = re.fullmatch(r"(\w\.wav): (.*) \(score (\S+), confidence (\S+)\)", head)
+    assert m and m.group(1) == f"{f}.wav", head
+    assert m.group(2) == ref["text"] and abs(float(m.group(3)) - ref["score"]) < 1e-3, (head, ref)
+    tokens = [l.split() for l in rest if not l.startswith("  [") and not l.startswith("  live:")]
+    assert [t[0] for t in tokens] == [t["token"] for t in ref["tokens"]], (tokens, ref["tokens"])
+    for t, r in zip(tokens, ref["tokens"]):
+        start, end = map(float, t[1].split("-"))
+        assert abs(start - r["start"]) < 6e-3 and abs(end - r["end"]) < 6e-3, (t, r)
+    partials = [l.split("] ", 1)[-1] if "] " in l else "" for l in rest if l.startswith("  [")]
+    assert partials, "no live pass: the model streams"
+    for a, b in zip(partials, partials[1:]):
+        assert b.startswith(a), (a, b)
+    live = [l for l in rest if l.startswith("  live:")][0].split(":", 1)[1].strip()
+    final = [json.loads(l) for l in open(f"{out}/live_{f}")][-1]
+    assert final["final"] and live == final["text"] == ref["text"], (live, final, ref)
+    print(f"{f}.wav: '{ref['text']}', {len(partials)} partials, live final the same")
 PY
     ;;
 

@@ -64,10 +64,10 @@ std::vector<int64_t> steps_of(const std::string& path) {
   const auto rows = cells_of(text);
   std::vector<int64_t> steps;
   if (rows.empty()) return steps;
-  EXPECT_EQ(rows[0].size(), 9u);
+  EXPECT_EQ(rows[0].size(), 11u);
   EXPECT_EQ(text.substr(0, text.find('\n')), MetricsWriter::kHeader);
   for (size_t i = 1; i < rows.size(); ++i) {
-    EXPECT_EQ(rows[i].size(), 9u) << "row " << i;
+    EXPECT_EQ(rows[i].size(), 11u) << "row " << i;
     steps.push_back(std::stoll(rows[i][0]));
   }
   return steps;
@@ -83,21 +83,30 @@ TEST(Metrics, RowsAsWritten) {
     csv.write(r);
     // Flushed as written: readable while the writer is open.
     EXPECT_EQ(read_text(path), std::string(MetricsWriter::kHeader) +
-                                   "\n6,1,0.12345679,0.003,0.25,812.5,0.5,0.75,1\n");
+                                   "\n6,1,0.12345679,0.003,0.25,812.5,0.5,0.75,1,,\n");
     csv.write(row_at(7));
+    // A CTC model's evaluation: val_wer and val_cer, the classifier's columns empty.
+    TrainMetrics ctc = row_at(8);
+    ctc.val_loss = 2.5;
+    ctc.val_wer = 0.125;
+    ctc.val_cer = 1.0 / 3.0;
+    csv.write(ctc);
   }
   const auto rows = cells_of(read_text(path));
-  ASSERT_EQ(rows.size(), 3u);
-  EXPECT_EQ(rows[0][0], "step");
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"step", "epoch", "loss", "lr", "grad_norm",
+                                               "examples_per_second", "val_loss", "val_top1",
+                                               "val_top5", "val_wer", "val_cer"}));
   EXPECT_EQ(rows[2][0], "7");
-  EXPECT_EQ(rows[2][6], "");  // no evaluation: empty cells
-  EXPECT_EQ(rows[2][7], "");
-  EXPECT_EQ(rows[2][8], "");
+  ASSERT_EQ(rows[2].size(), 11u);
+  for (size_t i = 6; i < 11; ++i) EXPECT_EQ(rows[2][i], "") << i;  // no evaluation: empty cells
   EXPECT_NEAR(std::stod(rows[2][2]), 1.0 / 8.0, 1e-8);
   EXPECT_NEAR(std::stod(rows[2][1]), 7.0 / 6.0, 1e-7);
+  EXPECT_EQ(rows[3], (std::vector<std::string>{"8", "1.3333333", "0.11111111", "0.003", "0.25",
+                                               "812.5", "2.5", "", "", "0.125", "0.33333333"}));
   TrainMetrics blank;
   EXPECT_TRUE(std::isnan(blank.val_loss) && std::isnan(blank.val_top1) &&
-              std::isnan(blank.val_top5));
+              std::isnan(blank.val_top5) && std::isnan(blank.val_wer) && std::isnan(blank.val_cer));
 }
 
 TEST(Metrics, AFreshRunReplacesTheFile) {
@@ -128,6 +137,30 @@ TEST(Metrics, AResumedRunContinuesTheFile) {
   EXPECT_EQ(steps_of(path), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
 }
 
+// A run resumed from a metrics.csv of the nine columns written before val_wer and val_cer: its
+// rows up to the checkpoint are kept, given the two empty cells, under the current header; rows
+// past the checkpoint and a torn line are dropped as for any resume.
+TEST(Metrics, AResumedNineColumnFileKeepsItsRows) {
+  const auto path = testing::fresh_dir("metrics_nine") + "/metrics.csv";
+  std::ofstream(path, std::ios::binary)
+      << "step,epoch,loss,lr,grad_norm,examples_per_second,val_loss,val_top1,val_top5\n"
+      << "1,0.5,0.9,0.001,0.3,100,,,\n"
+      << "2,1,0.8,0.002,0.2,100,0.7,0.6,1\n"
+      << "3,1.5,0.7,0.002,0.2,100,,,\n"
+      << "4,2,0.6,0.0";
+  {
+    MetricsWriter csv(path, 2);
+    csv.write(row_at(3));
+  }
+  EXPECT_EQ(steps_of(path), (std::vector<int64_t>{1, 2, 3}));
+  const auto rows = cells_of(read_text(path));
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[2], (std::vector<std::string>{"2", "1", "0.8", "0.002", "0.2", "100", "0.7", "0.6",
+                                               "1", "", ""}));
+  EXPECT_EQ(cells_of(MetricsWriter::format(row_at(3))),
+            (std::vector<std::vector<std::string>>{rows[3]}));
+}
+
 // Killed after writing rows 6 and 7 and half of row 8, with the checkpoint at step 5: resumed
 // from it, the run writes 6, 7 and 8 again, and the file has each once, every row whole.
 TEST(Metrics, AResumedRunHasNoDuplicatedOrTornRows) {
@@ -148,7 +181,7 @@ TEST(Metrics, AResumedRunHasNoDuplicatedOrTornRows) {
   EXPECT_EQ(rows[6][0], "6");
   EXPECT_NEAR(std::stod(rows[6][2]), 1.0 / 7.0, 1e-8);
   // A file that lost its header (or everything) gets it back.
-  std::ofstream(path, std::ios::trunc) << "1,0.1,0.5,0.003,0.2,800,,,\n";
+  std::ofstream(path, std::ios::trunc) << "1,0.1,0.5,0.003,0.2,800,,,,,\n";
   MetricsWriter(path, 1).write(row_at(2));
   EXPECT_EQ(steps_of(path), (std::vector<int64_t>{1, 2}));
 }

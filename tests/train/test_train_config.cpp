@@ -3,6 +3,7 @@
 #include "common/test_util.h"
 #include "trainer_test_util.h"
 
+#include <attnzoo/configs/model_config.h>
 #include <attnzoo/configs/train_config.h>
 
 #include <gmock/gmock.h>
@@ -60,6 +61,10 @@ TEST(TrainConfig, ValuesAndDefaults) {
   EXPECT_DOUBLE_EQ(c.augment.elastic_alpha, 0.0);
   EXPECT_DOUBLE_EQ(c.train.ema_decay, 0.0);  // no weight average unless asked
   EXPECT_EQ(c.train.ema_warmup, 10);
+  EXPECT_EQ(c.train.loss, "cross_entropy");
+  EXPECT_EQ(c.train.dynamic_chunk, 0);  // no dynamic chunks unless asked
+  EXPECT_DOUBLE_EQ(c.train.full_context_prob, 0.5);
+  EXPECT_FALSE(c.train.dynamic_left_chunks);
   const auto averaged = load_train_config(path, {"train.ema_decay=0.999", "train.ema_warmup=0"});
   EXPECT_DOUBLE_EQ(averaged.train.ema_decay, 0.999);
   EXPECT_EQ(averaged.train.ema_warmup, 0);
@@ -69,7 +74,7 @@ TEST(TrainConfig, TheShippedRunsLoad) {
   // configs/train/: the runs that trained the shipped models. Their data sets are made by
   // tools/data/ and need not exist here: the lists are pointed at an existing file (only their
   // existence is checked when the config is read).
-  for (const std::string name : {"vit_digits", "conformer_kws"}) {
+  for (const std::string name : {"vit_digits", "conformer_kws", "conformer_digits_ctc"}) {
     const std::string path = std::string(ATTNZOO_CONFIGS_SOURCE_DIR) + "/train/" + name + ".yaml";
     const auto c = load_train_config(path, {"data.train=" + path, "data.val=" + path});
     EXPECT_EQ(c.model.name, name);
@@ -83,10 +88,22 @@ TEST(TrainConfig, TheShippedRunsLoad) {
       EXPECT_DOUBLE_EQ(c.augment.hflip, 0.0);    // digits are not mirror-symmetric
       EXPECT_DOUBLE_EQ(c.train.ema_decay, 0.0);  // the shipped weights are the last ones
       EXPECT_EQ(c.model.options<ViTOptions>().img_size(), 32);
-    } else {
+    } else if (name == "conformer_kws") {
       EXPECT_EQ(c.data.kind, "audio_list");
       EXPECT_TRUE(c.augment.spec_augment);
       EXPECT_EQ(c.data.classes.size(), 12u);
+      EXPECT_EQ(c.train.loss, "cross_entropy");
+    } else {
+      // The speech recognizer: CTC over its word units, with dynamic chunks so that it streams.
+      EXPECT_EQ(c.data.kind, "audio_list");
+      EXPECT_EQ(c.train.loss, "ctc");
+      EXPECT_EQ(c.train.dynamic_chunk, 25);
+      EXPECT_DOUBLE_EQ(c.train.full_context_prob, 0.5);
+      EXPECT_FALSE(c.train.dynamic_left_chunks);
+      EXPECT_TRUE(c.data.classes.empty());
+      EXPECT_DOUBLE_EQ(c.train.label_smoothing, 0.0);
+      EXPECT_TRUE(c.model.decoding.defined());
+      EXPECT_EQ(c.model.decoding.text, decoding::TextJoin::kWords);
     }
   }
 }
@@ -126,6 +143,131 @@ TEST(TrainConfig, ErrorsNameTheKeyAndPlace) {
   check("data: {kind: image_folder, train: imgs}\ntrain: {ema_decay: -0.5}\n", "train.ema_decay");
   EXPECT_THAT(error_of([&] { load_train_config(dir + "/missing.yaml"); }),
               HasSubstr("missing.yaml: no such training config"));
+}
+
+// A small Conformer with a CTC head over 6 word units: with or without the decoding section
+// (the units train.loss ctc tokenizes with) and the causal convolution (streaming needs it).
+std::string write_ctc_model(const std::string& dir, const std::string& name, bool decoding,
+                            bool causal) {
+  std::ofstream(dir + "/units.txt") << "<blank> 0\n<unk> 1\nhigh 2\nlow 3\nmid 4\n<sos/eos> 5\n";
+  const auto path = dir + "/" + name + ".yaml";
+  std::ofstream out(path);
+  out << "name: " << name << "\n"
+      << "family: conformer\n"
+      << "architecture: {input_dim: 20, encoder_dim: 16, num_layers: 1, num_heads: 2, ffn_dim: 32, "
+      << "depthwise_conv_kernel_size: 5, subsampling: conv2d4, position: rel_pos_wenet, "
+      << "vocab_size: 6, causal_conv: " << (causal ? "true" : "false") << "}\n"
+      << "features: {kind: fbank, num_mel_bins: 20}\n";
+  if (decoding) out << "decoding: {units: units.txt, text: words}\n";
+  return path;
+}
+
+TEST(TrainConfig, CtcObjective) {
+  const auto dir = testing::fresh_dir("train_config_ctc");
+  const auto model = write_ctc_model(dir, "ctc_micro", true, true);
+  const auto path = write(dir,
+                          "model: ctc_micro.yaml\n"
+                          "data: {kind: audio_list, train: ctc_micro.yaml}\n"
+                          "train: {loss: ctc, dynamic_chunk: 8, full_context_prob: 0.25, "
+                          "dynamic_left_chunks: true}\n");
+  const auto c = load_train_config(path);
+  EXPECT_EQ(c.model.name, "ctc_micro");
+  EXPECT_EQ(c.train.loss, "ctc");
+  EXPECT_EQ(c.train.dynamic_chunk, 8);
+  EXPECT_DOUBLE_EQ(c.train.full_context_prob, 0.25);
+  EXPECT_TRUE(c.train.dynamic_left_chunks);
+  EXPECT_EQ(c.model.decoding.units, dir + "/units.txt");
+  // Dynamic chunks leave the model's own streaming section alone (offline unless it says).
+  EXPECT_EQ(c.model.streaming.chunk_size, 0);
+  const auto overridden = load_train_config(
+      path,
+      {"train.dynamic_chunk=0", "train.full_context_prob=1", "train.dynamic_left_chunks=false"});
+  EXPECT_EQ(overridden.train.dynamic_chunk, 0);
+  EXPECT_DOUBLE_EQ(overridden.train.full_context_prob, 1.0);
+  EXPECT_FALSE(overridden.train.dynamic_left_chunks);
+  // A model made causal by model_set can stream, so it can train with dynamic chunks.
+  write_ctc_model(dir, "ctc_offline", true, false);
+  const auto made_causal =
+      write(dir,
+            "model: ctc_offline.yaml\nmodel_set: [architecture.causal_conv=true]\n"
+            "data: {kind: audio_list, train: ctc_micro.yaml}\n"
+            "train: {loss: ctc, dynamic_chunk: 4}\n");
+  EXPECT_EQ(load_train_config(made_causal).train.dynamic_chunk, 4);
+}
+
+// Every refusal of train.loss and train.dynamic_chunk: a ConfigError at the key that asks for
+// what the model or the data cannot give, its message saying why.
+TEST(TrainConfig, CtcObjectiveRefusalsNameTheirKey) {
+  const auto dir = testing::fresh_dir("train_config_ctc_errors");
+  write_ctc_model(dir, "ctc_micro", true, true);
+  write_ctc_model(dir, "ctc_no_units", false, true);
+  write_ctc_model(dir, "ctc_offline", true, false);
+  const std::string audio = "data: {kind: audio_list, train: ctc_micro.yaml}\n";
+  const std::string vit = "model: " + kData + "/vit_train_micro.yaml\n";
+  const std::string vit_data = "data: {kind: image_folder, train: imgs}\n";
+  std::filesystem::create_directories(dir + "/imgs/a");
+  const auto refused = [&](const std::string& text, const std::string& key, const std::string& what,
+                           const std::vector<std::string>& overrides = {}) {
+    const auto path = write(dir, text);
+    try {
+      load_train_config(path, overrides);
+      ADD_FAILURE() << "accepted:\n" << text;
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.key_path(), key) << text << e.what();
+      EXPECT_THAT(e.what(), HasSubstr(what)) << text;
+      EXPECT_THAT(e.what(), HasSubstr("t.yaml")) << text;
+    }
+  };
+  // train.loss ctc on a model without a CTC head (a classifier).
+  refused(vit + vit_data + "train: {loss: ctc}\n", "train.loss",
+          "ctc needs a model with a CTC head; vit_train_micro has none (architecture.vocab_size "
+          "is 0)");
+  refused("model: " + kData + "/conformer_train_micro.yaml\n" + audio + "train: {loss: ctc}\n",
+          "train.loss", "ctc needs a model with a CTC head; conformer_train_micro has none");
+  // ... on a CTC head without a token table to tokenize the transcripts with.
+  refused("model: ctc_no_units.yaml\n" + audio + "train: {loss: ctc}\n", "train.loss",
+          "ctc_no_units.yaml has no decoding.units");
+  // ... with a classifier's settings.
+  refused(
+      "model: ctc_micro.yaml\ndata: {kind: audio_list, train: ctc_micro.yaml, classes: [a, b]}\n"
+      "train: {loss: ctc}\n",
+      "data", "data.classes name the classes of a classifier");
+  refused("model: ctc_micro.yaml\n" + audio + "train: {loss: ctc, label_smoothing: 0.1}\n",
+          "train.label_smoothing", "label smoothing is for train.loss cross_entropy");
+  // cross_entropy (said, or the default) on a model with a CTC head and no classifier.
+  refused("model: ctc_micro.yaml\n" + audio + "train: {loss: cross_entropy}\n", "train.loss",
+          "cross_entropy needs a model with a classification head; ctc_micro has none");
+  refused("model: ctc_micro.yaml\n" + audio + "train: {epochs: 2}\n", "train.loss",
+          "cross_entropy needs a model with a classification head");
+  refused("model: ctc_micro.yaml\n" + audio, "train.loss",
+          "cross_entropy needs a model with a classification head");
+  // Not a loss.
+  refused("model: ctc_micro.yaml\n" + audio + "train: {loss: mse}\n", "train.loss", "mse");
+  // Dynamic chunks on models that cannot stream: a centred convolution (in the YAML or made so by
+  // model_set), a ViT.
+  refused("model: ctc_offline.yaml\n" + audio + "train: {loss: ctc, dynamic_chunk: 4}\n",
+          "train.dynamic_chunk", "dynamic chunks train a model to stream");
+  refused("model: ctc_offline.yaml\n" + audio + "train: {loss: ctc, dynamic_chunk: 4}\n",
+          "train.dynamic_chunk", "causal_conv");
+  refused("model: ctc_micro.yaml\nmodel_set: [architecture.causal_conv=false]\n" + audio +
+              "train: {loss: ctc, dynamic_chunk: 4}\n",
+          "train.dynamic_chunk", "causal_conv");
+  refused(
+      "model: " + kData + "/conformer_train_micro.yaml\n" + audio + "train: {dynamic_chunk: 2}\n",
+      "train.dynamic_chunk", "dynamic chunks train a model to stream");
+  refused(vit + vit_data + "train: {dynamic_chunk: 2}\n", "train.dynamic_chunk",
+          "dynamic chunks train a model to stream");
+  // Out of range.
+  refused("model: ctc_micro.yaml\n" + audio + "train: {loss: ctc, dynamic_chunk: -1}\n",
+          "train.dynamic_chunk", "train.dynamic_chunk");
+  refused("model: ctc_micro.yaml\n" + audio + "train: {loss: ctc, full_context_prob: 1.5}\n",
+          "train.full_context_prob", "train.full_context_prob");
+  refused("model: ctc_micro.yaml\n" + audio + "train: {loss: ctc, dynamic_left_chunks: 3}\n",
+          "train.dynamic_left_chunks", "train.dynamic_left_chunks");
+  // Set by an override: the message names the override.
+  refused(vit + vit_data, "train.loss", "override 'train.loss=ctc'", {"train.loss=ctc"});
+  refused("model: ctc_offline.yaml\n" + audio + "train: {loss: ctc}\n", "train.dynamic_chunk",
+          "override 'train.dynamic_chunk=3'", {"train.dynamic_chunk=3"});
 }
 
 }  // namespace

@@ -1,13 +1,17 @@
 // `attnzoo train` and `attnzoo eval`: the training loop of train/trainer.h from a training YAML
 // (configs/train_config.h), with a progress bar on a terminal and plain lines otherwise, and
-// `--plot` redrawing the loss and accuracy curves (PNG) from metrics.csv after each evaluation;
-// and the accuracy, loss and confusion matrix of a model's weights on a labelled dataset.
+// `--plot` redrawing the loss and accuracy (or error rate) curves (PNG) from metrics.csv after each
+// evaluation; and the accuracy, loss and confusion matrix of a model's weights on a labelled
+// dataset, or a CTC model's word and character error rates on transcribed audio.
 #include "tools/cli/commands.h"
 #include "tools/cli/plot.h"
 
+#include <attnzoo/api/ctc_search.h>
+#include <attnzoo/api/model_tokenizer.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/configs/train_config.h>
 #include <attnzoo/io/safetensors.h>
+#include <attnzoo/train/ctc_training.h>
 #include <attnzoo/train/trainer.h>
 
 #include <torch/torch.h>
@@ -38,8 +42,9 @@ struct TrainOptions {
   std::string output;
 };
 
-// Loss (train and validation) and accuracy (validation top-1 and top-5) against the step, read
-// back from metrics.csv so that a resumed run's figure holds the whole run.
+// Loss (train and validation) and the validation's accuracy (top-1 and top-5) or, for a CTC
+// model, error rates (WER and CER) against the step, read back from metrics.csv so that a resumed
+// run's figure holds the whole run.
 void plot_metrics(const fs::path& csv_path, const std::string& png, const std::string& title) {
   std::ifstream in(csv_path);
   std::string line;
@@ -48,34 +53,41 @@ void plot_metrics(const fs::path& csv_path, const std::string& png, const std::s
   PlotSeries val{"val loss", {}, {}, plot_color(1), false, true};
   PlotSeries top1{"val top-1 %", {}, {}, plot_color(2), false, true};
   PlotSeries top5{"val top-5 %", {}, {}, plot_color(3), true, true};
+  PlotSeries wer{"val WER %", {}, {}, plot_color(2), false, true};
+  PlotSeries cer{"val CER %", {}, {}, plot_color(3), true, true};
   while (std::getline(in, line)) {
     std::vector<std::string> cells;
     std::stringstream row(line);
     for (std::string cell; std::getline(row, cell, ',');) cells.push_back(cell);
-    cells.resize(9);
+    cells.resize(11);
     const auto number = [&](size_t i) {
       return cells[i].empty() ? std::nan("") : std::stod(cells[i]);
     };
     const double step = number(0);
     train.x.push_back(step);
     train.y.push_back(number(2));
-    if (!std::isnan(number(6))) {
-      val.x.push_back(step);
-      val.y.push_back(number(6));
-      top1.x.push_back(step);
-      top1.y.push_back(100.0 * number(7));
-      top5.x.push_back(step);
-      top5.y.push_back(100.0 * number(8));
-    }
+    const auto add = [step](PlotSeries& series, double value) {
+      if (std::isnan(value)) return;
+      series.x.push_back(step);
+      series.y.push_back(value);
+    };
+    add(val, number(6));
+    add(top1, 100.0 * number(7));
+    add(top5, 100.0 * number(8));
+    add(wer, 100.0 * number(9));
+    add(cer, 100.0 * number(10));
   }
-  PlotPanel loss{title + ": loss", "step", "cross-entropy", {train, val}, false, false, false};
+  const std::string loss_name = wer.x.empty() ? "cross-entropy" : "CTC loss";
+  PlotPanel loss{title + ": loss", "step", loss_name, {train, val}, false, false, false};
   PlotPanel accuracy{title + ": accuracy", "step", "%", {top1, top5}, false, false, false};
+  PlotPanel errors{title + ": error rate", "step", "%", {wer, cer}, false, false, false};
   // With at most 5 classes top-5 is always 100%: not worth a line.
   if (std::all_of(top5.y.begin(), top5.y.end(), [](double v) { return v >= 100.0 - 1e-9; })) {
     accuracy.series.pop_back();
   }
   std::vector<PlotPanel> panels = {loss};
   if (!top1.x.empty()) panels.push_back(accuracy);
+  if (!wer.x.empty()) panels.push_back(errors);
   write_log_log_plot(panels, png);
 }
 
@@ -115,15 +127,76 @@ struct EvalOptions {
   bool json = false;
 };
 
+// A CTC model on a transcript list: its search's word and character error rates and CTC loss,
+// and with --json each utterance's reference and hypothesis.
+int run_eval_ctc(ZooModel& model, const std::string& format, const EvalOptions& o) {
+  const auto tokenizer = model_tokenizer(model.config);
+  const auto dataset = transcript_list_dataset(o.data, tokenizer);
+  model.module->to(torch::Device(o.device));
+  const bool bar = isatty(fileno(stderr)) != 0;
+  const auto search = ctc_search_settings(model.config, tokenizer.units());
+  const auto r = evaluate_ctc(model, dataset, tokenizer, search, o.batch_size, o.workers,
+                              [&](int64_t done, int64_t total) {
+                                if (bar) std::cerr << "\r" << done << "/" << total << std::flush;
+                              });
+  if (bar) std::cerr << "\n";
+  const auto counts = [](const decoding::EditCounts& c) {
+    return nlohmann::json{{"errors", c.errors()},
+                          {"substitutions", c.substitutions},
+                          {"deletions", c.deletions},
+                          {"insertions", c.insertions},
+                          {"reference", c.reference_length()}};
+  };
+  if (o.json) {
+    auto utterances = nlohmann::json::array();
+    for (const auto& u : r.utterances) {
+      utterances.push_back({{"audio", u.audio},
+                            {"reference", u.reference},
+                            {"hypothesis", u.hypothesis},
+                            {"word_errors", u.words.errors()},
+                            {"words", u.words.reference_length()}});
+    }
+    std::cout << nlohmann::json{{"model", model.config.name},
+                                {"weights", o.weights},
+                                {"format", format},
+                                {"data", o.data},
+                                {"examples", r.examples},
+                                {"search", to_string(search.search)},
+                                {"wer", r.wer()},
+                                {"cer", r.cer()},
+                                {"loss", r.loss},
+                                {"word_counts", counts(r.words)},
+                                {"character_counts", counts(r.characters)},
+                                {"utterances", utterances}}
+                     .dump()
+              << "\n";
+    return 0;
+  }
+  std::cout << model.config.name << " (" << o.weights << ", " << format << ") on " << o.data << ": "
+            << r.examples << " utterances, " << to_string(search.search) << " search\n"
+            << std::fixed << std::setprecision(2) << "WER " << 100.0 * r.wer() << "% ("
+            << r.words.errors() << " of " << r.words.reference_length()
+            << " words: " << r.words.substitutions << " substituted, " << r.words.deletions
+            << " deleted, " << r.words.insertions << " inserted)  CER " << 100.0 * r.cer()
+            << "%  loss " << std::setprecision(4) << r.loss << std::defaultfloat << "\n";
+  return 0;
+}
+
 int run_eval(const EvalOptions& o) {
   auto model = build_model(resolve_model_config(o.model, o.overrides));
   const auto loaded = load_weights(model, o.weights, o.format);
   const std::string& format = loaded.layout;
   for (const auto& note : loaded.notes) std::cerr << o.weights << ": " << note << "\n";
+  const auto meta = io::load_safetensors(o.weights).metadata;
+  const auto loss = meta.find("loss");
+  if ((loss != meta.end() && loss->second == "ctc") ||
+      (model.family().num_classes(model.config) == 0 &&
+       model.family().ctc_vocab(model.config) > 0)) {
+    return run_eval_ctc(model, format, o);
+  }
   // The class order: the training run's (in the weights' metadata), else the model's labels file,
   // else the data's sorted names.
   std::vector<std::string> classes;
-  const auto meta = io::load_safetensors(o.weights).metadata;
   if (auto it = meta.find("classes"); it != meta.end()) {
     classes = nlohmann::json::parse(it->second).get<std::vector<std::string>>();
   } else if (model.config.labels.source == LabelsConfig::Source::kFile) {
@@ -207,11 +280,14 @@ Command add_train_command(CLI::App& app) {
 Command add_eval_command(CLI::App& app) {
   auto o = std::make_shared<EvalOptions>();
   auto* sub = app.add_subcommand(
-      "eval", "Accuracy (top-1, top-5), loss and confusion matrix of weights on labelled data");
+      "eval",
+      "Accuracy (top-1, top-5), loss and confusion matrix of weights on labelled data; for a CTC "
+      "model, word and character error rates on transcribed audio");
   add_model_options(sub, o->model, o->weights, o->format, o->overrides, all_checkpoint_formats(),
                     /*weights_required=*/true);
   sub->add_option("--data", o->data,
-                  "an image folder (one subfolder per class) or a list of 'PATH LABEL' lines")
+                  "an image folder (one subfolder per class), a list of 'PATH LABEL' lines, or "
+                  "for a CTC model a list of 'PATH<TAB>TRANSCRIPT' lines")
       ->required();
   sub->add_option("--batch-size", o->batch_size, "examples per forward pass")
       ->check(CLI::Range(int64_t{1}, int64_t{65536}))
@@ -220,7 +296,9 @@ Command add_eval_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{256}))
       ->capture_default_str();
   sub->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
-  sub->add_flag("--json", o->json, "one JSON object: accuracy, loss, confusion matrix");
+  sub->add_flag("--json", o->json,
+                "one JSON object: accuracy, loss, confusion matrix; for a CTC model wer, cer, "
+                "loss, the edit counts and each utterance's reference and hypothesis");
   return {sub, [o] { return run_eval(*o); }};
 }
 

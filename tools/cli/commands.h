@@ -50,6 +50,7 @@ Command add_preprocess_command(CLI::App& app);
 Command add_classify_command(CLI::App& app);
 Command add_features_command(CLI::App& app);
 Command add_encode_command(CLI::App& app);
+Command add_transcribe_command(CLI::App& app);
 Command add_train_command(CLI::App& app);
 Command add_eval_command(CLI::App& app);
 Command add_attention_map_command(CLI::App& app);

@@ -27,12 +27,13 @@ int main(int argc, char** argv) {
                  "repeatable, first given first")
       ->check(CLI::ExistingDirectory);
   const std::vector<attnzoo::cli::Command> commands = {
-      attnzoo::cli::add_version_command(app),  attnzoo::cli::add_models_command(app),
-      attnzoo::cli::add_demo_command(app),     attnzoo::cli::add_bench_command(app),
-      attnzoo::cli::add_forward_command(app),  attnzoo::cli::add_preprocess_command(app),
-      attnzoo::cli::add_classify_command(app), attnzoo::cli::add_features_command(app),
-      attnzoo::cli::add_encode_command(app),   attnzoo::cli::add_attention_map_command(app),
-      attnzoo::cli::add_train_command(app),    attnzoo::cli::add_eval_command(app),
+      attnzoo::cli::add_version_command(app),       attnzoo::cli::add_models_command(app),
+      attnzoo::cli::add_demo_command(app),          attnzoo::cli::add_bench_command(app),
+      attnzoo::cli::add_forward_command(app),       attnzoo::cli::add_preprocess_command(app),
+      attnzoo::cli::add_classify_command(app),      attnzoo::cli::add_features_command(app),
+      attnzoo::cli::add_encode_command(app),        attnzoo::cli::add_transcribe_command(app),
+      attnzoo::cli::add_attention_map_command(app), attnzoo::cli::add_train_command(app),
+      attnzoo::cli::add_eval_command(app),
   };
 
   // An unknown subcommand gets its own message rather than CLI11's "arguments were not expected".

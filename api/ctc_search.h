@@ -1,0 +1,58 @@
+// The CTC search a model's `decoding:` section asks for (greedy or prefix beam search, with its
+// options, the table's blank and the model's frame period), run over log-probabilities given at
+// once or block by block. What SpeechRecognizer decodes with, and CTC training's evaluation.
+//
+// A CTC head may emit tokens that make no text: the attention decoder's <sos/eos>, which WeNet's
+// and ESPnet's heads keep as their last output. The searcher takes them out of its hypotheses
+// (tokens and timings), and hypotheses left with the same tokens are one: their probabilities
+// summed (the score log-added), the best alignment's times kept, ranked again by score. A
+// hypothesis's confidence is the mean of its remaining tokens' (the blank's mean posterior when
+// none remain).
+#pragma once
+
+#include <attnzoo/configs/model_config.h>
+#include <attnzoo/decoding/ctc_decoder.h>
+#include <attnzoo/decoding/units.h>
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace attnzoo {
+
+struct CtcSearchSettings {
+  decoding::CtcSearch search = decoding::CtcSearch::kPrefixBeam;
+  decoding::PrefixBeamSearchOptions beam;
+  decoding::GreedyOptions greedy;
+  int64_t vocab = 0;
+  int64_t textless_id = -1;  // the table's <sos/eos>, or -1
+};
+
+// The config's decoding section with the blank of `units` and the model's frame period.
+CtcSearchSettings ctc_search_settings(const ModelConfig& config, const decoding::Units& units);
+
+class CtcSearcher {
+ public:
+  explicit CtcSearcher(const CtcSearchSettings& settings);
+  ~CtcSearcher();
+  CtcSearcher(CtcSearcher&&) noexcept;
+  CtcSearcher& operator=(CtcSearcher&&) noexcept;
+
+  // log_probs: [k, vocab] (k may be 0), any float dtype and device (read as float32 on the CPU).
+  void advance(const torch::Tensor& log_probs);
+  // Best first; greedy search gives one.
+  std::vector<decoding::CtcHypothesis> hypotheses() const;
+  // The tokens no later frame can change: the beam's common prefix (CtcPrefixBeamSearch::
+  // stable_tokens), or greedy search's whole best path, which only grows; without the
+  // textless token.
+  std::vector<int64_t> stable_tokens() const;
+
+ private:
+  int64_t textless_id_ = -1;
+  std::unique_ptr<decoding::CtcGreedySearch> greedy_;
+  std::unique_ptr<decoding::CtcPrefixBeamSearch> beam_;
+};
+
+}  // namespace attnzoo
