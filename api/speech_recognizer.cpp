@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <utility>
@@ -33,7 +34,8 @@ std::string yaml_quoted(const std::string& text) {
 // The first `count` tokens of `h` (all of them when count is -1) with their text.
 TranscriptHypothesis hypothesis_of(const decoding::CtcHypothesis& h,
                                    const decoding::Tokenizer& tokenizer, int64_t count = -1) {
-  const size_t n = count < 0 ? h.tokens.size() : static_cast<size_t>(count);
+  const size_t n =
+      count < 0 ? h.tokens.size() : std::min(h.tokens.size(), static_cast<size_t>(count));
   TranscriptHypothesis out;
   out.score = h.score;
   const std::vector<int64_t> ids(h.tokens.begin(),

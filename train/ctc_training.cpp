@@ -61,13 +61,8 @@ CtcEvalResult evaluate_ctc(ZooModel& model, const LabelledDataset& dataset,
                            const std::function<void(int64_t, int64_t)>& progress) {
   const bool was_training = model.module->is_training();
   model.module->eval();
-  LoaderOptions o;
-  o.batch_size = batch_size;
-  o.shuffle = false;
-  o.drop_last = false;
-  o.pad = true;
-  o.workers = workers;
-  EpochLoader loader(dataset, example_loader(model.config, nullptr), o, 0);
+  EpochLoader loader(dataset, example_loader(model.config, nullptr),
+                     evaluation_loader_options(batch_size, workers, /*pad=*/true), 0);
   const auto device = model.module->parameters().front().device();
   CtcEvalResult r;
   double loss_sum = 0.0;

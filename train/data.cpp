@@ -181,6 +181,16 @@ LabelledDataset transcript_list_dataset(const std::string& list_file,
   return dataset;
 }
 
+LoaderOptions evaluation_loader_options(int64_t batch_size, int64_t workers, bool pad) {
+  LoaderOptions o;
+  o.batch_size = batch_size;
+  o.shuffle = false;
+  o.drop_last = false;
+  o.pad = pad;
+  o.workers = workers;
+  return o;
+}
+
 int64_t batches_per_epoch(int64_t examples, int64_t batch_size, bool drop_last) {
   return drop_last ? examples / batch_size : (examples + batch_size - 1) / batch_size;
 }

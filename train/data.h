@@ -103,6 +103,9 @@ struct LoaderOptions {
 
 int64_t batches_per_epoch(int64_t examples, int64_t batch_size, bool drop_last);
 
+// An evaluation's loading: every example once, in order, the last batch as it comes.
+LoaderOptions evaluation_loader_options(int64_t batch_size, int64_t workers, bool pad);
+
 // The order of epoch `epoch`: a permutation of [0, n) (the identity without shuffle).
 std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle);
 

@@ -184,13 +184,9 @@ EvalResult evaluate(ZooModel& model, const LabelledDataset& dataset, int64_t bat
                     dataset.classes.size(), " classes, but the model's head has ", classes);
   const bool was_training = model.module->is_training();
   model.module->eval();
-  LoaderOptions o;
-  o.batch_size = batch_size;
-  o.shuffle = false;
-  o.drop_last = false;
-  o.pad = !takes_images(model.config);
-  o.workers = workers;
-  EpochLoader loader(dataset, example_loader(model.config, nullptr), o, 0);
+  EpochLoader loader(dataset, example_loader(model.config, nullptr),
+                     evaluation_loader_options(batch_size, workers, !takes_images(model.config)),
+                     0);
   EvalResult r;
   r.classes = dataset.classes;
   r.confusion = torch::zeros({classes, classes}, torch::kLong);

@@ -18,7 +18,9 @@
 
 namespace attnzoo {
 namespace {
+
 using test_util::error_of;
+using test_util::write_wav16;
 
 using ::testing::HasSubstr;
 
@@ -34,27 +36,6 @@ torch::Tensor test_signal(double seconds, int64_t rate) {
   auto x = 0.3 * torch::sin(2.0 * M_PI * (200.0 + 300.0 * t) * t) +
            0.05 * torch::randn({n}, torch::kDouble);
   return (x * 32767.0).round() / 32768.0;
-}
-
-void write_wav16(const std::string& path, const torch::Tensor& samples, int32_t rate) {
-  std::ofstream out(path, std::ios::binary);
-  const auto n = static_cast<uint32_t>(samples.size(0));
-  const auto put32 = [&](uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
-  const auto put16 = [&](uint16_t v) { out.write(reinterpret_cast<const char*>(&v), 2); };
-  out.write("RIFF", 4);
-  put32(36 + 2 * n);
-  out.write("WAVEfmt ", 8);
-  put32(16);
-  put16(1);  // PCM
-  put16(1);  // mono
-  put32(static_cast<uint32_t>(rate));
-  put32(static_cast<uint32_t>(rate) * 2);
-  put16(2);
-  put16(16);
-  out.write("data", 4);
-  put32(2 * n);
-  const auto pcm = (samples * 32768.0).round().clamp(-32768, 32767).to(torch::kShort).contiguous();
-  out.write(reinterpret_cast<const char*>(pcm.data_ptr<int16_t>()), 2 * n);
 }
 
 TEST(SpeechEncoder, EqualsTheFrontendAndTheConformerByHand) {

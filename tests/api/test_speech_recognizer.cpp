@@ -23,10 +23,13 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace attnzoo {
 namespace {
+
+using test_util::write_wav16;
 
 using test_util::error_of;
 using test_util::fresh_dir;
@@ -119,31 +122,6 @@ torch::Tensor utterance(double seconds, int64_t rate, int64_t seed) {
     x.narrow(0, i, len).copy_(y);
   }
   return ((x * 32768.0).round().clamp(-32768, 32767) / 32768.0).to(torch::kFloat);
-}
-
-void write_wav16(const std::string& path, const torch::Tensor& samples, int32_t rate) {
-  std::ofstream out(path, std::ios::binary);
-  const auto n = static_cast<uint32_t>(samples.size(0));
-  const auto put32 = [&](uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
-  const auto put16 = [&](uint16_t v) { out.write(reinterpret_cast<const char*>(&v), 2); };
-  out.write("RIFF", 4);
-  put32(36 + 2 * n);
-  out.write("WAVEfmt ", 8);
-  put32(16);
-  put16(1);  // PCM
-  put16(1);  // mono
-  put32(static_cast<uint32_t>(rate));
-  put32(static_cast<uint32_t>(rate) * 2);
-  put16(2);
-  put16(16);
-  out.write("data", 4);
-  put32(2 * n);
-  const auto pcm = (samples.to(torch::kDouble) * 32768.0)
-                       .round()
-                       .clamp(-32768, 32767)
-                       .to(torch::kShort)
-                       .contiguous();
-  out.write(reinterpret_cast<const char*>(pcm.data_ptr<int16_t>()), 2 * n);
 }
 
 std::vector<int64_t> ids_of(const TranscriptHypothesis& h) {
@@ -556,6 +534,42 @@ TEST(SpeechRecognizer, BadFilesAmongGoodOnes) {
                 HasSubstr(paths[i]));
   }
   EXPECT_THAT(results[4].error, HasSubstr("too short"));
+}
+
+// One recognizer used from four threads at once (what a server does): each thread transcribes
+// files and streams the signals, starting at another one, and gets what one thread alone got.
+// Under TSan (tools/sanitize.sh thread) it also shows the shared state is only read.
+TEST(SpeechRecognizer, FourThreadsShareOneRecognizer) {
+  const auto dir = fresh_dir("recognizer_threads");
+  const SpeechRecognizer recognizer(write_model(dir));
+  std::vector<torch::Tensor> signals;
+  for (int i = 0; i < 4; ++i) signals.push_back(utterance(0.8 + 0.3 * i, 16000, 10 + i));
+  std::vector<std::string> offline, live;
+  for (const auto& x : signals) {
+    offline.push_back(recognizer.transcribe_waveform(x, 16000).best().text);
+    auto s = recognizer.stream(16000, 4);
+    s.push(x);
+    live.push_back(s.finish().best().text);
+  }
+  std::vector<std::string> failures(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 2; ++round) {
+        for (int k = 0; k < 4; ++k) {
+          const int i = (t + k) % 4;
+          auto s = recognizer.stream(16000, 4);
+          s.push(signals[i]);
+          if (recognizer.transcribe_waveform(signals[i], 16000).best().text != offline[i] ||
+              s.finish().best().text != live[i]) {
+            failures[t] = "thread " + std::to_string(t) + ": signal " + std::to_string(i);
+          }
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (const auto& f : failures) EXPECT_TRUE(f.empty()) << f;
 }
 
 // The README's example: a WeNet checkpoint (random, WeNet's tensor names, global CMVN, an

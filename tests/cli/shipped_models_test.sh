@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # shipped_models_test.sh CASE ATTNZOO_BINARY PYTHON REPO_ROOT DATA_DIR: the zoo's shipped trained
-# models (configs/vit/vit_digits*, configs/conformer/conformer_kws*) as the README's main command
-# uses them, and their test accuracies against the training report (docs/training/results.json):
-# `attnzoo eval` must reproduce each within 0.5 points; with inference.quantize=int8, within 0.2
-# points (vit_digits) and 0.5 (conformer_kws) of the fp32 figure, and the logits of the shipped
-# samples within 0.05 of fp32's. DATA_DIR holds the test sets, made by
-# tools/data/ (a CTest fixture; tools/setup.sh makes the same ones).
+# models (configs/vit/vit_digits*, configs/conformer/conformer_kws*, conformer_digits_ctc*) as the
+# README's main command uses them, and their test figures against the training report
+# (docs/training/results.json): `attnzoo eval` must reproduce each accuracy within 0.5 points,
+# and the recognizer's word error rate, offline and in chunks of 16, within 0.5 points; with
+# inference.quantize=int8, within 0.2 points (vit_digits) and 0.5 (conformer_kws) of the fp32
+# figure, and the logits of the shipped samples within 0.05 of fp32's. The recognizer's beam
+# search on its real outputs against flashlight-text's (torchaudio's ctc_decoder). DATA_DIR holds
+# the test sets, made by tools/data/ (a CTest fixture; tools/setup.sh makes the same ones).
 set -u
 case_name=$1
 bin=$2
@@ -23,6 +25,9 @@ kws=$root/configs/conformer/conformer_kws.yaml
 kws_w=$root/assets/weights/conformer_kws.safetensors
 digit=$root/assets/samples/digit_7.png
 word=$root/assets/samples/keyword_stop.wav
+asr=$root/configs/conformer/conformer_digits_ctc.yaml
+asr_w=$root/assets/weights/conformer_digits_ctc.safetensors
+spoken=$root/assets/samples/digits_417.wav
 
 # check_accuracy MODEL [POINTS]: top1 of $out/stdout (attnzoo eval --json) within POINTS (0.5)
 # points of the report's fp32 figure
@@ -61,7 +66,102 @@ assert diff > 0, "int8 gave the float logits exactly: was it used?"
 PY
 }
 
+# check_wer KEY: the word error rate of $out/stdout (attnzoo eval --json) within 0.5 points of the
+# report's conformer_digits_ctc KEY (test_wer, test_wer_chunk16)
+check_wer() {
+  "$py" - "$out/stdout" "$root/docs/training/results.json" "$1" <<'PY' || exit 1
+import json
+import sys
+
+got = json.load(open(sys.argv[1]))
+report = json.load(open(sys.argv[2]))["conformer_digits_ctc"]
+key = sys.argv[3]
+print(f"conformer_digits_ctc: eval WER {100 * got['wer']:.2f}% ({got['word_counts']}), "
+      f"report {key} {100 * report[key]:.2f}% ({got['examples']} utterances)")
+assert got["examples"] == report["test_examples"], (got["examples"], report["test_examples"])
+assert abs(got["wer"] - report[key]) <= 0.005 + 1e-9, "more than 0.5 points from the report"
+PY
+}
+
 case "$case_name" in
+  shipped_asr_eval)
+    run 0 eval --model "$asr" --weights "$asr_w" --data "$data/digit_strings/test.txt" --json
+    check_wer test_wer
+    ;;
+  shipped_asr_eval_chunk16)
+    # The offline view of streaming in chunks of 16 with all history (the live final equals it).
+    run 0 eval --model "$asr" --weights "$asr_w" --data "$data/digit_strings/test.txt" --json \
+      --set streaming.chunk_size=16
+    check_wer test_wer_chunk16
+    ;;
+  shipped_asr_transcribe)
+    # The README's main command: the sample, offline and live in chunks of 16 (partials, final).
+    run 0 transcribe --model "$asr" --weights "$asr_w" "$spoken"
+    expect stdout "^$spoken \([0-9]\.[0-9]{2} s, [0-9.]+ ms, confidence 0\.[0-9]+\): four one seven$"
+    run 0 transcribe --model "$asr" --weights "$asr_w" --live --chunk 16 --json "$spoken"
+    "$py" - "$out/stdout" <<'PY' || exit 1
+import json
+import sys
+
+lines = [json.loads(l) for l in open(sys.argv[1])]
+final = lines[-1]
+assert final["final"] and final["text"] == "four one seven", final
+assert [t["token"] for t in final["tokens"]] == ["four", "one", "seven"], final
+starts = [t["start"] for t in final["tokens"]]
+assert starts == sorted(starts) and all(t["end"] <= final["seconds"] + 0.04 for t in final["tokens"])
+partials = [l["partial"] for l in lines[:-1]]
+assert partials and all(b.startswith(a) for a, b in zip(partials, partials[1:])), partials
+print("live:", partials, "->", final["text"])
+PY
+    ;;
+  shipped_asr_decoder_parity)
+    # A real model's outputs: our prefix beam search with flashlight-text's beam unit against
+    # flashlight-text's LexiconFreeDecoder itself (what torchaudio's ctc_decoder runs, no lexicon,
+    # no LM), on the first 40 test utterances: the same n-best texts, scores within 1e-4.
+    head -n 40 "$data/digit_strings/test.txt" | cut -f1 | sed "s|^|$data/digit_strings/|" >"$out/files"
+    mapfile -t files <"$out/files"
+    run 0 encode --model "$asr" --weights "$asr_w" --out "$out/encoded.safetensors" "${files[@]}"
+    run 0 transcribe --model "$asr" --weights "$asr_w" --json --beam 8 --nbest 8 \
+      --set decoding.beam_unit=prefix_ending "${files[@]}"
+    "$py" - "$out/stdout" "$out/encoded.safetensors" "$root/configs/labels/digit_words_units.txt" <<'PY' || exit 1
+import itertools
+import json
+import math
+import sys
+
+import numpy as np
+from flashlight.lib.text.decoder import (CriterionType, LexiconFreeDecoder,
+                                         LexiconFreeDecoderOptions, ZeroLM)
+from safetensors.numpy import load_file
+
+ours = [json.loads(l) for l in open(sys.argv[1])]
+encoded = load_file(sys.argv[2])
+units = [l.split()[0] for l in sorted(open(sys.argv[3]), key=lambda l: int(l.split()[1]))]
+blank, textless = units.index("<blank>"), units.index("<sos/eos>")
+compared, worst = 0, 0.0
+for i, row in enumerate(ours):
+    lp = np.ascontiguousarray(encoded[f"log_probs_{i}"], dtype=np.float32)
+    frames, vocab = lp.shape
+    options = LexiconFreeDecoderOptions(
+        beam_size=8, beam_size_token=vocab, beam_threshold=1e30, lm_weight=0.0, sil_score=0.0,
+        log_add=True, criterion_type=CriterionType.CTC)
+    decoder = LexiconFreeDecoder(options, ZeroLM(), blank, blank, [])
+    merged = {}  # text -> log-probability, <sos/eos> left out as the recognizer does
+    for r in decoder.decode(lp.ctypes.data, frames, vocab):
+        tokens = [k for k, _ in itertools.groupby(list(r.tokens[1:-1])) if k != blank]
+        text = " ".join(units[k] for k in tokens if k != textless)
+        merged[text] = np.logaddexp(merged.get(text, -math.inf), r.score)
+    reference = sorted(merged.items(), key=lambda kv: -kv[1])
+    nbest = row.get("nbest", [{"text": row["text"], "score": row["score"]}])
+    assert [h["text"] for h in nbest] == [t for t, _ in reference], (i, nbest, reference)
+    for h, (_, score) in zip(nbest, reference):
+        assert abs(h["score"] - score) < 1e-4, (i, h, score)
+        worst = max(worst, abs(h["score"] - score))
+        compared += 1
+print(f"{len(ours)} utterances, {compared} hypotheses: the same texts as flashlight-text, "
+      f"scores within {worst:.1e}")
+PY
+    ;;
   shipped_digits_eval)
     run 0 eval --model "$vit" --weights "$vit_w" --data "$data/digits/test.txt" --json
     check_accuracy vit_digits

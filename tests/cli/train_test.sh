@@ -75,6 +75,24 @@ train: {loss: ctc, epochs: 30, batch_size: 6, clip_grad_norm: 5.0, log_every: 30
 EOF
 }
 
+# two_ranks FOLDER ARGS...: `attnzoo train --config $out/train.yaml ARGS` as two ranks on c10d
+# Gloo over loopback, 3 examples each per step, writing FOLDER; fails when a rank fails or rank 1
+# prints anything (rank 0 alone logs). Their output: $out/rank{0,1}.{out,err}.
+two_ranks() {
+  local folder=$1 rank port pids=()
+  shift
+  port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  for rank in 0 1; do
+    WORLD_SIZE=2 RANK=$rank LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "$bin" train --config "$out/train.yaml" "$@" --set train.batch_size=3 \
+      --output "$folder" >"$out/rank$rank.out" 2>"$out/rank$rank.err" &
+    pids+=($!)
+  done
+  wait "${pids[0]}" || { echo "FAIL: rank 0 failed"; cat "$out/rank0.err"; exit 1; }
+  wait "${pids[1]}" || { echo "FAIL: rank 1 failed"; cat "$out/rank1.err"; exit 1; }
+  [ ! -s "$out/rank1.err" ] || { echo "FAIL: rank 1 printed:"; cat "$out/rank1.err"; exit 1; }
+}
+
 case "$case_name" in
   *ctc*) make_tones ;;
   *)
@@ -143,17 +161,9 @@ PY
     # process's; the crops are the same, as each example's generator is its position's).
     "$bin" version | grep -q '^data-parallel: gloo' ||
       { echo "FAIL: no c10d Gloo in this build (tools/setup.sh installs libgloo-dev)"; exit 1; }
-    port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     set_ddp=(--set "model_set=[architecture.drop_rate=0, architecture.drop_path_rate=0]"
              --set train.epochs=3 --set train.log_every=1)
-    for rank in 0 1; do
-      WORLD_SIZE=2 RANK=$rank LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-        "$bin" train --config "$out/train.yaml" "${set_ddp[@]}" --set train.batch_size=3 \
-        --output "$out/ddp" >"$out/rank$rank.out" 2>"$out/rank$rank.err" &
-    done
-    wait %1 || { echo "FAIL: rank 0 failed"; cat "$out/rank0.err"; exit 1; }
-    wait %2 || { echo "FAIL: rank 1 failed"; cat "$out/rank1.err"; exit 1; }
-    [ ! -s "$out/rank1.err" ] || { echo "FAIL: rank 1 printed:"; cat "$out/rank1.err"; exit 1; }
+    two_ranks "$out/ddp" "${set_ddp[@]}"
     grep -q '^training vit_train_micro: 36 examples, 3 classes, 18 steps of 1 x 6 (2 ranks x 3)' "$out/rank0.err" ||
       { echo "FAIL: rank 0's log"; cat "$out/rank0.err"; exit 1; }
     run 0 train --config "$out/train.yaml" "${set_ddp[@]}" --set train.batch_size=6 \
@@ -241,17 +251,9 @@ PY
     # ddp_and_single NAME SETTINGS...: the run on 2 ranks into $out/NAME_ddp, on one process into
     # $out/NAME_single.
     ddp_and_single() {
-      local name=$1 rank port
+      local name=$1
       shift
-      port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-      for rank in 0 1; do
-        WORLD_SIZE=2 RANK=$rank LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-          "$bin" train --config "$out/train.yaml" "$@" --set train.batch_size=3 \
-          --output "$out/${name}_ddp" >"$out/rank$rank.out" 2>"$out/rank$rank.err" &
-      done
-      wait %1 || { echo "FAIL: rank 0 failed"; cat "$out/rank0.err"; exit 1; }
-      wait %2 || { echo "FAIL: rank 1 failed"; cat "$out/rank1.err"; exit 1; }
-      [ ! -s "$out/rank1.err" ] || { echo "FAIL: rank 1 printed:"; cat "$out/rank1.err"; exit 1; }
+      two_ranks "$out/${name}_ddp" "$@"
       run 0 train --config "$out/train.yaml" "$@" --set train.batch_size=6 \
         --output "$out/${name}_single"
     }

@@ -6,8 +6,10 @@
 #include <torch/types.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <type_traits>
 
@@ -49,6 +51,34 @@ inline std::string fresh_dir(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();
+}
+
+// `samples` ([n], in [-1, 1]) as a 16-bit PCM mono WAV file at `rate`: each sample times 32768,
+// rounded and clamped, so that a reader that divides by 32768 (libsndfile) gets back samples
+// already on that grid exactly.
+inline void write_wav16(const std::string& path, const torch::Tensor& samples, int64_t rate) {
+  std::ofstream out(path, std::ios::binary);
+  const auto n = static_cast<uint32_t>(samples.size(0));
+  const auto put32 = [&](uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
+  const auto put16 = [&](uint16_t v) { out.write(reinterpret_cast<const char*>(&v), 2); };
+  out.write("RIFF", 4);
+  put32(36 + 2 * n);
+  out.write("WAVEfmt ", 8);
+  put32(16);
+  put16(1);  // PCM
+  put16(1);  // mono
+  put32(static_cast<uint32_t>(rate));
+  put32(static_cast<uint32_t>(rate) * 2);
+  put16(2);
+  put16(16);
+  out.write("data", 4);
+  put32(2 * n);
+  const auto pcm = (samples.to(torch::kDouble) * 32768.0)
+                       .round()
+                       .clamp(-32768, 32767)
+                       .to(torch::kShort)
+                       .contiguous();
+  out.write(reinterpret_cast<const char*>(pcm.data_ptr<int16_t>()), 2 * n);
 }
 
 }  // namespace attnzoo::test_util

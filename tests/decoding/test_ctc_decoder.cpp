@@ -4,6 +4,8 @@
 // pruning, timestamps and confidence included; torch's ctc_loss for the exact log P of any label
 // sequence (which validates the forward algorithm used here as the oracle at T = 100); numpy's
 // argmax path for greedy. And the options: pruning equivalences and every bad argument named.
+#include "decoding_test_util.h"
+
 #include <attnzoo/decoding/ctc_decoder.h>
 
 #include <gmock/gmock.h>
@@ -22,14 +24,10 @@ namespace {
 
 using ::testing::HasSubstr;
 using json = nlohmann::json;
+using test_util::case_options;
+using test_util::load_reference;
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-
-json load(const std::string& name) {
-  std::ifstream in(std::string(ATTNZOO_DECODING_REFERENCE_DIR) + "/" + name);
-  EXPECT_TRUE(in) << name << " missing: run ctest (decoding.make_reference writes it)";
-  return json::parse(in);
-}
 
 struct Case {
   std::vector<float> values;
@@ -83,7 +81,7 @@ double exact_log_prob(const Case& c, const std::vector<int64_t>& labels) {
 std::vector<int64_t> tokens_of(const json& j) { return j.at("tokens").get<std::vector<int64_t>>(); }
 
 TEST(CtcForwardOracle, MatchesTorchCtcLoss) {
-  const auto cases = load("beam_cases.json");
+  const auto cases = load_reference("beam_cases.json");
   double worst = 0.0;
   int checked = 0;
   for (const auto& c : cases) {
@@ -99,26 +97,13 @@ TEST(CtcForwardOracle, MatchesTorchCtcLoss) {
   EXPECT_LT(worst, 1e-9) << "over " << checked << " label sequences";
 }
 
-// The options a beam case of beam_cases.json names: its beam (every hypothesis returned), blank
-// and per-frame top-k.
-PrefixBeamSearchOptions case_options(const json& c, int64_t blank, BeamUnit unit) {
-  PrefixBeamSearchOptions o;
-  o.beam_size = c.at("beam").get<int64_t>();
-  o.nbest = o.beam_size;
-  o.blank_id = blank;
-  o.token_top_k = c.at("top_k").get<int64_t>();
-  o.beam_unit = unit;
-  return o;
-}
-
 TEST(CtcPrefixBeamSearch, MatchesFlashlightWithPrefixEndingBeam) {
-  const auto cases = load("beam_cases.json");
+  const auto cases = load_reference("beam_cases.json");
   double worst = 0.0;
   size_t hypotheses = 0;
   for (const auto& c : cases) {
     const auto x = case_of(c);
-    const auto ours =
-        ctc_prefix_beam_search(x.view(), case_options(c, x.blank, BeamUnit::kPrefixEnding));
+    const auto ours = ctc_prefix_beam_search(x.view(), case_options(c, BeamUnit::kPrefixEnding));
     const auto& theirs = c.at("flashlight");
     const std::string name = c.at("name");
     ASSERT_EQ(ours.size(), theirs.size()) << name;
@@ -141,11 +126,11 @@ TEST(CtcPrefixBeamSearch, MatchesFlashlightWithPrefixEndingBeam) {
 // only the bound is asserted here (the exact values are checked without pruning below, and
 // kPrefixEnding's pruned values against flashlight-text above).
 TEST(CtcPrefixBeamSearch, ScoresAreBoundedByTheExactSum) {
-  const auto cases = load("beam_cases.json");
+  const auto cases = load_reference("beam_cases.json");
   for (const auto unit : {BeamUnit::kPrefix, BeamUnit::kPrefixEnding}) {
     for (const auto& c : cases) {
       const auto x = case_of(c);
-      const auto ours = ctc_prefix_beam_search(x.view(), case_options(c, x.blank, unit));
+      const auto ours = ctc_prefix_beam_search(x.view(), case_options(c, unit));
       const std::string name = c.at("name");
       ASSERT_FALSE(ours.empty()) << name;
       for (size_t r = 0; r < ours.size(); ++r) {
@@ -163,7 +148,7 @@ TEST(CtcPrefixBeamSearch, ScoresAreBoundedByTheExactSum) {
 // Without pruning both beam units are exact: every label sequence of nonzero probability, in
 // the enumeration's order, with its log P, its best alignment's runs and their peak posteriors.
 TEST(CtcPrefixBeamSearch, IsExactWithoutPruning) {
-  const auto cases = load("oracle_cases.json");
+  const auto cases = load_reference("oracle_cases.json");
   for (const auto unit : {BeamUnit::kPrefix, BeamUnit::kPrefixEnding}) {
     for (const auto& c : cases) {
       const auto x = case_of(c);
@@ -207,7 +192,7 @@ TEST(CtcPrefixBeamSearch, IsExactWithoutPruning) {
 }
 
 TEST(CtcGreedy, MatchesNumpyArgmaxPath) {
-  const auto cases = load("greedy_cases.json");
+  const auto cases = load_reference("greedy_cases.json");
   for (const auto& c : cases) {
     const auto x = case_of(c);
     GreedyOptions o;
@@ -234,7 +219,7 @@ TEST(CtcGreedy, MatchesNumpyArgmaxPath) {
 // One token per frame left (top-1, a tiny top-p, a min log-prob of 0): one alignment survives,
 // the argmax path, so the beam's only hypothesis is the greedy one with the best path's score.
 TEST(CtcPrefixBeamSearch, KeepingOneTokenPerFrameIsGreedy) {
-  const auto cases = load("greedy_cases.json");
+  const auto cases = load_reference("greedy_cases.json");
   for (const auto& c : cases) {
     const auto x = case_of(c);
     GreedyOptions g;
@@ -258,7 +243,7 @@ TEST(CtcPrefixBeamSearch, KeepingOneTokenPerFrameIsGreedy) {
 
 // Pruning a token at a frame is the same as giving it probability 0 there (-inf).
 TEST(CtcPrefixBeamSearch, PerFramePruningEqualsZeroProbability) {
-  const auto cases = load("beam_cases.json");
+  const auto cases = load_reference("beam_cases.json");
   int checked = 0;
   for (const auto& c : cases) {
     if (c.at("beam").get<int64_t>() != 5 || c.at("top_k").get<int64_t>() != 0) continue;

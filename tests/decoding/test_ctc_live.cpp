@@ -3,6 +3,8 @@
 // greedy_cases.json); CtcPrefixBeamSearch::stable_tokens() is the longest common prefix of the
 // whole beam, only grows, and begins every hypothesis of that frame and of every later one (on
 // beam_cases.json, both beam units).
+#include "decoding_test_util.h"
+
 #include <attnzoo/decoding/ctc_decoder.h>
 
 #include <gtest/gtest.h>
@@ -18,13 +20,9 @@ namespace attnzoo::decoding {
 namespace {
 
 using json = nlohmann::json;
+using test_util::case_options;
+using test_util::load_reference;
 using Ids = std::vector<int64_t>;
-
-json load(const std::string& name) {
-  std::ifstream in(std::string(ATTNZOO_DECODING_REFERENCE_DIR) + "/" + name);
-  EXPECT_TRUE(in) << name << " missing: run ctest (decoding.make_reference writes it)";
-  return json::parse(in);
-}
 
 bool is_prefix(const Ids& prefix, const Ids& of) {
   return prefix.size() <= of.size() && std::equal(prefix.begin(), prefix.end(), of.begin());
@@ -45,7 +43,7 @@ void expect_same(const CtcHypothesis& ours, const CtcHypothesis& whole, const st
 }
 
 TEST(CtcGreedySearch, EveryBlockGivesTheGreedyPathOfTheFramesSoFar) {
-  const auto cases = load("greedy_cases.json");
+  const auto cases = load_reference("greedy_cases.json");
   ASSERT_EQ(cases.size(), 10u);
   int compared = 0;
   for (size_t n = 0; n < cases.size(); ++n) {
@@ -116,7 +114,7 @@ Ids common_prefix(const std::vector<CtcHypothesis>& hypotheses) {
 // is all they have in common. Returning the best hypothesis's tokens instead fails here as soon
 // as two prefixes of the beam differ in their last token, which nearly every case has.
 TEST(CtcPrefixBeamSearch, StableTokensOnlyGrowAndBeginEveryLaterHypothesis) {
-  const auto cases = load("beam_cases.json");
+  const auto cases = load_reference("beam_cases.json");
   int blocks = 0, grew = 0, behind_the_best = 0;
   for (const auto unit : {BeamUnit::kPrefix, BeamUnit::kPrefixEnding}) {
     for (size_t n = 0; n < cases.size(); n += 3) {
@@ -124,12 +122,7 @@ TEST(CtcPrefixBeamSearch, StableTokensOnlyGrowAndBeginEveryLaterHypothesis) {
       const auto values = c.at("log_probs").get<std::vector<float>>();
       const int64_t frames = c.at("frames").get<int64_t>();
       const int64_t vocab = c.at("vocab").get<int64_t>();
-      PrefixBeamSearchOptions o;
-      o.beam_size = c.at("beam").get<int64_t>();
-      o.nbest = o.beam_size;
-      o.blank_id = c.at("blank").get<int64_t>();
-      o.token_top_k = c.at("top_k").get<int64_t>();
-      o.beam_unit = unit;
+      const auto o = case_options(c, unit);
       for (const int64_t block : {int64_t{1}, int64_t{3}, int64_t{16}}) {
         const std::string where = c.at("name").get<std::string>() + ", blocks of " +
                                   std::to_string(block) + ", " + to_string(unit);

@@ -3,6 +3,8 @@
 // (tokens, scores, timings, confidences), for both beam units on the reference cases of
 // decoding.make_reference; reset starts over; bad blocks are refused by name and leave the
 // search as it was.
+#include "decoding_test_util.h"
+
 #include <attnzoo/decoding/ctc_decoder.h>
 
 #include <gmock/gmock.h>
@@ -20,12 +22,6 @@ namespace attnzoo::decoding {
 namespace {
 
 using ::testing::HasSubstr;
-
-nlohmann::json beam_cases() {
-  std::ifstream in(std::string(ATTNZOO_DECODING_REFERENCE_DIR) + "/beam_cases.json");
-  EXPECT_TRUE(in) << "beam_cases.json missing: run ctest (decoding.make_reference writes it)";
-  return nlohmann::json::parse(in);
-}
 
 void expect_same(const std::vector<CtcHypothesis>& ours, const std::vector<CtcHypothesis>& whole,
                  const std::string& where) {
@@ -45,7 +41,7 @@ void expect_same(const std::vector<CtcHypothesis>& ours, const std::vector<CtcHy
 }
 
 TEST(CtcStreaming, EveryBlockGivesTheSearchOfTheFramesSoFar) {
-  const auto cases = beam_cases();
+  const auto cases = test_util::load_reference("beam_cases.json");
   int compared = 0;
   for (const auto unit : {BeamUnit::kPrefix, BeamUnit::kPrefixEnding}) {
     for (size_t n = 0; n < cases.size(); n += 7) {  // every 7th case: all sizes, seeds, beams
@@ -53,12 +49,7 @@ TEST(CtcStreaming, EveryBlockGivesTheSearchOfTheFramesSoFar) {
       const auto values = c.at("log_probs").get<std::vector<float>>();
       const int64_t frames = c.at("frames").get<int64_t>();
       const int64_t vocab = c.at("vocab").get<int64_t>();
-      PrefixBeamSearchOptions o;
-      o.beam_size = c.at("beam").get<int64_t>();
-      o.nbest = o.beam_size;
-      o.blank_id = c.at("blank").get<int64_t>();
-      o.token_top_k = c.at("top_k").get<int64_t>();
-      o.beam_unit = unit;
+      const auto o = test_util::case_options(c, unit);
       for (const int64_t block : {int64_t{1}, int64_t{3}, int64_t{16}}) {
         const std::string where = c.at("name").get<std::string>() + ", blocks of " +
                                   std::to_string(block) +

@@ -31,58 +31,76 @@ LENGTHS = [40, 23, 16]
 EPS = 1e-5  # WeNet's LayerNorm and BatchNorm eps
 
 
-def synthetic_state_dict() -> dict:
-    g = torch.Generator().manual_seed(0)
+class RandomTensors:
+    """Seeded random tensors of the checkpoint's kinds: normal draws, uniform draws, LayerNorm
+    (or BatchNorm) affine pairs near 1 and 0, and linear layers scaled by their fan-in."""
 
-    def r(*shape, scale=0.3):
-        return torch.randn(*shape, generator=g, dtype=torch.float64) * scale
+    def __init__(self, seed, dtype):
+        self.g = torch.Generator().manual_seed(seed)
+        self.dtype = dtype
 
-    def norm(prefix, sd):
-        sd[prefix + ".weight"] = 1.0 + r(DIM, scale=0.1)
-        sd[prefix + ".bias"] = r(DIM, scale=0.1)
+    def normal(self, *shape, scale=0.3):
+        return torch.randn(*shape, generator=self.g, dtype=self.dtype) * scale
 
-    def linear(prefix, sd, out_dim, in_dim, bias=True):
-        sd[prefix + ".weight"] = r(out_dim, in_dim, scale=1.0 / math.sqrt(in_dim))
+    def uniform(self, *shape):
+        return torch.rand(*shape, generator=self.g, dtype=self.dtype)
+
+    def norm(self, prefix, sd):
+        sd[prefix + ".weight"] = 1.0 + self.normal(DIM, scale=0.1)
+        sd[prefix + ".bias"] = self.normal(DIM, scale=0.1)
+
+    def linear(self, prefix, sd, out_dim, in_dim, bias=True):
+        sd[prefix + ".weight"] = self.normal(out_dim, in_dim, scale=1.0 / math.sqrt(in_dim))
         if bias:
-            sd[prefix + ".bias"] = r(out_dim, scale=0.1)
+            sd[prefix + ".bias"] = self.normal(out_dim, scale=0.1)
 
-    sd = {}
-    sd["encoder.global_cmvn.mean"] = r(FEATS, scale=1.0)
-    sd["encoder.global_cmvn.istd"] = torch.rand(FEATS, generator=g, dtype=torch.float64) + 0.5
-    sd["encoder.embed.conv.0.weight"] = r(DIM, 1, 3, 3, scale=0.3)
-    sd["encoder.embed.conv.0.bias"] = r(DIM, scale=0.1)
-    sd["encoder.embed.conv.2.weight"] = r(DIM, DIM, 3, 3, scale=1.0 / math.sqrt(9 * DIM))
-    sd["encoder.embed.conv.2.bias"] = r(DIM, scale=0.1)
+
+def encoder_tensors(sd, t, batch_norm=True):
+    """The encoder after its CMVN, under WeNet's names: Conv2d x4 subsampling, the blocks (the
+    convolution module's norm a BatchNorm with running statistics, or a LayerNorm) and
+    after_norm, drawn from `t` (RandomTensors)."""
+    sd["encoder.embed.conv.0.weight"] = t.normal(DIM, 1, 3, 3, scale=0.3)
+    sd["encoder.embed.conv.0.bias"] = t.normal(DIM, scale=0.1)
+    sd["encoder.embed.conv.2.weight"] = t.normal(DIM, DIM, 3, 3, scale=1.0 / math.sqrt(9 * DIM))
+    sd["encoder.embed.conv.2.bias"] = t.normal(DIM, scale=0.1)
     freq = ((FEATS - 1) // 2 - 1) // 2
-    linear("encoder.embed.out.0", sd, DIM, DIM * freq)
+    t.linear("encoder.embed.out.0", sd, DIM, DIM * freq)
     d_k = DIM // HEADS
     for i in range(BLOCKS):
         p = f"encoder.encoders.{i}"
         for name in ("linear_q", "linear_k", "linear_v", "linear_out"):
-            linear(f"{p}.self_attn.{name}", sd, DIM, DIM)
-        linear(f"{p}.self_attn.linear_pos", sd, DIM, DIM, bias=False)
-        sd[f"{p}.self_attn.pos_bias_u"] = r(HEADS, d_k)
-        sd[f"{p}.self_attn.pos_bias_v"] = r(HEADS, d_k)
+            t.linear(f"{p}.self_attn.{name}", sd, DIM, DIM)
+        t.linear(f"{p}.self_attn.linear_pos", sd, DIM, DIM, bias=False)
+        sd[f"{p}.self_attn.pos_bias_u"] = t.normal(HEADS, d_k)
+        sd[f"{p}.self_attn.pos_bias_v"] = t.normal(HEADS, d_k)
         for ff in ("feed_forward", "feed_forward_macaron"):
-            linear(f"{p}.{ff}.w_1", sd, UNITS, DIM)
-            linear(f"{p}.{ff}.w_2", sd, DIM, UNITS)
-        sd[f"{p}.conv_module.pointwise_conv1.weight"] = r(2 * DIM, DIM, 1, scale=0.25)
-        sd[f"{p}.conv_module.pointwise_conv1.bias"] = r(2 * DIM, scale=0.1)
-        sd[f"{p}.conv_module.depthwise_conv.weight"] = r(DIM, 1, KERNEL, scale=0.4)
-        sd[f"{p}.conv_module.depthwise_conv.bias"] = r(DIM, scale=0.1)
-        norm(f"{p}.conv_module.norm", sd)
-        sd[f"{p}.conv_module.norm.running_mean"] = r(DIM, scale=0.2)
-        sd[f"{p}.conv_module.norm.running_var"] = torch.rand(DIM, generator=g,
-                                                             dtype=torch.float64) + 0.5
-        sd[f"{p}.conv_module.norm.num_batches_tracked"] = torch.tensor(7)
-        sd[f"{p}.conv_module.pointwise_conv2.weight"] = r(DIM, DIM, 1, scale=0.25)
-        sd[f"{p}.conv_module.pointwise_conv2.bias"] = r(DIM, scale=0.1)
+            t.linear(f"{p}.{ff}.w_1", sd, UNITS, DIM)
+            t.linear(f"{p}.{ff}.w_2", sd, DIM, UNITS)
+        sd[f"{p}.conv_module.pointwise_conv1.weight"] = t.normal(2 * DIM, DIM, 1, scale=0.25)
+        sd[f"{p}.conv_module.pointwise_conv1.bias"] = t.normal(2 * DIM, scale=0.1)
+        sd[f"{p}.conv_module.depthwise_conv.weight"] = t.normal(DIM, 1, KERNEL, scale=0.4)
+        sd[f"{p}.conv_module.depthwise_conv.bias"] = t.normal(DIM, scale=0.1)
+        t.norm(f"{p}.conv_module.norm", sd)
+        if batch_norm:
+            sd[f"{p}.conv_module.norm.running_mean"] = t.normal(DIM, scale=0.2)
+            sd[f"{p}.conv_module.norm.running_var"] = t.uniform(DIM) + 0.5
+            sd[f"{p}.conv_module.norm.num_batches_tracked"] = torch.tensor(7)
+        sd[f"{p}.conv_module.pointwise_conv2.weight"] = t.normal(DIM, DIM, 1, scale=0.25)
+        sd[f"{p}.conv_module.pointwise_conv2.bias"] = t.normal(DIM, scale=0.1)
         for n in ("norm_ff", "norm_mha", "norm_ff_macaron", "norm_conv", "norm_final"):
-            norm(f"{p}.{n}", sd)
-    norm("encoder.after_norm", sd)
-    linear("ctc.ctc_lo", sd, VOCAB, DIM)
+            t.norm(f"{p}.{n}", sd)
+    t.norm("encoder.after_norm", sd)
+
+
+def synthetic_state_dict() -> dict:
+    t = RandomTensors(0, torch.float64)
+    sd = {}
+    sd["encoder.global_cmvn.mean"] = t.normal(FEATS, scale=1.0)
+    sd["encoder.global_cmvn.istd"] = t.uniform(FEATS) + 0.5
+    encoder_tensors(sd, t)
+    t.linear("ctc.ctc_lo", sd, VOCAB, DIM)
     # A full WeNet checkpoint also carries the attention decoder; the mapping ignores it.
-    sd["decoder.embed.0.weight"] = r(VOCAB, DIM)
+    sd["decoder.embed.0.weight"] = t.normal(VOCAB, DIM)
     return sd
 
 

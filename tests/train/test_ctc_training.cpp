@@ -131,21 +131,6 @@ TrainConfig ctc_config(const std::string& output, const std::vector<std::string>
   return load_train_config(path, overrides);
 }
 
-std::vector<std::vector<std::string>> read_csv(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::vector<std::string>> rows;
-  for (std::string line; std::getline(in, line);) {
-    std::vector<std::string> cells;
-    size_t begin = 0;
-    for (size_t comma; (comma = line.find(',', begin)) != std::string::npos; begin = comma + 1) {
-      cells.push_back(line.substr(begin, comma - begin));
-    }
-    cells.push_back(line.substr(begin));
-    rows.push_back(cells);
-  }
-  return rows;
-}
-
 // A CTC training run: its folder, config, history and log.
 struct CtcRun {
   std::string dir;
@@ -305,7 +290,7 @@ TEST(CtcTraining, EvaluationAgreesWithItsParts) {
   EXPECT_NEAR(r.loss, loss_sum / 12.0, 1e-4);
 
   // metrics.csv's last row: the validation of model.safetensors.
-  const auto rows = read_csv(run.dir + "/metrics.csv");
+  const auto rows = testing::read_csv(run.dir + "/metrics.csv");
   ASSERT_EQ(rows.size(), 31u);
   ASSERT_EQ(rows[0].size(), 11u);
   EXPECT_EQ(rows[0][9], "val_wer");

@@ -26,21 +26,6 @@ std::string read_text(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-std::vector<std::vector<std::string>> cells_of(const std::string& text) {
-  std::vector<std::vector<std::string>> rows;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    std::vector<std::string> cells;
-    size_t begin = 0;
-    for (size_t comma; (comma = line.find(',', begin)) != std::string::npos; begin = comma + 1) {
-      cells.push_back(line.substr(begin, comma - begin));
-    }
-    cells.push_back(line.substr(begin));
-    rows.push_back(cells);
-  }
-  return rows;
-}
-
 TrainMetrics row_at(int64_t step, bool evaluated = false) {
   TrainMetrics r;
   r.step = step;
@@ -61,7 +46,7 @@ TrainMetrics row_at(int64_t step, bool evaluated = false) {
 std::vector<int64_t> steps_of(const std::string& path) {
   const auto text = read_text(path);
   EXPECT_TRUE(text.empty() || text.back() == '\n');
-  const auto rows = cells_of(text);
+  const auto rows = testing::csv_cells(text);
   std::vector<int64_t> steps;
   if (rows.empty()) return steps;
   EXPECT_EQ(rows[0].size(), 11u);
@@ -92,7 +77,7 @@ TEST(Metrics, RowsAsWritten) {
     ctc.val_cer = 1.0 / 3.0;
     csv.write(ctc);
   }
-  const auto rows = cells_of(read_text(path));
+  const auto rows = testing::csv_cells(read_text(path));
   ASSERT_EQ(rows.size(), 4u);
   EXPECT_EQ(rows[0], (std::vector<std::string>{"step", "epoch", "loss", "lr", "grad_norm",
                                                "examples_per_second", "val_loss", "val_top1",
@@ -153,11 +138,11 @@ TEST(Metrics, AResumedNineColumnFileKeepsItsRows) {
     csv.write(row_at(3));
   }
   EXPECT_EQ(steps_of(path), (std::vector<int64_t>{1, 2, 3}));
-  const auto rows = cells_of(read_text(path));
+  const auto rows = testing::csv_cells(read_text(path));
   ASSERT_EQ(rows.size(), 4u);
   EXPECT_EQ(rows[2], (std::vector<std::string>{"2", "1", "0.8", "0.002", "0.2", "100", "0.7", "0.6",
                                                "1", "", ""}));
-  EXPECT_EQ(cells_of(MetricsWriter::format(row_at(3))),
+  EXPECT_EQ(testing::csv_cells(MetricsWriter::format(row_at(3))),
             (std::vector<std::vector<std::string>>{rows[3]}));
 }
 
@@ -177,7 +162,7 @@ TEST(Metrics, AResumedRunHasNoDuplicatedOrTornRows) {
   EXPECT_EQ(steps_of(path), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
   const auto text = read_text(path);
   EXPECT_EQ(text.find("0.98765"), std::string::npos);
-  const auto rows = cells_of(text);
+  const auto rows = testing::csv_cells(text);
   EXPECT_EQ(rows[6][0], "6");
   EXPECT_NEAR(std::stod(rows[6][2]), 1.0 / 7.0, 1e-8);
   // A file that lost its header (or everything) gets it back.

@@ -51,18 +51,6 @@ TrainConfig vit_config(const std::string& output, const std::vector<std::string>
   return load_train_config(path, overrides);
 }
 
-std::vector<std::vector<std::string>> read_csv(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::vector<std::string>> rows;
-  for (std::string line; std::getline(in, line);) {
-    std::vector<std::string> cells;
-    std::stringstream row(line);
-    for (std::string cell; std::getline(row, cell, ',');) cells.push_back(cell);
-    rows.push_back(cells);
-  }
-  return rows;
-}
-
 TEST(Trainer, SmallViTLearnsStripes) {
   std::ostringstream log;
   TrainerOptions options;
@@ -81,7 +69,7 @@ TEST(Trainer, SmallViTLearnsStripes) {
   EXPECT_NEAR(history.back().epoch, 8.0, 1e-9);
   // The run folder: metrics.csv with a header and one row per logged step, the checkpoint, the
   // weights alone (loadable strictly into a fresh model), the plain log lines.
-  const auto rows = read_csv(out + "/metrics.csv");
+  const auto rows = testing::read_csv(out + "/metrics.csv");
   ASSERT_EQ(rows.size(), 9u);
   EXPECT_EQ(rows[0][0], "step");
   EXPECT_EQ(rows[8][0], "48");
@@ -176,7 +164,7 @@ TEST(Trainer, ResumeEqualsTheUninterruptedRun) {
   }
   EXPECT_LE(max_diff, 1e-6);
   // metrics.csv of the resumed run continues the first part's rows.
-  EXPECT_EQ(read_csv(b_dir + "/metrics.csv").size(), 31u);
+  EXPECT_EQ(testing::read_csv(b_dir + "/metrics.csv").size(), 31u);
 
   // A checkpoint of another model is refused by name.
   auto other = options;

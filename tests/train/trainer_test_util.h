@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -68,27 +70,31 @@ inline void write_stripes_folder(const std::string& root, int per_class, unsigne
   }
 }
 
+// `samples` (clamped to [-1, 1]) as 16-bit PCM: each one times 32767, rounded.
 inline void write_wav16(const std::string& path, const std::vector<float>& samples, int rate) {
-  std::ofstream out(path, std::ios::binary);
-  const auto n = static_cast<uint32_t>(samples.size());
-  const auto put32 = [&](uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
-  const auto put16 = [&](uint16_t v) { out.write(reinterpret_cast<const char*>(&v), 2); };
-  out.write("RIFF", 4);
-  put32(36 + 2 * n);
-  out.write("WAVEfmt ", 8);
-  put32(16);
-  put16(1);
-  put16(1);
-  put32(static_cast<uint32_t>(rate));
-  put32(static_cast<uint32_t>(rate * 2));
-  put16(2);
-  put16(16);
-  out.write("data", 4);
-  put32(2 * n);
-  for (const float v : samples) {
-    const auto s = static_cast<int16_t>(std::lround(std::clamp(v, -1.0f, 1.0f) * 32767.0f));
-    out.write(reinterpret_cast<const char*>(&s), 2);
+  const auto x = torch::tensor(samples, torch::kDouble).clamp(-1.0, 1.0) * (32767.0 / 32768.0);
+  test_util::write_wav16(path, x, rate);
+}
+
+// The cells of each line of a CSV text (no quoting: metrics.csv's), empty cells kept.
+inline std::vector<std::vector<std::string>> csv_cells(const std::string& text) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> cells;
+    size_t begin = 0;
+    for (size_t comma; (comma = line.find(',', begin)) != std::string::npos; begin = comma + 1) {
+      cells.push_back(line.substr(begin, comma - begin));
+    }
+    cells.push_back(line.substr(begin));
+    rows.push_back(cells);
   }
+  return rows;
+}
+
+inline std::vector<std::vector<std::string>> read_csv(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return csv_cells({std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()});
 }
 
 // An audio list: tones of 300, 900 or 2400 Hz (classes low, mid, high), 0.5 to 0.9 s, with noise;

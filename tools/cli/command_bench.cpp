@@ -71,7 +71,8 @@ Command add_bench_command(CLI::App& app) {
   auto* model = bench->add_subcommand(
       "model", "Latency of one model of the zoo on a fixed random input (random weights)");
   model->add_option("--model", m->model, "A registered name or a YAML file")->required();
-  model->add_option("--set", m->overrides, "Override a config value, key.path=value; repeatable");
+  model->add_option("--set", m->overrides, "Override a config value, key.path=value; repeatable")
+      ->allow_extra_args(false);
   model->add_option("--batch", m->batch, "batch size")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}))
       ->capture_default_str();
@@ -109,7 +110,8 @@ Command add_bench_command(CLI::App& app) {
   features->add_option("input", f->input, "an audio file at the features' sample rate")->required();
   features->add_option("--model", f->model, "the model whose features section is used")
       ->capture_default_str();
-  features->add_option("--set", f->overrides, "Override a config value, key.path=value");
+  features->add_option("--set", f->overrides, "Override a config value, key.path=value")
+      ->allow_extra_args(false);
   features->add_option("--iterations", f->iterations, "timed calls of each kind; median and min")
       ->check(CLI::Range(int64_t{1}, int64_t{100000}))
       ->capture_default_str();

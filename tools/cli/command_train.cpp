@@ -270,7 +270,8 @@ Command add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   auto* sub = app.add_subcommand("train", "Train a model from a training YAML");
   sub->add_option("--config", o->config, "the training YAML (configs/train/...)")->required();
-  sub->add_option("--set", o->overrides, "Override a config value, key.path=value; repeatable");
+  sub->add_option("--set", o->overrides, "Override a config value, key.path=value; repeatable")
+      ->allow_extra_args(false);
   sub->add_option("--resume", o->resume, "continue from this checkpoint.safetensors");
   sub->add_option("--output", o->output, "the run folder (default: the config's train.output)");
   sub->add_option("--plot", o->plot, "write the loss and accuracy curves to this PNG");

@@ -38,7 +38,8 @@ inline void add_model_options(CLI::App* sub, std::string& model, std::string& we
                   "Checkpoint layout (default: the config's checkpoint.format, else detected)")
       ->check(CLI::IsMember(formats));
   sub->add_option("--set", overrides,
-                  "Override a config value, key.path=value (YAML value); repeatable");
+                  "Override a config value, key.path=value (YAML value); repeatable")
+      ->allow_extra_args(false);
 }
 
 Command add_version_command(CLI::App& app);

@@ -4,10 +4,15 @@ What the data sets share: the English accents and voice variants of Debian 12's 
 fixed set of variants that only test sets use, espeak-ng's output resampled to 16 kHz, background
 noises, and the stamp that says whether a written split is still what its script makes.
 """
+import argparse
 import hashlib
 import io
 import math
+import multiprocessing
+import os
+import shutil
 import subprocess
+import sys
 import wave
 
 import numpy as np
@@ -38,9 +43,11 @@ def check_espeak(script):
     return None
 
 
-def synthesize(text, voice, speed, pitch):
-    """espeak-ng's output (22050 Hz) as float64 in [-1, 1], and its rate."""
-    result = subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch),
+def synthesize(text, voice, speed, pitch, data_path=None):
+    """espeak-ng's output (22050 Hz) as float64 in [-1, 1], and its rate. data_path: the folder
+    holding the espeak-ng-data to use (private_voices), else the system's."""
+    path = [f"--path={data_path}"] if data_path else []
+    result = subprocess.run(["espeak-ng", *path, "-v", voice, "-s", str(speed), "-p", str(pitch),
                              "--stdout", text], capture_output=True, check=False)
     if result.returncode != 0 or not result.stdout:
         raise RuntimeError(f"espeak-ng -v {voice} '{text}' failed: "
@@ -48,6 +55,38 @@ def synthesize(text, voice, speed, pitch):
     with wave.open(io.BytesIO(result.stdout)) as w:
         rate, frames = w.getframerate(), w.readframes(w.getnframes())
     return np.frombuffer(frames, dtype="<i2").astype(np.float64) / 32768.0, rate
+
+
+def random_variant(rng, name):
+    """The text of an espeak-ng voice variant file with random pitch and formants: a speaker of
+    espeak-ng's own making, to widen the voices a training split hears. Every formant's frequency
+    is one factor of the variant's (0.8 to 1.5, the span of the shipped variants' own factors,
+    the test split's left aside) jittered by 7%, its height and width drawn too; the pitch range
+    starts at 60 to 240 Hz and spans 20 to 140 Hz more; some flutter and roughness."""
+    scale = rng.uniform(0.8, 1.5)
+    low = int(rng.integers(60, 241))
+    lines = [f"name {name}", "language variant",
+             f"pitch {low} {low + int(rng.integers(20, 141))}",
+             f"flutter {int(rng.integers(0, 21))}", f"roughness {int(rng.integers(0, 4))}"]
+    for k in range(6):
+        lines.append(f"formant {k} {round(100 * scale * rng.uniform(0.93, 1.07))} "
+                     f"{int(rng.integers(70, 151))} {int(rng.integers(80, 131))}")
+    return "\n".join(lines) + "\n"
+
+
+def private_voices(folder, variants):
+    """A copy of the system's espeak-ng-data under `folder` with the voice variant files
+    `variants` ({name: text}) added; returns the path to give synthesize (espeak-ng --path)."""
+    info = subprocess.run(["espeak-ng", "--version"], capture_output=True, text=True).stdout
+    system = info.split("Data at:")[-1].strip()
+    data = os.path.join(folder, "espeak-ng-data")
+    if os.path.isdir(data):
+        shutil.rmtree(data)
+    shutil.copytree(system, data)
+    for name, text in variants.items():
+        with open(os.path.join(data, "voices", "!v", name), "w") as f:
+            f.write(text)
+    return folder
 
 
 def resample(x, rate, half_width=32):
@@ -118,3 +157,41 @@ def recipe_stamp(script_path, *parts):
             digest.update(f.read())
     version = subprocess.run(["espeak-ng", "--version"], capture_output=True, text=True).stdout
     return " ".join(str(p) for p in parts) + f" {digest.hexdigest()} {version.strip()}\n"
+
+
+def split_arguments(doc, splits):
+    """The command line of a data set script: OUTPUT, --split (one of `splits`), --jobs."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("output", help="the dataset folder to write")
+    parser.add_argument("--split", choices=sorted(splits), required=True)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    return parser.parse_args()
+
+
+def write_split(script_path, args, count, prepare_jobs, make, separator):
+    """Writes split args.split of a data set into args.output unless the stamp there says it is
+    complete and made as this script makes it: the jobs of prepare_jobs() through make (a
+    function of one job, returning the file written and its label or transcript) on args.jobs
+    processes, with progress lines; then OUTPUT/<split>.txt, a line per file ("PATH", separator,
+    label), and the stamp. Returns the exit status."""
+    script = os.path.basename(script_path)
+    missing = check_espeak(script)
+    if missing:
+        print(missing, file=sys.stderr)
+        return 1
+    stamp = recipe_stamp(script_path, args.split, count)
+    stamp_path = os.path.join(args.output, f"{args.split}.recipe")
+    if os.path.isfile(stamp_path) and open(stamp_path).read() == stamp:
+        return 0
+    jobs = prepare_jobs()
+    lines = []
+    with multiprocessing.Pool(max(1, args.jobs)) as pool:
+        for done, (path, label) in enumerate(pool.imap(make, jobs, chunksize=16)):
+            lines.append(f"{os.path.relpath(path, args.output)}{separator}{label}\n")
+            if (done + 1) % max(1, count // 10) == 0 or done + 1 == count:
+                print(f"{script}: {args.split} {done + 1}/{count}", flush=True)
+    with open(os.path.join(args.output, f"{args.split}.txt"), "w") as f:
+        f.writelines(lines)
+    with open(stamp_path, "w") as f:
+        f.write(stamp)
+    return 0

@@ -7,9 +7,12 @@ accent and voice variant, speed, pitch, pauses between some digits, silence befo
 level and background noise (white, pink, brown or mains hum at 10 to 30 dB SNR, or none). 16 kHz
 mono 16-bit PCM.
 
-Three splits with disjoint voice variants:
+Splits with disjoint voice variants:
   train  10000 utterances from the training variants (espeak_speech.TRAIN_VARIANTS without
          VAL_VARIANTS);
+  train_voices  10000 more, half from those variants and half from 400 variants of random pitch
+         and formants (espeak_speech.random_variant) written into a private copy of espeak-ng's
+         data: the voices the validation errors of a model trained on `train` asked for;
   val      600 from VAL_VARIANTS, carved out of the training variants: the split on which
          recipes are chosen, never heard in training;
   test    1000 from espeak_speech.TEST_VARIANTS, heard by no recipe choice either: its word error
@@ -23,31 +26,33 @@ writes OUTPUT_DIR/<split>/<index>-<accent>+<variant>.wav and OUTPUT_DIR/<split>.
 "PATH<TAB>TRANSCRIPT" (the audio_list format of `attnzoo train` with train.loss ctc). Idempotent:
 a complete split is left as it is.
 """
-import argparse
-import multiprocessing
 import os
 import sys
 
 import numpy as np
 
-from espeak_speech import (ACCENTS, RATE, TEST_VARIANTS, TRAIN_VARIANTS, check_espeak,
-                           colored_noise, recipe_stamp, resample, rms, synthesize,
-                           trim_quiet_ends, write_wav)
+from espeak_speech import (ACCENTS, RATE, TEST_VARIANTS, TRAIN_VARIANTS, colored_noise,
+                           private_voices, random_variant, resample, rms, split_arguments,
+                           synthesize, trim_quiet_ends, write_split, write_wav)
 
 DIGIT_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 VAL_VARIANTS = ["Alicia", "boris", "f2", "Hugo", "klatt5", "m6", "Michael", "robosoft6", "shelby",
                 "whisper"]
+RANDOM_VARIANTS = [f"random{i:03d}" for i in range(400)]
 SPLITS = {
     "train": (10000, 11, [v for v in TRAIN_VARIANTS if v not in VAL_VARIANTS]),
+    "train_voices": (10000, 14, [v for v in TRAIN_VARIANTS if v not in VAL_VARIANTS]),
     "val": (600, 12, VAL_VARIANTS),
     "test": (1000, 13, TEST_VARIANTS),
 }
 
 
 def make_utterance(job):
-    split, index, folder = job
+    split, index, folder, data_path = job
     count, seed, variants = SPLITS[split]
     rng = np.random.default_rng([seed, index])
+    if data_path and rng.random() < 0.5:
+        variants = RANDOM_VARIANTS
     digits = rng.integers(0, 10, size=int(rng.integers(1, 8)))
     words = ["oh" if d == 0 and rng.random() < 0.5 else DIGIT_WORDS[d] for d in digits]
     # A comma makes espeak-ng pause; the transcript has none.
@@ -55,7 +60,8 @@ def make_utterance(job):
     accent = ACCENTS[rng.integers(len(ACCENTS))]
     variant = variants[rng.integers(len(variants))]
     speech, rate = synthesize(spoken, f"{accent}+{variant}", int(rng.integers(120, 221)),
-                              int(rng.integers(15, 86)))
+                              int(rng.integers(15, 86)), data_path if variants is RANDOM_VARIANTS
+                              else None)
     speech = trim_quiet_ends(resample(speech, rate))
     before, after = (int(RATE * rng.uniform(0.05, 0.6)) for _ in range(2))
     clip = np.zeros(before + len(speech) + after)
@@ -72,35 +78,21 @@ def make_utterance(job):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("output", help="the dataset folder to write")
-    parser.add_argument("--split", choices=sorted(SPLITS), required=True)
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    args = parser.parse_args()
-    missing = check_espeak("make_digit_strings.py")
-    if missing:
-        print(missing, file=sys.stderr)
-        return 1
-
+    args = split_arguments(__doc__, SPLITS)
     count = SPLITS[args.split][0]
-    stamp = recipe_stamp(__file__, args.split, count)
-    stamp_path = os.path.join(args.output, f"{args.split}.recipe")
-    if os.path.isfile(stamp_path) and open(stamp_path).read() == stamp:
-        return 0
-    folder = os.path.join(args.output, args.split)
-    os.makedirs(folder, exist_ok=True)
-    jobs = [(args.split, index, folder) for index in range(count)]
-    lines = []
-    with multiprocessing.Pool(max(1, args.jobs)) as pool:
-        for done, (path, text) in enumerate(pool.imap(make_utterance, jobs, chunksize=16)):
-            lines.append(f"{os.path.relpath(path, args.output)}\t{text}\n")
-            if (done + 1) % 500 == 0 or done + 1 == count:
-                print(f"make_digit_strings.py: {args.split} {done + 1}/{count}", flush=True)
-    with open(os.path.join(args.output, f"{args.split}.txt"), "w") as f:
-        f.writelines(lines)
-    with open(stamp_path, "w") as f:
-        f.write(stamp)
-    return 0
+
+    def prepare_jobs():
+        folder = os.path.join(args.output, args.split)
+        os.makedirs(folder, exist_ok=True)
+        data_path = None
+        if args.split == "train_voices":
+            voices = np.random.default_rng(15)
+            data_path = private_voices(
+                os.path.join(args.output, "espeak_voices"),
+                {name: random_variant(voices, name) for name in RANDOM_VARIANTS})
+        return [(args.split, index, folder, data_path) for index in range(count)]
+
+    return write_split(__file__, args, count, prepare_jobs, make_utterance, "\t")
 
 
 if __name__ == "__main__":

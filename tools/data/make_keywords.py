@@ -16,16 +16,14 @@ seeded generators (numpy's PCG64, one per clip), so a split is the same on every
 writes OUTPUT_DIR/<split>/<class>/<index>.wav and OUTPUT_DIR/<split>.txt ("PATH LABEL" lines, the
 audio_list format of `attnzoo train`). Idempotent: a complete split is left as it is.
 """
-import argparse
-import multiprocessing
 import os
 import sys
 
 import numpy as np
 
-from espeak_speech import (ACCENTS, RATE, TEST_VARIANTS, TRAIN_VARIANTS, check_espeak,
-                           colored_noise, recipe_stamp, resample, rms, synthesize,
-                           trim_quiet_ends, write_wav)
+from espeak_speech import (ACCENTS, RATE, TEST_VARIANTS, TRAIN_VARIANTS, colored_noise,
+                           resample, rms, split_arguments, synthesize, trim_quiet_ends,
+                           write_split, write_wav)
 
 KEYWORDS = ["yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go"]
 CLASSES = KEYWORDS + ["unknown", "silence"]
@@ -67,42 +65,22 @@ def make_clip(job):
             level = rms(clip) * 10.0 ** (-rng.uniform(5.0, 30.0) / 20.0)  # SNR 5..30 dB
         clip += noise * (level / rms(noise))
     write_wav(path, clip)
-    return label
+    return path, label
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("output", help="the dataset folder to write")
-    parser.add_argument("--split", choices=["train", "test"], required=True)
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    args = parser.parse_args()
-    missing = check_espeak("make_keywords.py")
-    if missing:
-        print(missing, file=sys.stderr)
-        return 1
-
-    stamp = recipe_stamp(__file__, args.split, PER_CLASS[args.split])
-    stamp_path = os.path.join(args.output, f"{args.split}.recipe")
-    if os.path.isfile(stamp_path) and open(stamp_path).read() == stamp:
-        return 0
+    args = split_arguments(__doc__, PER_CLASS)
     count = PER_CLASS[args.split] * len(CLASSES)
-    jobs = []
-    for index in range(count):
-        label = CLASSES[index % len(CLASSES)]
-        folder = os.path.join(args.output, args.split, label)
-        os.makedirs(folder, exist_ok=True)
-        jobs.append((args.split, index, os.path.join(folder, f"{index:05d}.wav")))
-    lines = []
-    with multiprocessing.Pool(max(1, args.jobs)) as pool:
-        for done, (job, label) in enumerate(zip(jobs, pool.imap(make_clip, jobs, chunksize=16))):
-            lines.append(f"{os.path.relpath(job[2], args.output)} {label}\n")
-            if (done + 1) % 600 == 0 or done + 1 == count:
-                print(f"make_keywords.py: {args.split} {done + 1}/{count}", flush=True)
-    with open(os.path.join(args.output, f"{args.split}.txt"), "w") as f:
-        f.writelines(lines)
-    with open(stamp_path, "w") as f:
-        f.write(stamp)
-    return 0
+
+    def prepare_jobs():
+        jobs = []
+        for index in range(count):
+            folder = os.path.join(args.output, args.split, CLASSES[index % len(CLASSES)])
+            os.makedirs(folder, exist_ok=True)
+            jobs.append((args.split, index, os.path.join(folder, f"{index:05d}.wav")))
+        return jobs
+
+    return write_split(__file__, args, count, prepare_jobs, make_clip, " ")
 
 
 if __name__ == "__main__":
