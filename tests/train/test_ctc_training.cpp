@@ -343,21 +343,12 @@ TEST(CtcTraining, ResumeWithDynamicChunksEqualsTheUninterruptedRun) {
   EXPECT_EQ(b2.step(), 10);
   const auto tail = b2.run();
   ASSERT_EQ(tail.size(), 8u);
-  for (size_t i = 0; i < 18; ++i) {
-    const auto& row = i < 10 ? head[i] : tail[i - 10];
-    EXPECT_EQ(row.step, full[i].step);
-    EXPECT_NEAR(row.loss, full[i].loss, 1e-6) << "step " << row.step;
-  }
+  testing::expect_same_losses(full, head, tail);
   EXPECT_NEAR(tail.back().val_loss, full.back().val_loss, 1e-6);
   EXPECT_EQ(tail.back().val_wer, full.back().val_wer);
-  const auto wa = io::load_safetensors(a_dir + "/model.safetensors").tensors;
-  const auto wb = io::load_safetensors(b_dir + "/model.safetensors").tensors;
-  ASSERT_EQ(wa.size(), wb.size());
-  double max_diff = 0.0;
-  for (const auto& item : wa) {
-    max_diff = std::max(max_diff, (item.value() - wb[item.key()]).abs().max().item<double>());
-  }
-  EXPECT_LE(max_diff, 1e-6);
+  EXPECT_LE(
+      testing::max_weight_difference(a_dir + "/model.safetensors", b_dir + "/model.safetensors"),
+      1e-6);
 
   // The chunks matter: without dynamic chunks the same seed trains differently.
   auto plain = extra;

@@ -150,19 +150,10 @@ TEST(Trainer, ResumeEqualsTheUninterruptedRun) {
   EXPECT_EQ(b2.step(), 20);
   const auto tail = b2.run();
   ASSERT_EQ(tail.size(), 10u);
-  for (size_t i = 0; i < 30; ++i) {
-    const auto& row = i < 20 ? head[i] : tail[i - 20];
-    EXPECT_EQ(row.step, full[i].step);
-    EXPECT_NEAR(row.loss, full[i].loss, 1e-6) << "step " << row.step;
-  }
-  const auto wa = io::load_safetensors(a_dir + "/model.safetensors").tensors;
-  const auto wb = io::load_safetensors(b_dir + "/model.safetensors").tensors;
-  ASSERT_EQ(wa.size(), wb.size());
-  double max_diff = 0.0;
-  for (const auto& item : wa) {
-    max_diff = std::max(max_diff, (item.value() - wb[item.key()]).abs().max().item<double>());
-  }
-  EXPECT_LE(max_diff, 1e-6);
+  testing::expect_same_losses(full, head, tail);
+  EXPECT_LE(
+      testing::max_weight_difference(a_dir + "/model.safetensors", b_dir + "/model.safetensors"),
+      1e-6);
   // metrics.csv of the resumed run continues the first part's rows.
   EXPECT_EQ(testing::read_csv(b_dir + "/metrics.csv").size(), 31u);
 

@@ -4,6 +4,9 @@
 
 #include "common/test_util.h"
 
+#include <attnzoo/io/safetensors.h>
+#include <attnzoo/train/metrics_writer.h>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <opencv2/core.hpp>
@@ -95,6 +98,31 @@ inline std::vector<std::vector<std::string>> csv_cells(const std::string& text) 
 inline std::vector<std::vector<std::string>> read_csv(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return csv_cells({std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()});
+}
+
+// A run stopped and resumed (rows `head`, then `tail`) against the uninterrupted run's `full`:
+// the same steps, losses within 1e-6.
+inline void expect_same_losses(const std::vector<TrainMetrics>& full,
+                               const std::vector<TrainMetrics>& head,
+                               const std::vector<TrainMetrics>& tail) {
+  ASSERT_EQ(head.size() + tail.size(), full.size());
+  for (size_t i = 0; i < full.size(); ++i) {
+    const auto& row = i < head.size() ? head[i] : tail[i - head.size()];
+    EXPECT_EQ(row.step, full[i].step);
+    EXPECT_NEAR(row.loss, full[i].loss, 1e-6) << "step " << row.step;
+  }
+}
+
+// max |a - b| over the tensors of two safetensors files holding the same names.
+inline double max_weight_difference(const std::string& a, const std::string& b) {
+  const auto wa = io::load_safetensors(a).tensors;
+  const auto wb = io::load_safetensors(b).tensors;
+  EXPECT_EQ(wa.size(), wb.size());
+  double max_diff = 0.0;
+  for (const auto& item : wa) {
+    max_diff = std::max(max_diff, (item.value() - wb[item.key()]).abs().max().item<double>());
+  }
+  return max_diff;
 }
 
 // An audio list: tones of 300, 900 or 2400 Hz (classes low, mid, high), 0.5 to 0.9 s, with noise;
