@@ -5,7 +5,8 @@
 #   attnzoo::sndfile  libsndfile (pkg-config)
 #   attnzoo::soxr     libsoxr (pkg-config)
 #   attnzoo::sentencepiece  libsentencepiece (its header and library; its pkg-config file also
-#                     names the trainer library, which attnzoo does not use)
+#                     names the trainer library, which attnzoo does not use), linked by the
+#                     module libattnzoo_sentencepiece only (decoding/CMakeLists.txt)
 #   yaml-cpp, nlohmann_json::nlohmann_json (their CMake packages)
 # Included by attnzoo's build (Dependencies.cmake) and, installed beside attnzooConfig.cmake, by
 # the projects that find_package(attnzoo): they find what attnzoo was built against the same way.

@@ -1,5 +1,6 @@
 # The installed package. `cmake --install build --prefix P` gives a relocatable prefix:
 #   P/lib/libattnzoo_<name>.so.<version>  the libraries (SONAME <major>.<minor>)
+#   P/lib/libattnzoo_sentencepiece.so     the module decoding loads for SentencePiece models
 #   P/include/attnzoo/<folder>/*.h        their public headers
 #   P/lib/cmake/attnzoo/                  attnzooConfig.cmake: attnzoo::attnzoo (everything) and
 #                                         attnzoo::<name> per library, re-finding their

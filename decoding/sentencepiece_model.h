@@ -3,6 +3,10 @@
 // of pieces to text (byte fallback, its normaliser's options and unknown pieces as the model
 // says, which join_sentencepiece_pieces in units.h does not know).
 //
+// libsentencepiece is loaded when the first model is, from the module libattnzoo_sentencepiece
+// (sentencepiece_plugin.h says why): beside the library that holds this class, else in ../lib
+// from it (a static build's executable in bin/), or where ATTNZOO_SENTENCEPIECE_PLUGIN names.
+//
 // A CTC head's ids are not the model's ids (ESPnet's token list puts <blank> first and <sos/eos>
 // last around the pieces): decode a hypothesis as model.decode_pieces(units.pieces(ids)).
 #pragma once
@@ -14,17 +18,14 @@
 #include <string>
 #include <vector>
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
-
 namespace attnzoo::decoding {
 
 inline constexpr int64_t kMaxSentencePieceModelBytes = 64 << 20;
 
 class SentencePieceModel {
  public:
-  // UnitsError naming the file: missing, larger than kMaxSentencePieceModelBytes, or not a model.
+  // UnitsError naming the file: missing, larger than kMaxSentencePieceModelBytes, or not a model;
+  // DecodingError naming the module's paths when libattnzoo_sentencepiece cannot be loaded.
   explicit SentencePieceModel(const std::string& path);
   ~SentencePieceModel();
   SentencePieceModel(SentencePieceModel&&) noexcept;
@@ -39,7 +40,8 @@ class SentencePieceModel {
   std::string decode_ids(const std::vector<int64_t>& ids) const;
 
  private:
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  struct Processor;
+  std::unique_ptr<Processor> processor_;
   std::string path_;
 };
 

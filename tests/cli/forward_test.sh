@@ -91,7 +91,7 @@ case "$case_name" in
     ;;
   forward_bad_model)
     o=$out/o.safetensors
-    refused 1 "^attnzoo forward: unknown model 'vit_nope'; the zoo \\(.*share/attnzoo\\) has: ast_audioset, conformer_kws, conformer_l, " \
+    refused 1 "^attnzoo forward: unknown model 'vit_nope'; the zoo \\(.*share/attnzoo\\) has: ast_audioset, conformer_digits_ctc, conformer_kws, conformer_l, .*, vit_digits, " \
       forward --model vit_nope --input "$input" --output "$o"
     refused 1 "^attnzoo forward: .*/nope.yaml: no such config file$" \
       forward --model "$out/nope.yaml" --input "$input" --output "$o"

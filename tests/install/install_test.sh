@@ -64,7 +64,8 @@ case "$case_name" in
       include/attnzoo/kernels/ops.h include/attnzoo/preprocess/image/decode.h \
       include/attnzoo/preprocess/audio/features.h share/attnzoo/vit/vit_digits.yaml \
       share/attnzoo/weights/vit_digits.safetensors share/attnzoo/weights/conformer_kws.safetensors \
-      share/attnzoo/labels/imagenet1k.txt share/attnzoo/samples/digit_7.png; do
+      share/attnzoo/labels/imagenet1k.txt share/attnzoo/samples/digit_7.png \
+      lib/libattnzoo_sentencepiece.so; do
       [ -e "$prefix/$f" ] || fail "$f is not installed"
     done
     # Internal headers, test and tool headers, sources and training runs stay out.
