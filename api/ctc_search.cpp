@@ -43,13 +43,15 @@ CtcSearchSettings ctc_search_settings(const ModelConfig& config, const decoding:
   s.beam = config.decoding.beam;
   s.vocab = units.size();
   s.textless_id = units.sos_eos_id();
+  s.stable_margin = config.decoding.stable_margin;
   const double period = model_family(config.family).frame_ms(config) / 1000.0;
   s.beam.blank_id = s.greedy.blank_id = units.blank_id();
   s.beam.frame_period_seconds = s.greedy.frame_period_seconds = period;
   return s;
 }
 
-CtcSearcher::CtcSearcher(const CtcSearchSettings& s) : textless_id_(s.textless_id) {
+CtcSearcher::CtcSearcher(const CtcSearchSettings& s)
+    : textless_id_(s.textless_id), stable_margin_(s.stable_margin) {
   if (s.search == decoding::CtcSearch::kGreedy) {
     greedy_ = std::make_unique<decoding::CtcGreedySearch>(s.vocab, s.greedy);
   } else {
@@ -94,8 +96,12 @@ std::vector<decoding::CtcHypothesis> CtcSearcher::hypotheses() const {
   return out;
 }
 
-std::vector<int64_t> CtcSearcher::stable_tokens() const {
-  auto tokens = greedy_ ? greedy_->hypothesis().tokens : beam_->stable_tokens();
+std::vector<int64_t> CtcSearcher::stable_tokens() {
+  auto tokens = greedy_ ? greedy_->hypothesis().tokens : beam_->stable_tokens(stable_margin_);
+  if (beam_ && stable_margin_ > 0.0 && tokens.size() > committed_.size()) {
+    beam_->keep_prefix(tokens);
+    committed_ = tokens;
+  }
   tokens.erase(std::remove(tokens.begin(), tokens.end(), textless_id_), tokens.end());
   return tokens;
 }

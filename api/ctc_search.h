@@ -27,7 +27,8 @@ struct CtcSearchSettings {
   decoding::PrefixBeamSearchOptions beam;
   decoding::GreedyOptions greedy;
   int64_t vocab = 0;
-  int64_t textless_id = -1;  // the table's <sos/eos>, or -1
+  int64_t textless_id = -1;    // the table's <sos/eos>, or -1
+  double stable_margin = 0.0;  // DecodingConfig::stable_margin
 };
 
 // The config's decoding section with the blank of `units` and the model's frame period.
@@ -44,13 +45,16 @@ class CtcSearcher {
   void advance(const torch::Tensor& log_probs);
   // Best first; greedy search gives one.
   std::vector<decoding::CtcHypothesis> hypotheses() const;
-  // The tokens no later frame can change: the beam's common prefix (CtcPrefixBeamSearch::
-  // stable_tokens), or greedy search's whole best path, which only grows; without the
-  // textless token.
-  std::vector<int64_t> stable_tokens() const;
+  // The tokens no later frame can change, without the textless token: greedy search's whole best
+  // path, which only grows; or the beam's common prefix (CtcPrefixBeamSearch::stable_tokens)
+  // over the hypotheses within the settings' stable_margin of the best, the others then dropped
+  // from the beam (so the hypotheses after this call all begin with what it returned).
+  std::vector<int64_t> stable_tokens();
 
  private:
   int64_t textless_id_ = -1;
+  double stable_margin_ = 0.0;
+  std::vector<int64_t> committed_;  // the beam's tokens stable_tokens() gave last
   std::unique_ptr<decoding::CtcGreedySearch> greedy_;
   std::unique_ptr<decoding::CtcPrefixBeamSearch> beam_;
 };

@@ -191,11 +191,12 @@ PartialTranscript SpeechRecognizer::Stream::push(const torch::Tensor& samples) {
   m.encode_ms += ms_since(start);
   m.advance(frames);
   PartialTranscript out;
+  // First the stable tokens (which may drop hypotheses that disagree with them), then the best
+  // hypothesis, which begins with them as all do.
+  const auto stable = static_cast<int64_t>(m.search.stable_tokens().size());
   const auto best = m.search.hypotheses().front();
   out.best = hypothesis_of(best, m.state->tokenizer);
-  // The best hypothesis begins with the stable tokens (all hypotheses do).
-  out.stable = hypothesis_of(best, m.state->tokenizer,
-                             static_cast<int64_t>(m.search.stable_tokens().size()));
+  out.stable = hypothesis_of(best, m.state->tokenizer, stable);
   out.seconds = seconds_received();
   return out;
 }

@@ -86,9 +86,11 @@ struct Transcript {
 
 // What live audio has given so far.
 struct PartialTranscript {
-  // The tokens every hypothesis of the search begins with: no later audio changes them, so its
-  // text only grows from one push to the next (times and confidences are the best hypothesis's
-  // alignment of them, and may be refined).
+  // The tokens the hypotheses of the search agree on: no later audio changes them, so its text
+  // only grows from one push to the next (times and confidences are the best hypothesis's
+  // alignment of them, and may be refined). With decoding.stable_margin 0 every hypothesis of
+  // the beam must agree; with a margin, those within a factor e^margin of the best, and the
+  // others are dropped once the stable text passes them (configs/model_config.h).
   TranscriptHypothesis stable;
   // The best hypothesis so far: it begins with `stable`, and its end may still change.
   TranscriptHypothesis best;
@@ -117,8 +119,10 @@ class SpeechRecognizer {
 
   // Live audio: push blocks of samples, get what they give so far; finish() gives the final
   // result, equal to transcribe()'s of the same audio under the same chunk mask (within the
-  // rounding of the encoder's two paths). A Stream is used by one thread at a time and keeps the
-  // model alive; it may outlive the recognizer.
+  // rounding of the encoder's two paths) with decoding.stable_margin 0; with a margin, unless a
+  // hypothesis dropped for being e^margin less likely than the best would have become the best. A
+  // Stream is used by one thread at a time and keeps the model alive; it may outlive the
+  // recognizer.
   class Stream {
    public:
     Stream(Stream&&) noexcept;

@@ -163,6 +163,7 @@ DecodingConfig read_decoding(MapReader& root, const std::string& source, int64_t
   }
   b.beam_unit = section.enumeration(
       "beam_unit", b.beam_unit, {decoding::BeamUnit::kPrefix, decoding::BeamUnit::kPrefixEnding});
+  d.stable_margin = section.number("stable_margin", d.stable_margin, 0.0, 1e6);
   section.finish();
   return d;
 }

@@ -123,6 +123,12 @@ struct DecodingConfig {
   // beam_size, nbest, the per-frame pruning and beam_unit; blank_id comes from the units and
   // frame_period_seconds from the model.
   decoding::PrefixBeamSearchOptions beam;
+  // Live results (api/speech_recognizer.h): the text shown as stable is what the hypotheses
+  // within a factor e^stable_margin of the best agree on, and the others are dropped once it
+  // passes them (decoding::CtcPrefixBeamSearch::stable_tokens). 0: every hypothesis of the beam
+  // must agree (then the final result is the offline one exactly, but the improbable
+  // alternatives a beam keeps can hold the stable text back until the end).
+  double stable_margin = 0.0;
   bool defined() const { return !units.empty(); }
 };
 

@@ -158,7 +158,10 @@ void frame_tokens(const float* row, int64_t vocab, const PrefixBeamSearchOptions
     const int64_t token = order[static_cast<size_t>(i)];
     const double log_prob = row[token];
     if (log_prob == kNegInf) break;
-    if (i > 0 && (mass >= o.token_top_p || log_prob < o.token_min_log_prob)) break;
+    // top_p 1 keeps every token: float32 probabilities may sum past 1 by rounding before the
+    // last tokens are reached (a trained model's frames often do).
+    const bool mass_reached = o.token_top_p < 1.0 && mass >= o.token_top_p;
+    if (i > 0 && (mass_reached || log_prob < o.token_min_log_prob)) break;
     kept.push_back(token);
     mass += std::exp(log_prob);
   }
@@ -553,21 +556,44 @@ std::vector<CtcHypothesis> CtcPrefixBeamSearch::hypotheses() const {
   return hypotheses;
 }
 
-std::vector<int64_t> CtcPrefixBeamSearch::stable_tokens() const {
+std::vector<int64_t> CtcPrefixBeamSearch::stable_tokens(double margin) const {
   const auto& beam = state_->beam;
   if (beam.empty()) return {};
-  size_t common = beam.front().tokens.size();
+  double best = kNegInf;
+  for (const auto& prefix : beam) best = std::max(best, prefix.total());
+  const Prefix* first = nullptr;
+  size_t common = 0;
   for (const auto& prefix : beam) {
-    const auto& first = beam.front().tokens;
+    if (margin > 0.0 && prefix.total() < best - margin) continue;
+    if (!first) {
+      first = &prefix;
+      common = prefix.tokens.size();
+      continue;
+    }
     common = std::min(common, prefix.tokens.size());
-    common = static_cast<size_t>(std::mismatch(first.begin(),
-                                               first.begin() + static_cast<std::ptrdiff_t>(common),
-                                               prefix.tokens.begin())
-                                     .first -
-                                 first.begin());
+    common = static_cast<size_t>(
+        std::mismatch(first->tokens.begin(),
+                      first->tokens.begin() + static_cast<std::ptrdiff_t>(common),
+                      prefix.tokens.begin())
+            .first -
+        first->tokens.begin());
   }
-  return {beam.front().tokens.begin(),
-          beam.front().tokens.begin() + static_cast<std::ptrdiff_t>(common)};
+  return {first->tokens.begin(), first->tokens.begin() + static_cast<std::ptrdiff_t>(common)};
+}
+
+void CtcPrefixBeamSearch::keep_prefix(const std::vector<int64_t>& prefix) {
+  auto& beam = state_->beam;
+  const auto begins_with_it = [&](const Prefix& p) {
+    return p.tokens.size() >= prefix.size() &&
+           std::equal(prefix.begin(), prefix.end(), p.tokens.begin());
+  };
+  if (std::none_of(beam.begin(), beam.end(), begins_with_it)) {
+    fail("keep_prefix: no prefix of the beam begins with the " + std::to_string(prefix.size()) +
+         " tokens given");
+  }
+  beam.erase(
+      std::remove_if(beam.begin(), beam.end(), [&](const Prefix& p) { return !begins_with_it(p); }),
+      beam.end());
 }
 
 int64_t CtcPrefixBeamSearch::frames() const { return state_->frames; }

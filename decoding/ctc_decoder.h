@@ -151,7 +151,14 @@ class CtcPrefixBeamSearch {
   // of the next frame's beam extends one of this frame's, so these tokens only grow as frames
   // arrive, and every later hypothesis begins with them: the part of a live result that no later
   // audio can change. Empty before any frame and once a frame left no alignment.
-  std::vector<int64_t> stable_tokens() const;
+  // margin > 0: only the prefixes whose probability is within a factor e^margin of the best's
+  // count, so that improbable alternatives kept in the beam's spare places do not hold the
+  // common part back; those may disagree with it, and a caller that shows these tokens as final
+  // drops them with keep_prefix(tokens), after which the guarantee above holds again.
+  std::vector<int64_t> stable_tokens(double margin = 0.0) const;
+  // Drops the prefixes of the beam that do not begin with `prefix` (hypotheses that would
+  // contradict text already shown). DecodingError, the beam unchanged, when none begins with it.
+  void keep_prefix(const std::vector<int64_t>& prefix);
   int64_t frames() const;  // frames advanced over
   void reset();            // back to before the first frame, for the next utterance
 

@@ -2,8 +2,9 @@
 // and a words table written here. One file, a batch and decode() of the encoder's output agree,
 // and equal decoding/'s search run by hand on the log-probabilities; greedy search and n-best
 // through overrides; live audio grows its stable part and ends where the offline decode under the
-// same chunk mask ends; bad tables, models and files are named. And a WeNet-layout checkpoint
-// (tests/api/make_wenet_ctc_checkpoint.py) with its units file, as the README's example.
+// same chunk mask ends, and with a stable margin shows text earlier; bad tables, models and files
+// are named. And a WeNet-layout checkpoint (tests/api/make_wenet_ctc_checkpoint.py) with its units
+// file, as the README's example.
 #include <attnzoo/api/ctc_search.h>
 #include <attnzoo/api/frontend_options.h>
 #include <attnzoo/api/speech_recognizer.h>
@@ -409,6 +410,44 @@ TEST(SpeechRecognizer, LiveAudioGrowsItsStablePartAndEndsAtTheOfflineResult) {
 }
 
 // d. Token tables and models that cannot be decoded, each error naming what is wrong where.
+// d. decoding.stable_margin: fed the same blocks as a stream that waits for the whole beam, the
+// stable part still only grows and begins the best, is never shorter, and is longer after some
+// block; the final result begins with it. The margin 0 stream is the search without commits, so
+// its final result is the offline one (test c); this one's need not be.
+TEST(SpeechRecognizer, StableMarginShowsTextEarlier) {
+  const auto dir = fresh_dir("recognizer_margin");
+  const auto yaml = write_model(dir);
+  const SpeechRecognizer all_agree(yaml);
+  SpeechRecognizerOptions with_margin;
+  with_margin.encoder.overrides = {"decoding.stable_margin=1"};
+  const SpeechRecognizer margin(yaml, with_margin);
+  const auto signal = utterance(2.3, 16000, 3);
+  auto a = all_agree.stream(16000, 4, "all");
+  auto m = margin.stream(16000, 4, "margin");
+  std::vector<int64_t> stable;
+  size_t ahead = 0;
+  for (int64_t at = 0; at < signal.size(0); at += 1600) {
+    SCOPED_TRACE("after " + std::to_string(at) + " samples");
+    const auto block = signal.narrow(0, at, std::min<int64_t>(1600, signal.size(0) - at));
+    const auto pa = a.push(block);
+    const auto pm = m.push(block);
+    const auto now = ids_of(pm.stable);
+    EXPECT_TRUE(begins_with(now, stable)) << "the stable part shrank or changed";
+    EXPECT_TRUE(begins_with(ids_of(pm.best), now)) << "the best does not begin with it";
+    EXPECT_TRUE(begins_with(now, ids_of(pa.stable))) << "shorter than the whole beam's";
+    ahead += now.size() > pa.stable.tokens.size();
+    stable = now;
+  }
+  EXPECT_GE(ahead, 1u);
+  EXPECT_TRUE(begins_with(ids_of(m.finish().best()), stable));
+  EXPECT_THAT(error_of([&] {
+                SpeechRecognizerOptions bad;
+                bad.encoder.overrides = {"decoding.stable_margin=-1"};
+                SpeechRecognizer(yaml, bad);
+              }),
+              HasSubstr("decoding.stable_margin"));
+}
+
 TEST(SpeechRecognizer, BadUnitsAndModelsAreNamed) {
   const auto dir = fresh_dir("recognizer_units");
   const auto yaml = write_model(dir);

@@ -52,6 +52,7 @@ decoding:
   token_top_p: 0.9
   token_min_log_prob: -12.5
   beam_unit: prefix_ending
+  stable_margin: 2.5
 )";
 
 // kCtcModel with only `units: UNITS` in its decoding section.
@@ -106,6 +107,7 @@ TEST(DecodingConfig, ReadsEveryKey) {
   EXPECT_DOUBLE_EQ(d.beam.token_top_p, 0.9);
   EXPECT_DOUBLE_EQ(d.beam.token_min_log_prob, -12.5);
   EXPECT_EQ(d.beam.beam_unit, decoding::BeamUnit::kPrefixEnding);
+  EXPECT_DOUBLE_EQ(d.stable_margin, 2.5);
 
   // Overrides, validated like the file; decoding.units from an override is resolved against the
   // YAML's folder too.
@@ -168,6 +170,7 @@ TEST(DecodingConfig, AbsentKeysTakeTheDefaults) {
   EXPECT_DOUBLE_EQ(d.beam.token_top_p, 1.0);
   EXPECT_TRUE(std::isinf(d.beam.token_min_log_prob) && d.beam.token_min_log_prob < 0);
   EXPECT_EQ(d.beam.beam_unit, decoding::BeamUnit::kPrefix);
+  EXPECT_EQ(d.stable_margin, 0.0);
   // No section: nothing defined (the recognizer then needs a table of its own).
   const std::string doc = kCtcModel;
   const auto none =
@@ -265,11 +268,14 @@ TEST(DecodingConfig, EachRefusalNamesItsKey) {
             "expected a number in (0, 1]");
   expect_at(bad("token_min_log_prob: -12.5", "token_min_log_prob: 1"), source,
             "decoding.token_min_log_prob", 25, 23, "0]");
+  expect_at(bad("stable_margin: 2.5", "stable_margin: -1"), source, "decoding.stable_margin", 27,
+            18, "expected a number in [0, 1000000]");
   // Unknown keys, listing every key the section reads.
   expect_at(bad("  beam_unit: prefix_ending", "  beam_unit: prefix_ending\n  beam: 4"), source,
             "decoding.beam", 27, 3,
             "unknown key 'beam'; expected one of units, units_format, text, sentencepiece_model, "
-            "search, beam_size, nbest, token_top_k, token_top_p, token_min_log_prob, beam_unit");
+            "search, beam_size, nbest, token_top_k, token_top_p, token_min_log_prob, beam_unit, "
+            "stable_margin");
   {
     const auto e = error_of_config(doc, source, {"decoding.lm_weight=0.5"});
     EXPECT_EQ(e.key_path(), "decoding.lm_weight");

@@ -34,9 +34,18 @@ from flashlight.lib.text.decoder import (CriterionType, LexiconFreeDecoder,
 
 def log_probs(rng, frames, vocab, kind, blank):
     """float32 log_softmax rows. peaky: each frame has one dominant token (blank 60% of the time),
-    as a trained CTC model gives; flat: small logits, many near-equal tokens."""
+    as a trained CTC model gives; flat: small logits, many near-equal tokens; saturated: the
+    dominant token's probability within a few float32 steps of 1, through torch's float32
+    log_softmax as a model computes it, so that about half the rows' probabilities, summed in
+    float32's values, pass 1 before their last tokens (a confident trained model's frames)."""
     if kind == "flat":
         logits = rng.normal(0.0, 0.5, size=(frames, vocab))
+    elif kind == "saturated":
+        logits = rng.normal(0.0, 1.0, size=(frames, vocab))
+        for t in range(frames):
+            k = blank if rng.random() < 0.6 else int(rng.integers(vocab))
+            logits[t, k] += rng.uniform(14.0, 20.0)
+        return torch.log_softmax(torch.tensor(logits, dtype=torch.float32), -1).numpy()
     else:
         logits = rng.normal(0.0, 1.0, size=(frames, vocab))
         for t in range(frames):
@@ -93,7 +102,7 @@ def beam_cases():
         rng = np.random.default_rng(1000 + seed)
         frames = [1, 2, 7, 31, 64, 100][seed % 6]
         vocab = [10, 17, 29, 40][seed % 4]
-        for kind in ("peaky", "flat"):
+        for kind in ("peaky", "flat", "saturated"):
             blank = 0 if seed % 3 else vocab - 1
             lp = log_probs(rng, frames, vocab, kind, blank)
             for beam in (1, 2, 3, 5, 8, 16):

@@ -2,7 +2,8 @@
 // ctc_greedy_decode gives on the frames so far, to the bit, with tokens that only grow (on
 // greedy_cases.json); CtcPrefixBeamSearch::stable_tokens() is the longest common prefix of the
 // whole beam, only grows, and begins every hypothesis of that frame and of every later one (on
-// beam_cases.json, both beam units).
+// beam_cases.json, both beam units); with a margin, the common prefix of the likely hypotheses,
+// committed by keep_prefix.
 #include "decoding_test_util.h"
 
 #include <attnzoo/decoding/ctc_decoder.h>
@@ -158,6 +159,88 @@ TEST(CtcPrefixBeamSearch, StableTokensOnlyGrowAndBeginEveryLaterHypothesis) {
   EXPECT_GT(blocks, 5000);
   EXPECT_GT(grew, 500);             // it does move forward
   EXPECT_GT(behind_the_best, 500);  // and it is not the best hypothesis
+}
+
+// stable_tokens(margin): the common prefix of the hypotheses within `margin` (natural log) of the
+// best; committed with keep_prefix after every block, as a live recognizer does, it only grows,
+// every later hypothesis begins with it, and the best hypothesis of the block survives the
+// commit. Counting every prefix of the beam (the margin ignored) makes it equal stable_tokens()
+// and fails the "ahead" count; a keep_prefix that kept the others breaks the prefix checks.
+TEST(CtcPrefixBeamSearch, StableTokensWithinAMarginAreCommittedByKeepPrefix) {
+  const auto cases = load_reference("beam_cases.json");
+  int blocks = 0, ahead = 0;
+  for (const double margin : {1.0, 4.0}) {
+    for (size_t n = 0; n < cases.size(); n += 3) {
+      const auto& c = cases[n];
+      const auto values = c.at("log_probs").get<std::vector<float>>();
+      const int64_t frames = c.at("frames").get<int64_t>();
+      const int64_t vocab = c.at("vocab").get<int64_t>();
+      const auto o = case_options(c, BeamUnit::kPrefix);  // nbest = beam_size: the whole beam
+      const std::string where =
+          c.at("name").get<std::string>() + ", margin " + std::to_string(margin);
+      CtcPrefixBeamSearch search(vocab, o);
+      std::vector<Ids> committed;
+      for (int64_t t = 0; t < frames; t += 3) {
+        const int64_t k = std::min(int64_t{3}, frames - t);
+        search.advance({values.data() + t * vocab, k, vocab});
+        const auto at = where + ", after frame " + std::to_string(t + k);
+        const auto before = search.hypotheses();
+        ASSERT_FALSE(before.empty()) << at;
+        std::vector<CtcHypothesis> near;
+        for (const auto& h : before) {
+          if (h.score >= before.front().score - margin) near.push_back(h);
+        }
+        const auto now = search.stable_tokens(margin);
+        EXPECT_EQ(now, common_prefix(near)) << at;
+        EXPECT_EQ(search.stable_tokens(1e6), search.stable_tokens()) << at;
+        const auto all_agree = search.stable_tokens();
+        EXPECT_TRUE(is_prefix(all_agree, now)) << at;
+        if (now.size() > all_agree.size()) ++ahead;
+        search.keep_prefix(now);
+        const auto after = search.hypotheses();
+        ASSERT_FALSE(after.empty()) << at;
+        EXPECT_EQ(after.front().tokens, before.front().tokens) << at;
+        EXPECT_EQ(after.front().score, before.front().score) << at;
+        for (const auto& h : after) EXPECT_TRUE(is_prefix(now, h.tokens)) << at;
+        EXPECT_EQ(search.stable_tokens(), common_prefix(after)) << at;
+        if (!committed.empty()) {
+          EXPECT_TRUE(is_prefix(committed.back(), now)) << at;
+        }
+        committed.push_back(now);
+        ++blocks;
+      }
+      for (const auto& h : search.hypotheses()) {
+        for (const auto& s : committed) EXPECT_TRUE(is_prefix(s, h.tokens)) << where;
+      }
+    }
+  }
+  EXPECT_GT(blocks, 1000);
+  EXPECT_GT(ahead, 100);  // the margin lets it move ahead of the whole beam's common prefix
+}
+
+// keep_prefix refuses tokens no hypothesis begins with, naming how many, and changes nothing.
+TEST(CtcPrefixBeamSearch, KeepPrefixOfNoHypothesisIsRefused) {
+  const auto cases = load_reference("beam_cases.json");
+  const auto& c = cases.front();
+  const auto values = c.at("log_probs").get<std::vector<float>>();
+  const int64_t vocab = c.at("vocab").get<int64_t>();
+  CtcPrefixBeamSearch search(vocab, case_options(c, BeamUnit::kPrefix));
+  search.advance({values.data(), c.at("frames").get<int64_t>(), vocab});
+  const auto before = search.hypotheses();
+  const Ids nowhere(before.front().tokens.size() + 1,
+                    c.at("blank").get<int64_t>());  // blanks: never a token of a hypothesis
+  try {
+    search.keep_prefix(nowhere);
+    FAIL() << "keep_prefix accepted tokens no hypothesis begins with";
+  } catch (const DecodingError& e) {
+    EXPECT_NE(std::string(e.what()).find("no prefix of the beam begins with the " +
+                                         std::to_string(nowhere.size()) + " tokens given"),
+              std::string::npos)
+        << e.what();
+  }
+  const auto after = search.hypotheses();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].tokens, before[i].tokens);
 }
 
 }  // namespace
