@@ -97,7 +97,7 @@ case "$case_name" in
   shipped_asr_transcribe)
     # The README's main command: the sample, offline and live in chunks of 16 (partials, final).
     run 0 transcribe --model "$asr" --weights "$asr_w" "$spoken"
-    expect stdout "^$spoken \([0-9]\.[0-9]{2} s, [0-9.]+ ms, confidence 0\.[0-9]+\): four one seven$"
+    expect stdout "^$spoken \([0-9]\.[0-9]{2} s, [0-9.]+ ms, confidence [01]\.[0-9]+\): four one seven$"
     run 0 transcribe --model "$asr" --weights "$asr_w" --live --chunk 16 --json "$spoken"
     "$py" - "$out/stdout" <<'PY' || exit 1
 import json
@@ -111,6 +111,9 @@ starts = [t["start"] for t in final["tokens"]]
 assert starts == sorted(starts) and all(t["end"] <= final["seconds"] + 0.04 for t in final["tokens"])
 partials = [l["partial"] for l in lines[:-1]]
 assert partials and all(b.startswith(a) for a, b in zip(partials, partials[1:])), partials
+# decoding.stable_margin shows "four" and "four one" while the audio still comes.
+assert partials[:2] == ["four", "four one"], partials
+assert lines[1]["at"] < final["seconds"] - 0.5, lines[1]
 print("live:", partials, "->", final["text"])
 PY
     ;;

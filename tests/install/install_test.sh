@@ -65,7 +65,7 @@ case "$case_name" in
       include/attnzoo/preprocess/audio/features.h share/attnzoo/vit/vit_digits.yaml \
       share/attnzoo/weights/vit_digits.safetensors share/attnzoo/weights/conformer_kws.safetensors \
       share/attnzoo/labels/imagenet1k.txt share/attnzoo/samples/digit_7.png \
-      lib/libattnzoo_sentencepiece.so; do
+      lib/libattnzoo_sentencepiece.so share/attnzoo/weights/conformer_digits_ctc.safetensors; do
       [ -e "$prefix/$f" ] || fail "$f is not installed"
     done
     # Internal headers, test and tool headers, sources and training runs stay out.

@@ -58,19 +58,35 @@ def synthesize(text, voice, speed, pitch, data_path=None):
 
 
 def random_variant(rng, name):
-    """The text of an espeak-ng voice variant file with random pitch and formants: a speaker of
-    espeak-ng's own making, to widen the voices a training split hears. Every formant's frequency
-    is one factor of the variant's (0.8 to 1.5, the span of the shipped variants' own factors,
-    the test split's left aside) jittered by 7%, its height and width drawn too; the pitch range
-    starts at 60 to 240 Hz and spans 20 to 140 Hz more; some flutter and roughness."""
+    """The text of an espeak-ng voice variant file of random settings: a speaker of espeak-ng's
+    own making, to widen the voices a training split hears. The settings are the ones espeak-ng's
+    shipped variants use, in about their spans (the test split's variants left out of that
+    reading): every formant's frequency one factor of the variant's (0.8 to 1.5) jittered by 7%,
+    with its height and width, the upper formants (6 to 8) damped in some; the pitch range; and in
+    some variants an echo, breathiness, a frequency response (tone), flutter, roughness, voicing
+    and consonant levels."""
     scale = rng.uniform(0.8, 1.5)
     low = int(rng.integers(60, 241))
     lines = [f"name {name}", "language variant",
              f"pitch {low} {low + int(rng.integers(20, 141))}",
-             f"flutter {int(rng.integers(0, 21))}", f"roughness {int(rng.integers(0, 4))}"]
+             f"flutter {int(rng.integers(0, 21))}", f"roughness {int(rng.integers(0, 5))}",
+             f"voicing {int(rng.integers(30, 151))}",
+             f"consonants {int(rng.integers(60, 121))} {int(rng.integers(60, 121))}"]
     for k in range(6):
         lines.append(f"formant {k} {round(100 * scale * rng.uniform(0.93, 1.07))} "
-                     f"{int(rng.integers(70, 151))} {int(rng.integers(80, 131))}")
+                     f"{int(rng.integers(60, 161))} {int(rng.integers(70, 141))}")
+    damped = rng.random() < 0.3
+    for k in range(6, 9):
+        height = int(rng.integers(10, 51)) if damped else int(rng.integers(80, 121))
+        lines.append(f"formant {k} {round(100 * scale)} {height} 100")
+    if rng.random() < 0.3:
+        lines.append(f"echo {int(rng.integers(20, 140))} {int(rng.integers(10, 51))}")
+    if rng.random() < 0.3:
+        lines.append("breath " + " ".join(str(int(rng.integers(0, 16))) for _ in range(8)))
+        lines.append("breathw " + " ".join(str(int(rng.integers(100, 401))) for _ in range(6)))
+    if rng.random() < 0.3:
+        lines.append("tone " + " ".join(f"{f} {int(rng.integers(60, 256))}"
+                                        for f in (500, 1200, 2000, 3000)))
     return "\n".join(lines) + "\n"
 
 
