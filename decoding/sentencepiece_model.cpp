@@ -12,17 +12,6 @@
 #include <fstream>
 #include <mutex>
 
-// The sanitizers' runtimes refuse RTLD_DEEPBIND (it would bind the module's malloc and friends
-// past their interceptors), so a sanitized build loads the module without it.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define ATTNZOO_SANITIZED_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
-    __has_feature(memory_sanitizer)
-#define ATTNZOO_SANITIZED_BUILD 1
-#endif
-#endif
-
 namespace attnzoo::decoding {
 namespace {
 
@@ -63,7 +52,7 @@ const AttnzooSpApi& plugin() {
   std::lock_guard<std::mutex> lock(mutex);
   if (api) return *api;
   int flags = RTLD_NOW | RTLD_LOCAL;
-#ifndef ATTNZOO_SANITIZED_BUILD
+#if ATTNZOO_SP_DEEPBIND
   flags |= RTLD_DEEPBIND;
 #endif
   std::string tried;

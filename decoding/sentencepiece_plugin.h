@@ -16,6 +16,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// 1 when the module is loaded with RTLD_DEEPBIND. The sanitizers' runtimes refuse that flag (it
+// would bind the module's malloc and friends past their interceptors), so a sanitized build
+// loads it without, and there libsentencepiece's flag still lands on libc10's.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define ATTNZOO_SP_DEEPBIND 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+#define ATTNZOO_SP_DEEPBIND 0
+#endif
+#endif
+#ifndef ATTNZOO_SP_DEEPBIND
+#define ATTNZOO_SP_DEEPBIND 1
+#endif
+
 extern "C" {
 
 // Receives bytes: the function is called once per string given back (once per piece by encode).
