@@ -142,6 +142,14 @@ int64_t ConformerConvModuleImpl::right_padding() const {
   return options.causal() ? 0 : options.kernel_size() / 2;
 }
 
+torch::Tensor ConformerConvModuleImpl::causal_context(int64_t batch,
+                                                      const torch::TensorOptions& like) const {
+  const int64_t context = options.kernel_size() - 1;
+  const auto& b = pointwise_conv1->bias;
+  if (!b.defined()) return torch::zeros({batch, 2 * options.dim(), context}, like);
+  return b.to(like.dtype()).view({1, -1, 1}).expand({batch, -1, context});
+}
+
 void ConformerConvModuleImpl::reset() {
   const auto& o = options;
   const int64_t d = o.dim();
@@ -169,6 +177,15 @@ torch::Tensor ConformerConvModuleImpl::forward(const torch::Tensor& x, const tor
 torch::Tensor ConformerConvModuleImpl::forward_normed(const torch::Tensor& h,
                                                       const torch::Tensor& valid) {
   auto y = pointwise_conv1(h.transpose(1, 2));  // [B, 2D, T]
+  const int64_t frames = y.size(2);
+  // Causal: the left context goes in front now, as pointwise_conv1's output for zero input.
+  torch::Tensor in_front;
+  if (options.causal()) {
+    y = torch::cat({causal_context(y.size(0), y.options()), y}, 2);  // [B, 2D, K - 1 + T]
+    in_front = torch::ones({y.size(0), options.kernel_size() - 1}, torch::kBool).to(y.device());
+  }
+  const auto valid_in =
+      valid.defined() && in_front.defined() ? torch::cat({in_front, valid}, 1) : valid;
   if (fused_epilogues() && !is_training() && options.norm() == ConvNormKind::kBatchNorm) {
     // GLU, the depthwise convolution, BatchNorm with its running statistics (folded, with the
     // convolution's bias, into a scale and shift) and Swish in one op (kernels/ops.h:
@@ -179,19 +196,23 @@ torch::Tensor ConformerConvModuleImpl::forward_normed(const torch::Tensor& h,
     auto shift = conv_norm->bias - conv_norm->running_mean * scale;
     if (depthwise_conv->bias.defined()) shift = shift + depthwise_conv->bias * scale;
     std::optional<torch::Tensor> lengths;
-    if (valid.defined()) lengths = valid.sum(1);
+    if (valid_in.defined()) lengths = valid_in.sum(1);
+    // Causal: the context is in y already, so no zero frames on the left; the kernel keeps the
+    // length of its input, and the first T outputs are the module's.
     y = kernels::glu_dwconv_swish(y.transpose(1, 2), depthwise_conv->weight.squeeze(1),
                                   std::nullopt, scale.to(y.scalar_type()),
-                                  shift.to(y.scalar_type()), left_padding(), lengths);  // [B, T, D]
+                                  shift.to(y.scalar_type()), options.causal() ? 0 : left_padding(),
+                                  lengths);  // [B, T', D]
+    y = y.narrow(1, 0, frames);
     return dropout(pointwise_conv2(y.transpose(1, 2))).transpose(1, 2);
   }
-  y = torch::glu(y, 1);  // [B, D, T]
-  if (valid.defined()) {
+  y = torch::glu(y, 1);  // [B, D, T] (causal: K - 1 + T)
+  if (valid_in.defined()) {
     // Padding frames carry the pointwise convolution's bias (and whatever the input held); zero
     // them, or the depthwise convolution would carry them into the valid frames near the end.
-    y = y.masked_fill(valid.logical_not().unsqueeze(1), 0.0);
+    y = y.masked_fill(valid_in.logical_not().unsqueeze(1), 0.0);
   }
-  y = torch::constant_pad_nd(y, {left_padding(), right_padding()}, 0.0);
+  if (!options.causal()) y = torch::constant_pad_nd(y, {left_padding(), right_padding()}, 0.0);
   y = depthwise_conv(y);  // [B, D, T]
   y = torch::silu(conv_norm(y, valid));
   return dropout(pointwise_conv2(y)).transpose(1, 2);
@@ -217,7 +238,7 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerConvModuleImpl::forward_chunk(
                       ", K - 1 = ", context, "], got ", shape_string(cache.sizes()));
     y = torch::cat({cache.to(y.scalar_type()), y}, 2);
   } else {
-    y = torch::constant_pad_nd(y, {context, 0}, 0.0);
+    y = torch::cat({torch::glu(causal_context(y.size(0), y.options()), 1), y}, 2);
   }
   auto new_cache = y.narrow(2, y.size(2) - context, context);
   y = torch::silu(conv_norm(depthwise_conv(y)));

@@ -110,7 +110,10 @@ TORCH_MODULE(ConvNorm);
 //               padding for odd K; for even K (the paper's 32) the one extra frame of context is
 //               on the right, i.e. output t sees inputs t − (K/2 − 1) ... t + K/2.
 //   causal      K − 1 frames on the left, none on the right (output t sees no future input), the
-//               layout of streaming with a convolution cache.
+//               layout of streaming with a convolution cache. As WeNet's causal module, those
+//               frames are zeros at the module's input, before pointwise_conv1, so what the
+//               depthwise kernel sees left of the first frame is the GLU of pointwise_conv1's bias
+//               (zeros without a bias), not zeros (causal_context()).
 // Frames beyond each utterance's length are zeroed before the depthwise convolution, so that
 // they reach valid frames exactly as the zero padding of an utterance alone would.
 struct ConformerConvModuleOptions {
@@ -138,15 +141,18 @@ class ConformerConvModuleImpl : public torch::nn::Cloneable<ConformerConvModuleI
   torch::Tensor forward_normed(const torch::Tensor& h, const torch::Tensor& valid = {});
 
   // Streaming (causal only): x [B, T, D] continues the frames whose last K − 1 depthwise inputs
-  // are `cache` [B, D, K − 1] (undefined at the start: zeros, the left padding of forward).
+  // are `cache` [B, D, K − 1] (undefined at the start: the left padding of forward).
   // -> (output [B, T, D], new cache [B, D, K − 1]). Chunk by chunk this equals forward on the
   // whole sequence; group_norm (statistics over the utterance) cannot stream and is refused.
   std::tuple<torch::Tensor, torch::Tensor> forward_chunk(const torch::Tensor& x,
                                                          const torch::Tensor& cache);
 
-  // Zero frames added before / after the sequence for the depthwise convolution (see above).
+  // Frames added before / after the sequence for the depthwise convolution (see above).
   int64_t left_padding() const;
   int64_t right_padding() const;
+  // Causal: the K − 1 frames before the first, as pointwise_conv1 gives them for zero input (its
+  // bias, or zeros), before the GLU: [B, 2D, K − 1].
+  torch::Tensor causal_context(int64_t batch, const torch::TensorOptions& options) const;
 
   ConformerConvModuleOptions options;
   torch::nn::LayerNorm norm{nullptr};

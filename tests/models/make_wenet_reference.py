@@ -6,12 +6,14 @@ code: it is our transcription of WeNet's ConformerEncoder (wenet/transformer/enc
 encoder_layer.py, attention.py RelPositionMultiHeadedAttention, convolution.py,
 subsampling.py Conv2dSubsampling4, embedding.py RelPositionalEncoding, cmvn.py GlobalCMVN) with
 normalize_before=True, macaron, rel_pos, conv2d subsampling x4, BatchNorm, no causal conv, and the
-tensor names and shapes of WeNet's state_dict (encoder.*, ctc.ctc_lo.*).
+tensor names and shapes of WeNet's state_dict (encoder.*, ctc.ctc_lo.*); and U2++'s variant, a
+causal convolution with LayerNorm. Both were checked once against WeNet's own model code run
+locally (ConformerEncoder with these options, to 2e-6 in float32); that code is not a dependency.
 
 Each utterance is encoded alone (no padding), which is the ground truth the padded batch must
 match on its valid frames.
 
-Writes wenet_conformer.weights.safetensors and wenet_conformer.io.safetensors:
+Writes wenet_conformer{,_causal}.weights.safetensors and wenet_conformer{,_causal}.io.safetensors:
   "input" [B, T, F] padded (garbage beyond lengths), "lengths" [B],
   "single_b" [1, T'_b, D] encoder output, "ctc_b" [1, T'_b, V] CTC log-probabilities.
 
@@ -92,12 +94,12 @@ def encoder_tensors(sd, t, batch_norm=True):
     t.norm("encoder.after_norm", sd)
 
 
-def synthetic_state_dict() -> dict:
-    t = RandomTensors(0, torch.float64)
+def synthetic_state_dict(causal=False) -> dict:
+    t = RandomTensors(2 if causal else 0, torch.float64)
     sd = {}
     sd["encoder.global_cmvn.mean"] = t.normal(FEATS, scale=1.0)
     sd["encoder.global_cmvn.istd"] = t.uniform(FEATS) + 0.5
-    encoder_tensors(sd, t)
+    encoder_tensors(sd, t, batch_norm=not causal)
     t.linear("ctc.ctc_lo", sd, VOCAB, DIM)
     # A full WeNet checkpoint also carries the attention decoder; the mapping ignores it.
     sd["decoder.embed.0.weight"] = t.normal(VOCAB, DIM)
@@ -112,8 +114,9 @@ def lin(x, sd, prefix):
     return F.linear(x, sd[prefix + ".weight"], sd.get(prefix + ".bias"))
 
 
-def encode(x, sd):
-    """x: [1, T, F] one utterance, float64 -> ([1, T', D], ctc log-probs [1, T', V])."""
+def encode(x, sd, causal=False):
+    """x: [1, T, F] one utterance, float64 -> ([1, T', D], ctc log-probs [1, T', V]). causal:
+    U2++'s convolution module (cnn_module_norm="layer_norm", causal=True)."""
     # GlobalCMVN (norm_var=True)
     x = (x - sd["encoder.global_cmvn.mean"]) * sd["encoder.global_cmvn.istd"]
     # Conv2dSubsampling4
@@ -151,12 +154,20 @@ def encode(x, sd):
         # ConvolutionModule (norm_conv is the encoder layer's, outside the module)
         y = layer_norm(x, sd, f"{p}.norm_conv").transpose(1, 2)  # [1, D, T]
         cm = f"{p}.conv_module"
+        if causal:
+            # WeNet pads the module's input, before pointwise_conv1: the depthwise kernel then
+            # sees the GLU of that convolution's bias left of the first frame, not zeros.
+            y = F.pad(y, (KERNEL - 1, 0))
         y = F.glu(F.conv1d(y, sd[cm + ".pointwise_conv1.weight"], sd[cm + ".pointwise_conv1.bias"]),
                   dim=1)
         y = F.conv1d(y, sd[cm + ".depthwise_conv.weight"], sd[cm + ".depthwise_conv.bias"],
-                     padding=(KERNEL - 1) // 2, groups=DIM)
-        y = F.batch_norm(y, sd[cm + ".norm.running_mean"], sd[cm + ".norm.running_var"],
-                         sd[cm + ".norm.weight"], sd[cm + ".norm.bias"], False, 0.0, EPS)
+                     padding=0 if causal else (KERNEL - 1) // 2, groups=DIM)
+        if causal:
+            y = F.layer_norm(y.transpose(1, 2), (DIM,), sd[cm + ".norm.weight"],
+                             sd[cm + ".norm.bias"], EPS).transpose(1, 2)
+        else:
+            y = F.batch_norm(y, sd[cm + ".norm.running_mean"], sd[cm + ".norm.running_var"],
+                             sd[cm + ".norm.weight"], sd[cm + ".norm.bias"], False, 0.0, EPS)
         y = F.conv1d(F.silu(y), sd[cm + ".pointwise_conv2.weight"], sd[cm + ".pointwise_conv2.bias"])
         x = x + y.transpose(1, 2)
         # feed-forward, half step, then norm_final
@@ -170,7 +181,12 @@ def encode(x, sd):
 def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    sd = synthetic_state_dict()
+    for causal, name in ((False, "wenet_conformer"), (True, "wenet_conformer_causal")):
+        write(out, name, causal)
+
+
+def write(out, name, causal):
+    sd = synthetic_state_dict(causal)
     g = torch.Generator().manual_seed(1)
     lengths = torch.tensor(LENGTHS)
     x = torch.randn(len(LENGTHS), max(LENGTHS) + 2, FEATS, generator=g, dtype=torch.float64)
@@ -179,12 +195,12 @@ def main() -> None:
                                             dtype=torch.float64)
     io = {"input": x.float(), "lengths": lengths}
     for b, length in enumerate(LENGTHS):
-        encoded, ctc = encode(x[b:b + 1, :length], sd)
+        encoded, ctc = encode(x[b:b + 1, :length], sd, causal)
         io[f"single_{b}"] = encoded.float().contiguous()
         io[f"ctc_{b}"] = ctc.float().contiguous()
     save_file({k: (v.float() if v.is_floating_point() else v).contiguous() for k, v in sd.items()},
-              str(out / "wenet_conformer.weights.safetensors"), metadata={"source": "synthetic wenet"})
-    save_file(io, str(out / "wenet_conformer.io.safetensors"))
+              str(out / f"{name}.weights.safetensors"), metadata={"source": "synthetic wenet"})
+    save_file(io, str(out / f"{name}.io.safetensors"))
 
 
 if __name__ == "__main__":
