@@ -178,14 +178,14 @@ torch::Tensor ConformerConvModuleImpl::forward_normed(const torch::Tensor& h,
                                                       const torch::Tensor& valid) {
   auto y = pointwise_conv1(h.transpose(1, 2));  // [B, 2D, T]
   const int64_t frames = y.size(2);
-  // Causal: the left context goes in front now, as pointwise_conv1's output for zero input.
-  torch::Tensor in_front;
+  // Causal: the left context goes in front now, as pointwise_conv1's output for zero input, and
+  // counts as valid.
+  auto valid_in = valid;
   if (options.causal()) {
     y = torch::cat({causal_context(y.size(0), y.options()), y}, 2);  // [B, 2D, K - 1 + T]
-    in_front = torch::ones({y.size(0), options.kernel_size() - 1}, torch::kBool).to(y.device());
+    if (valid.defined())
+      valid_in = torch::constant_pad_nd(valid, {options.kernel_size() - 1, 0}, 1);
   }
-  const auto valid_in =
-      valid.defined() && in_front.defined() ? torch::cat({in_front, valid}, 1) : valid;
   if (fused_epilogues() && !is_training() && options.norm() == ConvNormKind::kBatchNorm) {
     // GLU, the depthwise convolution, BatchNorm with its running statistics (folded, with the
     // convolution's bias, into a scale and shift) and Swish in one op (kernels/ops.h:
