@@ -21,6 +21,9 @@ endif()
 include(${CMAKE_CURRENT_LIST_DIR}/LibraryDependencies.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/Cuda.cmake)
 find_package(CLI11 REQUIRED CONFIG)
+# Boost.Beast and Boost.Asio (header-only; Debian's libboost-dev) inside serve/'s HTTP server
+# alone: no installed header includes them, so the package does not ask its users for Boost.
+find_package(Boost 1.74 REQUIRED CONFIG)
 
 # c10d process groups for data-parallel training (train/distributed.cpp). LibTorch has Gloo and
 # NCCL inside and ships ProcessGroupGloo.hpp, but not the gloo headers that header includes:

@@ -93,12 +93,14 @@ configure_file(${CMAKE_CURRENT_LIST_DIR}/attnzoo.pc.in ${PROJECT_BINARY_DIR}/pac
                @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/package/attnzoo.pc DESTINATION ${_pc_dir})
 
-# The zoo: what configs/ holds besides its C++ sources and the training runs of configs/train/,
-# and the shipped weights and samples of assets/.
+# The zoo: what configs/ holds besides its C++ sources, the training runs of configs/train/ and
+# the serve configs of configs/serve/ (their paths are the repository's), and the shipped weights
+# and samples of assets/.
 install(DIRECTORY ${ATTNZOO_SOURCE_DIR}/configs/ DESTINATION ${ATTNZOO_ZOO_INSTALL_DIR}
   FILES_MATCHING
     PATTERN "*.yaml" PATTERN "*.yml" PATTERN "*.txt" PATTERN "*.md"
     PATTERN "CMakeLists.txt" EXCLUDE
-    PATTERN "train" EXCLUDE)
+    PATTERN "train" EXCLUDE
+    PATTERN "serve" EXCLUDE)
 install(DIRECTORY ${ATTNZOO_SOURCE_DIR}/assets/weights ${ATTNZOO_SOURCE_DIR}/assets/samples
   DESTINATION ${ATTNZOO_ZOO_INSTALL_DIR})

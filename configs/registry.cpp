@@ -40,7 +40,8 @@ ModelRegistry::ModelRegistry(const std::vector<std::string>& folders) : folders_
                         "");
     }
     // Sorted, so that which of two clashing files is named first does not depend on the file
-    // system's order. The training runs of <folder>/train/ are not models: not searched. Links to
+    // system's order. The training runs of <folder>/train/ and the serve configs of
+    // <folder>/serve/ are not models: not searched. Links to
     // folders are followed (a build tree's zoo is made of them), each real folder once.
     std::vector<fs::path> files;
     std::set<fs::path> seen{fs::canonical(folder, error)};
@@ -49,8 +50,9 @@ ModelRegistry::ModelRegistry(const std::vector<std::string>& folders) : folders_
          it != fs::end(it); ++it) {
       if (it->is_directory()) {
         const auto real = fs::canonical(it->path(), error);
-        if ((it.depth() == 0 && it->path().filename() == kTrainRunsFolder) || error ||
-            !seen.insert(real).second) {
+        const auto name = it->path().filename();
+        if ((it.depth() == 0 && (name == kTrainRunsFolder || name == kServeConfigsFolder)) ||
+            error || !seen.insert(real).second) {
           it.disable_recursion_pending();
         }
         continue;

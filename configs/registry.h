@@ -55,14 +55,16 @@ struct ZooModel {
 
 // The folder of a zoo folder that holds training runs (attnzoo train), not models.
 inline constexpr const char* kTrainRunsFolder = "train";
+// The folder of a zoo folder that holds serve configs (attnzoo serve), not models.
+inline constexpr const char* kServeConfigsFolder = "serve";
 
 class ModelRegistry {
  public:
-  // Scans each folder recursively (but not its kTrainRunsFolder) for *.yaml and *.yml files and
-  // reads each one's `name:` (the rest of a file is validated when that model is asked for). A
-  // name of an earlier folder shadows the same name in later ones. Throws ConfigError for a
-  // folder that is not a directory, a file without a valid name, or a name defined twice in one
-  // folder.
+  // Scans each folder recursively (but not its kTrainRunsFolder or kServeConfigsFolder) for *.yaml
+  // and *.yml files and reads each one's `name:` (the rest of a file is validated when that model
+  // is asked for). A name of an earlier folder shadows the same name in later ones. Throws
+  // ConfigError for a folder that is not a directory, a file without a valid name, or a name
+  // defined twice in one folder.
   explicit ModelRegistry(const std::vector<std::string>& folders);
   explicit ModelRegistry(const std::string& folder)
       : ModelRegistry(std::vector<std::string>{folder}) {}

@@ -1,5 +1,6 @@
 #include <attnzoo/configs/train_config.h>
 
+#include <attnzoo/configs/config_sections.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/configs/yaml_reader.h>
 
@@ -18,12 +19,8 @@ namespace fs = std::filesystem;
 
 constexpr double kHuge = std::numeric_limits<double>::max();
 
-// A path as written in the config: absolute, or relative to the config's folder.
-std::string resolve(const std::string& source, const std::string& value) {
-  fs::path path(value);
-  if (path.is_relative()) path = fs::path(source).parent_path() / path;
-  return path.lexically_normal().string();
-}
+using config_detail::names_a_file;
+using config_detail::resolve;
 
 TrainDataConfig read_data(MapReader data, const std::string& source) {
   TrainDataConfig d;
@@ -208,10 +205,7 @@ TrainConfig read_train_document(const Document& document,
   if (auto sets = root.string_list("model_set")) c.model_overrides = *sets;
   // A model YAML is found relative to this file; a name through the registry.
   std::string model = c.model_ref;
-  const bool is_file = model.find('/') != std::string::npos ||
-                       (model.size() > 5 && model.substr(model.size() - 5) == ".yaml") ||
-                       (model.size() > 4 && model.substr(model.size() - 4) == ".yml");
-  if (is_file) model = resolve(c.source, model);
+  if (names_a_file(model)) model = resolve(c.source, model);
   try {
     c.model = resolve_model_config(model, c.model_overrides);
   } catch (const ConfigError& e) {

@@ -16,6 +16,21 @@
 #include <vector>
 
 namespace attnzoo::config_detail {
+
+std::string resolve(const std::string& source, const std::string& value) {
+  std::filesystem::path path(value);
+  if (path.is_relative()) path = std::filesystem::path(source).parent_path() / path;
+  return path.lexically_normal().string();
+}
+
+bool names_a_file(const std::string& model) {
+  const auto ends_with = [&](const std::string& end) {
+    return model.size() > end.size() &&
+           model.compare(model.size() - end.size(), end.size(), end) == 0;
+  };
+  return model.find('/') != std::string::npos || ends_with(".yaml") || ends_with(".yml");
+}
+
 namespace {
 
 // Records where each document starts; ignores everything else.

@@ -29,6 +29,12 @@ constexpr int kMaxFlowNesting = 64;
 // than kMaxDocumentBytes (never read past that, even if it grows meanwhile) or unreadable.
 std::string read_document_file(const std::string& path, const std::string& what);
 
+// A path as written in the document `source`: absolute, or relative to the document's folder.
+std::string resolve(const std::string& source, const std::string& value);
+// Whether a document's model reference names a YAML file (a '/' in it, or a .yaml / .yml
+// ending) rather than a registered name.
+bool names_a_file(const std::string& model);
+
 // One document: its tree, the file it came from and the overrides applied to it, so that an error
 // can say where the offending value was written.
 class Document {

@@ -2,9 +2,10 @@
 # Builds tests with sanitizers and runs them; fails on any report, leaks included.
 #   tools/sanitize.sh [address] [thread]      default: both
 #   address  ASan + UBSan (LeakSanitizer on) in build-asan/: every test of io/, configs/,
-#            preprocess/, api/ and decoding/, the code that reads untrusted input.
+#            preprocess/, api/, decoding/ and serve/, the code that reads untrusted input.
 #   thread   TSan in build-tsan/: the multi-threaded tests (ImageClassifier, SpeechEncoder with
-#            its Streams and AudioClassifier from 4 threads at once, the data loaders' workers).
+#            its Streams and AudioClassifier from 4 threads at once, the data loaders' workers,
+#            the server's batcher, routes and HTTP connections).
 # The trees: tools/sanitizer_tree.sh (clang, attnzoo's libraries and tests instrumented; LibTorch,
 # OpenCV and the other third-party libraries as installed). Suppressions, for third-party code only, each with its reason:
 # tests/sanitizers/. CI runs `tools/sanitize.sh` after the tests (tools/setup.sh has made the
@@ -22,17 +23,18 @@ run_kind() { # run_kind KIND: configure, build and run one sanitizer's tests
     address)
       build="$ROOT/build-asan"
       sanitize="address,undefined"
-      labels='^(io|configs|preprocess|api|decoding)$'
+      labels='^(io|configs|preprocess|api|decoding|serve)$'
       targets=(attnzoo_io_tests attnzoo_configs_tests attnzoo_image_tests attnzoo_audio_tests
-               attnzoo_api_tests attnzoo_decoding_tests)
+               attnzoo_api_tests attnzoo_decoding_tests attnzoo_serve_tests)
       ;;
     thread)
       build="$ROOT/build-tsan"
       sanitize="thread"
       labels='^api\.make_'  # the reference data of the api tests (CTest fixtures)
-      targets=(attnzoo_api_tests attnzoo_train_data_tests)
+      targets=(attnzoo_api_tests attnzoo_train_data_tests attnzoo_serve_tests)
       # BINARY:FOLDER:FILTER, run directly (a CTest entry is a whole suite).
-      cases=("attnzoo_api_tests:api:*FourThreads*" "attnzoo_train_data_tests:train:Data.*")
+      cases=("attnzoo_api_tests:api:*FourThreads*" "attnzoo_train_data_tests:train:Data.*"
+             "attnzoo_serve_tests:serve:DynamicBatcher.*:HttpServer.*:InferenceServer.*")
       ;;
     *) echo "tools/sanitize.sh: unknown kind '$kind' (address, thread)" >&2; return 2 ;;
   esac

@@ -56,6 +56,7 @@ APT_PACKAGES=(
   opencv-doc espeak-ng
   libgloo-dev
   libsentencepiece-dev
+  libboost-dev curl
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -62,7 +62,8 @@ case "$case_name" in
       include/attnzoo/api/image_classifier.h include/attnzoo/api/speech_encoder.h \
       include/attnzoo/layers/attention.h include/attnzoo/configs/registry.h \
       include/attnzoo/kernels/ops.h include/attnzoo/preprocess/image/decode.h \
-      include/attnzoo/preprocess/audio/features.h share/attnzoo/vit/vit_digits.yaml \
+      include/attnzoo/preprocess/audio/features.h include/attnzoo/serve/inference_server.h \
+      share/attnzoo/vit/vit_digits.yaml \
       share/attnzoo/weights/vit_digits.safetensors share/attnzoo/weights/conformer_kws.safetensors \
       share/attnzoo/labels/imagenet1k.txt share/attnzoo/samples/digit_7.png \
       lib/libattnzoo_sentencepiece.so share/attnzoo/weights/conformer_digits_ctc.safetensors; do
@@ -72,7 +73,7 @@ case "$case_name" in
     for f in include/attnzoo/configs/yaml_reader.h include/attnzoo/kernels/common \
       include/attnzoo/preprocess/image/internal.h \
       include/attnzoo/kernels/flash_attn/flash_fwd_params.h include/attnzoo/tests \
-      include/attnzoo/tools share/attnzoo/train share/attnzoo/CMakeLists.txt \
+      include/attnzoo/tools share/attnzoo/train share/attnzoo/serve share/attnzoo/CMakeLists.txt \
       share/attnzoo/registry.cpp; do
       [ ! -e "$prefix/$f" ] || fail "$f is installed"
     done

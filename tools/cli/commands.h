@@ -55,5 +55,6 @@ Command add_transcribe_command(CLI::App& app);
 Command add_train_command(CLI::App& app);
 Command add_eval_command(CLI::App& app);
 Command add_attention_map_command(CLI::App& app);
+Command add_serve_command(CLI::App& app);
 
 }  // namespace attnzoo::cli

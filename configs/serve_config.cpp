@@ -1,0 +1,99 @@
+#include <attnzoo/configs/serve_config.h>
+
+#include <attnzoo/configs/registry.h>
+#include <attnzoo/configs/yaml_reader.h>
+
+#include <filesystem>
+#include <set>
+
+namespace attnzoo {
+namespace {
+
+using config_detail::Document;
+using config_detail::MapReader;
+using config_detail::names_a_file;
+using config_detail::resolve;
+
+ServeHttpConfig read_http(MapReader http) {
+  ServeHttpConfig h;
+  h.host = http.string("host", h.host);
+  h.port = http.integer("port", h.port, 0, 65535);
+  h.threads = http.integer("threads", h.threads, 1, 256);
+  h.max_body_mb = http.integer("max_body_mb", h.max_body_mb, 1, 4096);
+  h.max_header_kb = http.integer("max_header_kb", h.max_header_kb, 1, 1024);
+  h.request_timeout_s = http.number("request_timeout_s", h.request_timeout_s, 0.0, 86400.0, true);
+  h.write_timeout_s = http.number("write_timeout_s", h.write_timeout_s, 0.0, 86400.0, true);
+  h.max_connections = http.integer("max_connections", h.max_connections, 1, 1 << 20);
+  http.finish();
+  return h;
+}
+
+ServedModelConfig read_model(MapReader entry, const std::string& source) {
+  ServedModelConfig m;
+  const auto reference = entry.string("model", std::nullopt);
+  m.model = names_a_file(reference) ? resolve(source, reference) : reference;
+  if (auto sets = entry.string_list("set")) m.overrides = *sets;
+  m.name = entry.string("name", "");
+  try {
+    const auto config = resolve_model_config(m.model, m.overrides);
+    if (m.name.empty()) m.name = config.name;
+  } catch (const ConfigError& e) {
+    entry.fail("model", e.what());
+  }
+  if (m.name.empty() || m.name.find_first_of("/?#% ") != std::string::npos) {
+    entry.fail("name", "a model's name must be non-empty without '/', '?', '#', '%' or spaces");
+  }
+  if (entry.has("weights")) {
+    m.weights = resolve(source, entry.string("weights", std::nullopt));
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(m.weights, error)) {
+      entry.fail("weights", "'" + m.weights + "' is not a file");
+    }
+  }
+  m.format = entry.string("format", "");
+  m.device = entry.string("device", m.device);
+  m.dtype = entry.choice("dtype", m.dtype, {"fp32", "bf16", "fp16"});
+  m.max_batch_size = entry.integer("max_batch_size", m.max_batch_size, 1, 4096);
+  if (entry.has("dynamic_batching")) {
+    auto batching = entry.map("dynamic_batching", false);
+    m.dynamic_batching = true;
+    m.max_queue_delay_us = batching.integer("max_queue_delay_us", 0, 0, 10'000'000);
+    batching.finish();
+  }
+  m.max_queue_size = entry.integer("max_queue_size", m.max_queue_size, 1, 1 << 20);
+  m.instances = entry.integer("instances", m.instances, 1, 64);
+  m.default_timeout_us = entry.integer("default_timeout_us", 0, 0, int64_t{1} << 40);
+  entry.finish();
+  return m;
+}
+
+}  // namespace
+
+ServeConfig parse_serve_config(const std::string& yaml, const std::string& source,
+                               const std::vector<std::string>& overrides) {
+  Document document(yaml, source);
+  for (const auto& item : overrides) document.apply_override(item);
+  MapReader root(document, document.root(), "");
+  ServeConfig c;
+  c.source = source;
+  c.http = read_http(root.map("http", false));
+  c.threads = root.integer("threads", 0, 0, 1024);
+  auto entries = root.map_list("models");
+  std::set<std::string> names;
+  for (auto& entry : entries) {
+    c.models.push_back(read_model(entry, source));
+    if (!names.insert(c.models.back().name).second) {
+      entry.fail("name", "model '" + c.models.back().name + "' is served twice");
+    }
+  }
+  root.finish();  // a misspelt key before a missing one
+  if (entries.empty()) root.fail("models", "list at least one model to serve");
+  return c;
+}
+
+ServeConfig load_serve_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_serve_config(config_detail::read_document_file(path, "serve config"), path,
+                            overrides);
+}
+
+}  // namespace attnzoo

@@ -1,0 +1,105 @@
+// The serve config (`attnzoo serve --config`): defaults, paths relative to the file, Triton's
+// batching knobs, and every mistake a ConfigError at its key, line and column.
+#include <attnzoo/configs/serve_config.h>
+
+#include "config_test_util.h"
+
+namespace attnzoo {
+namespace {
+
+using test_util::TempDir;
+using ::testing::HasSubstr;
+
+ConfigError serve_error(const std::string& yaml) {
+  try {
+    parse_serve_config(yaml, "serve.yaml");
+  } catch (const ConfigError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no ConfigError for:\n" << yaml;
+  return ConfigError("", "", "");
+}
+
+TEST(ServeConfig, ReadsModelsWithTheirBatchingAndResolvesPathsAgainstTheFile) {
+  TempDir dir;
+  const auto weights = dir.write("weights/w.safetensors", "not read by the config");
+  const auto model = dir.write("models/micro.yaml", test_util::kTinyConfig);
+  const auto path = dir.write("serve/serve.yaml", R"(http:
+  host: 0.0.0.0
+  port: 9000
+  max_body_mb: 8
+  request_timeout_s: 2.5
+threads: 2
+models:
+  - model: ../models/micro.yaml
+    weights: ../weights/w.safetensors
+    max_batch_size: 16
+    dynamic_batching: {max_queue_delay_us: 500}
+    max_queue_size: 3
+    default_timeout_us: 100000
+  - name: second
+    model: vit_tiny_patch16_224
+    set: [architecture.num_classes=3]
+)");
+  const auto c = load_serve_config(path);
+  EXPECT_EQ(c.http.host, "0.0.0.0");
+  EXPECT_EQ(c.http.port, 9000);
+  EXPECT_EQ(c.http.max_body_mb, 8);
+  EXPECT_DOUBLE_EQ(c.http.request_timeout_s, 2.5);
+  EXPECT_EQ(c.http.threads, 2);  // the default
+  EXPECT_EQ(c.threads, 2);
+  ASSERT_EQ(c.models.size(), 2u);
+  EXPECT_EQ(c.models[0].name, "tiny_test");  // the model config's name
+  EXPECT_EQ(c.models[0].model, std::filesystem::path(model).lexically_normal().string());
+  EXPECT_EQ(c.models[0].weights, std::filesystem::path(weights).lexically_normal().string());
+  EXPECT_EQ(c.models[0].max_batch_size, 16);
+  EXPECT_TRUE(c.models[0].dynamic_batching);
+  EXPECT_EQ(c.models[0].max_queue_delay_us, 500);
+  EXPECT_EQ(c.models[0].max_queue_size, 3);
+  EXPECT_EQ(c.models[0].default_timeout_us, 100000);
+  EXPECT_EQ(c.models[1].name, "second");
+  EXPECT_EQ(c.models[1].model, "vit_tiny_patch16_224");
+  EXPECT_FALSE(c.models[1].dynamic_batching);
+  EXPECT_EQ(c.models[1].overrides, std::vector<std::string>{"architecture.num_classes=3"});
+  // Overrides of the serve config itself.
+  const auto o = load_serve_config(path, {"http.port=0", "models=[{model: vit_tiny_patch16_224}]"});
+  EXPECT_EQ(o.http.port, 0);
+  ASSERT_EQ(o.models.size(), 1u);
+}
+
+TEST(ServeConfig, RefusesMistakesAtTheirKey) {
+  auto e = serve_error("models: []\n");
+  EXPECT_EQ(e.key_path(), "models");
+  EXPECT_THAT(e.what(), HasSubstr("at least one model"));
+
+  e = serve_error("models:\n  - model: vit_tiny_patch16_224\n    max_batch_size: 0\n");
+  EXPECT_EQ(e.key_path(), "models[0].max_batch_size");
+  EXPECT_EQ(e.line(), 3);
+
+  e = serve_error("models:\n  - model: no_such_model\n");
+  EXPECT_EQ(e.key_path(), "models[0].model");
+  EXPECT_THAT(e.what(), HasSubstr("no_such_model"));
+
+  e = serve_error("models:\n  - model: vit_tiny_patch16_224\n    weights: /nonexistent.st\n");
+  EXPECT_EQ(e.key_path(), "models[0].weights");
+  EXPECT_THAT(e.what(), HasSubstr("is not a file"));
+
+  e = serve_error("models:\n  - model: vit_tiny_patch16_224\n  - model: vit_tiny_patch16_224\n");
+  EXPECT_EQ(e.key_path(), "models[1].name");
+  EXPECT_THAT(e.what(), HasSubstr("served twice"));
+
+  e = serve_error("models:\n  - model: vit_tiny_patch16_224\n    name: a/b\n");
+  EXPECT_EQ(e.key_path(), "models[0].name");
+
+  e = serve_error("http: {port: 70000}\nmodels:\n  - model: vit_tiny_patch16_224\n");
+  EXPECT_EQ(e.key_path(), "http.port");
+
+  e = serve_error("models:\n  - model: vit_tiny_patch16_224\n    dynamic_batching: {delay: 5}\n");
+  EXPECT_EQ(e.key_path(), "models[0].dynamic_batching.delay");
+
+  e = serve_error("modles:\n  - model: vit_tiny_patch16_224\n");
+  EXPECT_THAT(e.what(), HasSubstr("modles"));
+}
+
+}  // namespace
+}  // namespace attnzoo

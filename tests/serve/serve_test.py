@@ -1,0 +1,486 @@
+#!/usr/bin/env python3
+"""`attnzoo serve` as its users meet it, on loopback, one scenario per CTest entry:
+
+  tritonclient  Triton's own Python client (tritonclient[http]): health, server and model
+                metadata, infer with JSON and with binary tensors, the classification extension,
+                errors; the logits against timm's VisionTransformer with the same weights.
+  curl          the file route with curl, against `attnzoo classify --json` on the same file.
+  bad_requests  malformed JSON, a wrong datatype and shape, a 2 GB Content-Length, a chunked
+                body past the limit, an oversized header, a corrupt image, garbage instead of
+                HTTP: each a 4xx with a JSON error, and the server still answers after them.
+  slow_client   one byte a second and a silent connection: cut at the request deadline, while
+                another client is served meanwhile.
+  queue_full    a queue of 2 under 24 concurrent requests: 503 with Retry-After for the
+                refused, 200 for the rest, the refusals counted in /metrics.
+  shutdown      SIGTERM with requests queued: every one answered 200, exit status 0.
+  load          a short load with dynamic batching: no error, no answer different from the same
+                input's answer alone (tools/scripts/load_test.py).
+
+usage: serve_test.py CASE ATTNZOO REPO_ROOT
+"""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+CASE, ATTNZOO, REPO = sys.argv[1], sys.argv[2], Path(sys.argv[3]).resolve()
+sys.path.insert(0, str(REPO / "tools" / "scripts"))
+sys.path.insert(0, str(REPO / "tests" / "cli"))
+import load_test  # noqa: E402
+
+DIGITS_WEIGHTS = REPO / "assets" / "weights" / "vit_digits.safetensors"
+DIGIT_IMAGE = REPO / "assets" / "samples" / "digit_7.png"
+
+
+def fail(message):
+    print(f"serve_test.py {CASE}: FAIL: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def check(condition, message):
+    if not condition:
+        fail(message)
+
+
+class Server:
+    """`attnzoo serve ARGS --port 0` (load_test.ServeProcess) until the end of the with-block,
+    then SIGTERM; its exit status must be 0."""
+
+    def __init__(self, *args, config=None):
+        self.args = list(args)
+        self.config = config
+
+    def __enter__(self):
+        if self.config is not None:
+            self.config_file = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
+            self.config_file.write(self.config)
+            self.config_file.close()
+            self.args += ["--config", self.config_file.name]
+        self.serve = load_test.ServeProcess(ATTNZOO, self.args)
+        if not self.serve.started():
+            fail(f"the server did not start: {''.join(self.serve.output)}")
+        self.process, self.port, self.output = self.serve.process, self.serve.port, self.serve.output
+        return self
+
+    def stop(self, expect_status=0):
+        status = self.serve.stop()
+        check(status is not None, "the server did not exit within 60 s of SIGTERM")
+        check(status == expect_status,
+              f"exit status {status}, expected {expect_status}: {''.join(self.output)}")
+
+    def __exit__(self, kind, value, traceback):
+        if kind is None:
+            self.stop()
+        else:
+            self.process.kill()
+        if self.config is not None:
+            os.unlink(self.config_file.name)
+
+
+def request(port, method, path, body=None, headers=None, timeout=60):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn.request(method, path, body=body, headers=headers or {})
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    return response.status, dict(response.getheaders()), data
+
+
+def raw_exchange(port, payload, timeout=10):
+    """Sends raw bytes; returns what the server answered before closing (or the timeout)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(payload)
+        received = b""
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                received += chunk
+                if b"\r\n\r\n" in received and b"Content-Length" in received:
+                    head, _, rest = received.partition(b"\r\n\r\n")
+                    length = int(re.search(rb"Content-Length: *([0-9]+)", head).group(1))
+                    if len(rest) >= length:
+                        break
+        except socket.timeout:
+            pass
+    return received
+
+
+def status_of(raw):
+    match = re.match(rb"HTTP/1\.[01] ([0-9]{3})", raw)
+    return int(match.group(1)) if match else None
+
+
+def json_error(raw_or_body):
+    body = raw_or_body.partition(b"\r\n\r\n")[2] if raw_or_body.startswith(b"HTTP/") else raw_or_body
+    return json.loads(body)["error"]
+
+
+def timm_digits():
+    """timm's VisionTransformer with vit_digits' architecture and shipped weights."""
+    import torch
+    import yaml
+    from safetensors.torch import load_file
+    from timm.models.vision_transformer import VisionTransformer
+    from make_forward_reference import timm_kwargs
+    config = yaml.safe_load((REPO / "configs" / "vit" / "vit_digits.yaml").read_text())
+    model = VisionTransformer(**timm_kwargs(config["architecture"])).eval()
+    state = {k: v.float() for k, v in load_file(str(DIGITS_WEIGHTS)).items()}
+    model.load_state_dict(state, strict=True)
+    return model
+
+
+def case_tritonclient():
+    import torch
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+    with Server("--model", "vit_digits", "--weights", str(DIGITS_WEIGHTS),
+                "--max-queue-delay-us", "1000") as server:
+        client = httpclient.InferenceServerClient(url=f"127.0.0.1:{server.port}")
+        check(client.is_server_live() and client.is_server_ready(), "not live and ready")
+        check(client.is_model_ready("vit_digits"), "model not ready")
+        check(not client.is_model_ready("vit_nope"), "an unknown model is ready")
+        metadata = client.get_server_metadata()
+        check(metadata["name"] == "attnzoo" and "binary_tensor_data" in metadata["extensions"],
+              f"server metadata {metadata}")
+        model = client.get_model_metadata("vit_digits")
+        check({i["name"]: i["shape"] for i in model["inputs"]} ==
+              {"image": [-1, 1], "pixels": [-1, 3, 32, 32]}, f"inputs {model['inputs']}")
+        check({o["name"]: (o["datatype"], o["shape"]) for o in model["outputs"]} ==
+              {"logits": ("FP32", [-1, 10]), "probabilities": ("FP32", [-1, 10])},
+              f"outputs {model['outputs']}")
+
+        rng = np.random.default_rng(0)
+        pixels = rng.standard_normal((3, 3, 32, 32), dtype=np.float32)
+        with torch.no_grad():
+            expected = timm_digits()(torch.from_numpy(pixels)).numpy()
+        answers = {}
+        for binary in (False, True):
+            x = httpclient.InferInput("pixels", list(pixels.shape), "FP32")
+            x.set_data_from_numpy(pixels, binary_data=binary)
+            out = [httpclient.InferRequestedOutput("logits", binary_data=binary),
+                   httpclient.InferRequestedOutput("probabilities", binary_data=binary)]
+            result = client.infer("vit_digits", [x], outputs=out, request_id=f"r{int(binary)}")
+            check(result.get_response()["id"] == f"r{int(binary)}", "request id not echoed")
+            logits = result.as_numpy("logits")
+            check(logits.shape == (3, 10), f"logits shape {logits.shape}")
+            diff = float(np.abs(logits - expected).max())
+            print(f"binary={binary}: max |attnzoo - timm| logits {diff:.2e}")
+            check(diff < 1e-4, f"logits differ from timm's by {diff}")
+            probabilities = result.as_numpy("probabilities")
+            check(np.allclose(probabilities, torch.softmax(torch.from_numpy(expected), 1).numpy(),
+                              atol=1e-5), "probabilities are not softmax(logits)")
+            answers[binary] = logits
+        check(np.array_equal(answers[False], answers[True]),
+              "JSON and binary tensors gave different logits")
+
+        # An encoded image as BYTES, the classification extension on probabilities.
+        image = httpclient.InferInput("image", [1, 1], "BYTES")
+        image.set_data_from_numpy(np.array([[DIGIT_IMAGE.read_bytes()]], dtype=np.object_))
+        result = client.infer("vit_digits", [image], outputs=[
+            httpclient.InferRequestedOutput("probabilities", class_count=3)])
+        top = result.as_numpy("probabilities")
+        check(top.shape == (1, 3), f"classification shape {top.shape}")
+        value, index, label = top[0][0].decode().split(":")
+        print(f"digit_7.png: {top[0].tolist()}")
+        check(index == "7" and label == "7" and float(value) > 0.5,
+              f"digit_7.png classified as {top[0][0]!r}")
+
+        def refused(call, status, fragment):
+            try:
+                call()
+            except InferenceServerException as e:
+                check(e.status() == str(status), f"status {e.status()} ({e.message()}), "
+                                                 f"expected {status}")
+                check(fragment in e.message(), f"message {e.message()!r} lacks {fragment!r}")
+                return
+            fail(f"accepted; expected {status} {fragment}")
+
+        x16 = httpclient.InferInput("pixels", [1, 3, 32, 32], "FP16")
+        x16.set_data_from_numpy(pixels[:1].astype(np.float16))
+        refused(lambda: client.infer("vit_digits", [x16]), 400, "must be FP32 [N, 3, 32, 32]")
+        small = httpclient.InferInput("pixels", [1, 3, 16, 16], "FP32")
+        small.set_data_from_numpy(np.zeros((1, 3, 16, 16), np.float32))
+        refused(lambda: client.infer("vit_digits", [small]), 400, "got FP32 [1, 3, 16, 16]")
+        refused(lambda: client.infer("vit_nope", [small]), 404, "unknown model 'vit_nope'")
+        refused(lambda: client.infer("vit_digits", [x], outputs=[
+            httpclient.InferRequestedOutput("scores")]), 400, "unknown output 'scores'")
+        refused(lambda: client.get_model_metadata("vit_digits", model_version="9"), 404,
+                "has no version '9'")
+        corrupt = httpclient.InferInput("image", [1, 1], "BYTES")
+        corrupt.set_data_from_numpy(np.array([[DIGIT_IMAGE.read_bytes()[:50]]], dtype=np.object_))
+        refused(lambda: client.infer("vit_digits", [corrupt]), 400, "input 'image'[0]")
+        client.close()
+
+
+def case_curl():
+    with Server("--model", "vit_digits", "--weights", str(DIGITS_WEIGHTS)) as server:
+        url = f"http://127.0.0.1:{server.port}"
+        ready = subprocess.run(["curl", "-sf", f"{url}/v2/health/ready"])
+        check(ready.returncode == 0, "curl -f /v2/health/ready failed")
+        out = subprocess.run(["curl", "-s", "--data-binary", f"@{DIGIT_IMAGE}",
+                              f"{url}/v2/models/vit_digits/classify?top=5"],
+                             capture_output=True, text=True, check=True).stdout
+        print(out)
+        served = json.loads(out)
+        local = json.loads(subprocess.run(
+            [ATTNZOO, "classify", "--model", "vit_digits", "--weights", str(DIGITS_WEIGHTS),
+             "--topk", "5", "--json", str(DIGIT_IMAGE)],
+            capture_output=True, text=True, check=True).stdout)
+        check([p["index"] for p in served["predictions"]] == [p["index"] for p in local["top"]],
+              f"served {served} vs classify {local}")
+        check([p["label"] for p in served["predictions"]] == [p["label"] for p in local["top"]],
+              "labels differ")
+        diff = max(abs(a["prob"] - b["prob"]) for a, b in zip(served["predictions"], local["top"]))
+        check(diff < 1e-6, f"probabilities differ by {diff}")
+        bad = subprocess.run(["curl", "-s", "-w", "%{http_code}", "--data-binary", "not an image",
+                              f"{url}/v2/models/vit_digits/classify"],
+                             capture_output=True, text=True)
+        check(bad.stdout.endswith("400") and '"error"' in bad.stdout, f"corrupt file: {bad.stdout}")
+
+
+def case_bad_requests():
+    config = f"""
+http: {{max_body_mb: 1, max_header_kb: 8, request_timeout_s: 10}}
+models:
+  - model: vit_digits
+    weights: {DIGITS_WEIGHTS}
+    max_batch_size: 4
+    dynamic_batching: {{max_queue_delay_us: 500}}
+"""
+    with Server(config=config) as server:
+        port = server.port
+        infer = "/v2/models/vit_digits/infer"
+
+        def expect(status_body, status, fragment):
+            got, _, body = status_body
+            check(got == status, f"status {got}, expected {status}: {body[:300]!r}")
+            check(fragment in json_error(body), f"error {json_error(body)!r} lacks {fragment!r}")
+
+        expect(request(port, "POST", infer, b"{\"inputs\": [}"), 400, "malformed request JSON")
+        good = {"inputs": [{"name": "pixels", "datatype": "FP32", "shape": [1, 3, 32, 32],
+                            "data": [0.0] * 3072}]}
+        wrong_type = dict(good, inputs=[dict(good["inputs"][0], datatype="INT32",
+                                             data=[0] * 3072)])
+        expect(request(port, "POST", infer, json.dumps(wrong_type)), 400, "must be FP32")
+        wrong_shape = dict(good, inputs=[dict(good["inputs"][0], shape=[1, 3, 32, 31])])
+        expect(request(port, "POST", infer, json.dumps(wrong_shape)), 400, "holds 2976 elements")
+        expect(request(port, "POST", infer, json.dumps(
+            dict(good, inputs=[dict(good["inputs"][0], shape=[5, 3, 32, 32],
+                                    data=[0.0] * 15360)]))), 400, "more than max_batch_size 4")
+        expect(request(port, "POST", "/v2/models/vit_digits/classify", b"\x89PNG\r\n\x1a\n" * 10),
+               400, "input 'image'[0]")
+        expect(request(port, "GET", "/v2/models/vit_digits/nothing"), 404, "no route")
+
+        # 2 GB announced: refused from the header, without reading the body, at once.
+        start = time.monotonic()
+        raw = raw_exchange(port, f"POST {infer} HTTP/1.1\r\nHost: x\r\n"
+                                 f"Content-Length: {2 << 30}\r\n\r\n{{".encode())
+        elapsed = time.monotonic() - start
+        check(status_of(raw) == 413, f"2 GB body: {raw[:200]!r}")
+        check("larger than the server accepts" in json_error(raw), "413 without its reason")
+        check(elapsed < 5, f"the 2 GB refusal took {elapsed:.1f} s")
+        # A chunked body past the limit, which no Content-Length announces.
+        chunk = b"0" * 65536
+        payload = (f"POST {infer} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   .encode() + b"".join(b"10000\r\n" + chunk + b"\r\n" for _ in range(24)) +
+                   b"0\r\n\r\n")
+        raw = raw_exchange(port, payload)
+        check(status_of(raw) == 413, f"chunked body over the limit: {raw[:200]!r}")
+        # A header past max_header_kb.
+        raw = raw_exchange(port, f"GET /v2 HTTP/1.1\r\nHost: x\r\nX-Big: {'a' * 20000}\r\n\r\n"
+                           .encode())
+        check(status_of(raw) == 431, f"oversized header: {raw[:200]!r}")
+        # Not HTTP at all.
+        raw = raw_exchange(port, b"HELLO THERE\r\n\r\n")
+        check(status_of(raw) == 400, f"garbage: {raw[:200]!r}")
+        # The binary extension with a header length past the body.
+        expect(request(port, "POST", infer, b"{}",
+                       {"Inference-Header-Content-Length": "100"}), 400, "is more than the body")
+
+        # Still serving, correctly.
+        status, _, body = request(port, "POST", infer, json.dumps(good))
+        check(status == 200, f"a good request after the bad ones: {status} {body[:200]!r}")
+        metrics = request(port, "GET", "/metrics")[2].decode()
+        invalid = re.search(r'nv_inference_request_failure\{model="vit_digits",version="1",'
+                            r'reason="INVALID"\} ([0-9]+)', metrics)
+        check(invalid and int(invalid.group(1)) >= 5, f"INVALID failures not counted: {metrics}")
+        for code in ("400", "413", "431"):
+            check(f'attnzoo_http_responses_total{{code="{code}"}}' in metrics, f"no {code} counted")
+
+
+def case_slow_client():
+    config = f"""
+http: {{request_timeout_s: 2}}
+models:
+  - model: vit_digits
+    weights: {DIGITS_WEIGHTS}
+"""
+    with Server(config=config) as server:
+        port = server.port
+        # Silent: connected, nothing sent.
+        silent = socket.create_connection(("127.0.0.1", port))
+        silent.settimeout(10)
+        # Slow: a request one byte every half second (it would take a minute).
+        slow = socket.create_connection(("127.0.0.1", port))
+        message = b"GET /v2/health/live HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + b"a" * 100
+        start = time.monotonic()
+        closed_after = None
+        served_meanwhile = False
+        for i, byte in enumerate(message):
+            try:
+                slow.sendall(bytes([byte]))
+            except OSError:
+                closed_after = time.monotonic() - start
+                break
+            if i == 2:
+                served_meanwhile = request(port, "GET", "/v2/health/ready")[0] == 200
+            time.sleep(0.5)
+            slow.settimeout(0.01)
+            try:
+                if slow.recv(1) == b"":
+                    closed_after = time.monotonic() - start
+                    break
+            except socket.timeout:
+                pass
+            except OSError:
+                closed_after = time.monotonic() - start
+                break
+        check(closed_after is not None, "the slow client was never disconnected")
+        print(f"slow client disconnected after {closed_after:.1f} s")
+        check(1.5 <= closed_after <= 5.0, f"slow client cut after {closed_after:.1f} s, deadline 2 s")
+        check(served_meanwhile, "another client was not served while the slow one dripped")
+        start = time.monotonic()
+        check(silent.recv(1) == b"", "the silent connection got data")
+        print(f"silent connection closed {time.monotonic() - start:.1f} s after the slow one")
+        status, _, _ = request(port, "GET", "/v2/health/live")
+        check(status == 200, "not live after the slow clients")
+
+
+def case_queue_full():
+    config = """
+threads: 2
+models:
+  - model: vit_small_patch16_224
+    max_batch_size: 1
+    max_queue_size: 2
+"""
+    with Server(config=config) as server:
+        rng = np.random.default_rng(1)
+        body, headers = load_test.pixels_input(
+            rng.standard_normal((1, 3, 224, 224), dtype=np.float32))
+        results = []
+        lock = threading.Lock()
+
+        def client():
+            answer = request(server.port, "POST", "/v2/models/vit_small_patch16_224/infer", body,
+                             headers, timeout=120)
+            with lock:
+                results.append(answer)
+
+        threads = [threading.Thread(target=client) for _ in range(24)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        refused = [r for r in results if r[0] == 503]
+        served = [r for r in results if r[0] == 200]
+        print(f"24 requests at once, queue of 2: {len(served)} served, {len(refused)} refused")
+        check(len(served) + len(refused) == 24, f"statuses {[r[0] for r in results]}")
+        check(len(refused) > 0 and len(served) >= 3, "expected both refusals and answers")
+        for status, headers, data in refused:
+            check(headers.get("Retry-After") == "1", f"503 without Retry-After: {headers}")
+            check("queue is full" in json_error(data), f"503 body {data!r}")
+        metrics = request(server.port, "GET", "/metrics")[2].decode()
+        check(f'reason="REJECTED"}} {len(refused)}' in metrics, "refusals not counted as REJECTED")
+
+
+def case_shutdown():
+    config = """
+threads: 2
+models:
+  - model: vit_small_patch16_224
+    max_batch_size: 4
+    dynamic_batching: {max_queue_delay_us: 1000}
+"""
+    server = Server(config=config)
+    with server:
+        rng = np.random.default_rng(2)
+        body, headers = load_test.pixels_input(
+            rng.standard_normal((1, 3, 224, 224), dtype=np.float32))
+        results = []
+        sent = threading.Semaphore(0)
+        lock = threading.Lock()
+
+        def client():
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+            conn.request("POST", "/v2/models/vit_small_patch16_224/infer", body=body,
+                         headers=headers)
+            sent.release()
+            status = conn.getresponse().status
+            with lock:
+                results.append(status)
+
+        threads = [threading.Thread(target=client) for _ in range(12)]
+        for t in threads:
+            t.start()
+        # Every request sent (in the server's socket buffers), most of them still queued behind
+        # the first batches: SIGTERM.
+        for _ in threads:
+            sent.acquire()
+        time.sleep(0.3)
+        metrics = request(server.port, "GET", "/metrics")[2].decode()
+        pending = re.search(r"nv_inference_pending_request_count\{[^}]*\} ([0-9]+)", metrics)
+        print(f"at SIGTERM: {pending.group(1)} requests queued")
+        check(int(pending.group(1)) >= 1, "nothing queued at SIGTERM: the case tests nothing")
+        server.process.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join()
+        server.stop()
+        print(f"statuses after SIGTERM: {sorted(results)}")
+        check(results == [200] * 12, f"requests received before SIGTERM not all answered: {results}")
+        check(any("SIGTERM" in line for line in server.output), "no shutdown message")
+        try:
+            socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
+            fail("still accepting connections after exit")
+        except OSError:
+            pass
+
+
+def case_load():
+    # The serve config the repository ships (configs/serve/), on a free port.
+    with Server("--config", str(REPO / "configs" / "serve" / "vit_digits.yaml")) as server:
+        rng = np.random.default_rng(3)
+        inputs = [load_test.pixels_input(rng.standard_normal((1, 3, 32, 32), dtype=np.float32))
+                  for _ in range(16)]
+        inputs.append(load_test.image_input(DIGIT_IMAGE))
+        reference = load_test.reference_answers("127.0.0.1", server.port, "vit_digits", inputs)
+        figures = load_test.run("127.0.0.1", server.port, "vit_digits", inputs, clients=16,
+                                seconds=8, reference=reference, rss_pid=server.process.pid)
+        print(json.dumps(figures))
+        check(figures["answered"] > 50, f"too few answers: {figures}")
+        check(figures["errors"] == 0 and figures["wrong"] == 0, f"errors or wrong: {figures}")
+        metrics = request(server.port, "GET", "/metrics")[2].decode()
+        batches = re.search(r'attnzoo_inference_batch_size_bucket\{[^}]*le="1"\} ([0-9]+)', metrics)
+        executions = re.search(r"nv_inference_exec_count\{[^}]*\} ([0-9]+)", metrics)
+        check(int(batches.group(1)) < int(executions.group(1)),
+              "no execution held more than one request: dynamic batching did not batch")
+
+
+if __name__ == "__main__":
+    cases = {name[5:]: f for name, f in globals().items() if name.startswith("case_")}
+    if CASE not in cases:
+        fail(f"unknown case; one of {sorted(cases)}")
+    cases[CASE]()
+    print(f"serve_test.py {CASE}: ok")

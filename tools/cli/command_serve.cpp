@@ -1,0 +1,156 @@
+// `attnzoo serve`: the inference server (serve/): the models of a serve config, or one model
+// given by flags, behind the KServe v2 protocol on HTTP, with dynamic batching and metrics.
+// SIGTERM or SIGINT shuts it down gracefully: it stops accepting, answers every request already
+// received, and exits 0.
+#include "tools/cli/commands.h"
+
+#include <attnzoo/configs/serve_config.h>
+#include <attnzoo/serve/endpoints.h>
+#include <attnzoo/serve/http_server.h>
+#include <attnzoo/serve/inference_server.h>
+
+#include <torch/torch.h>
+
+#include <pthread.h>
+#include <chrono>
+#include <csignal>
+#include <iostream>
+
+namespace attnzoo::cli {
+namespace {
+
+struct ServeFlags {
+  std::string config;
+  std::vector<std::string> sets;
+  // One model without a config file.
+  std::string model;
+  std::string weights;
+  std::string format;
+  std::vector<std::string> overrides;
+  int64_t max_batch_size = 8;
+  int64_t max_queue_delay_us = -1;  // >= 0: dynamic batching
+  int64_t max_queue_size = 64;
+  std::string host;
+  int64_t port = -1;
+  int64_t threads = -1;
+  double grace_s = 30.0;
+};
+
+ServeConfig config_of(const ServeFlags& f) {
+  ServeConfig config;
+  if (!f.config.empty()) {
+    config = load_serve_config(f.config, f.sets);
+  } else {
+    config.source = "attnzoo serve";
+    ServedModelConfig m;
+    m.model = f.model;
+    m.name = resolve_model_config(f.model, f.overrides).name;
+    m.weights = f.weights;
+    m.format = f.format;
+    m.overrides = f.overrides;
+    m.max_batch_size = f.max_batch_size;
+    m.dynamic_batching = f.max_queue_delay_us >= 0;
+    m.max_queue_delay_us = std::max<int64_t>(0, f.max_queue_delay_us);
+    m.max_queue_size = f.max_queue_size;
+    config.models.push_back(m);
+  }
+  if (!f.host.empty()) config.http.host = f.host;
+  if (f.port >= 0) config.http.port = f.port;
+  if (f.threads >= 0) config.threads = f.threads;
+  return config;
+}
+
+int run_serve(const ServeFlags& flags) {
+  // Every thread started from here on (batchers, I/O, LibTorch's pool) inherits the blocked
+  // signals; this thread alone takes them, with sigwait.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const auto config = config_of(flags);
+  if (config.threads > 0) torch::set_num_threads(static_cast<int>(config.threads));
+  auto endpoints = serve::load_endpoints(config);
+  std::string names;
+  for (const auto& e : endpoints) {
+    names += (names.empty() ? "" : ", ") + e.model->name() +
+             (e.batching.dynamic
+                  ? " (dynamic batching up to " + std::to_string(e.batching.max_batch_size) + ", " +
+                        std::to_string(e.batching.max_queue_delay_us) + " us)"
+                  : " (no dynamic batching)");
+  }
+  serve::InferenceServer server(std::move(endpoints));
+  serve::HttpServerOptions http;
+  http.host = config.http.host;
+  http.port = static_cast<uint16_t>(config.http.port);
+  http.threads = static_cast<int>(config.http.threads);
+  http.max_body_bytes = static_cast<size_t>(config.http.max_body_mb) << 20;
+  http.max_header_bytes = static_cast<size_t>(config.http.max_header_kb) << 10;
+  http.request_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config.http.request_timeout_s * 1000));
+  http.write_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config.http.write_timeout_s * 1000));
+  http.max_connections = static_cast<size_t>(config.http.max_connections);
+  serve::HttpServer listener(http, server);
+  listener.start();
+  std::cout << "attnzoo serve: listening on http://" << http.host << ":" << listener.port() << " ("
+            << names << "; " << torch::get_num_threads() << " LibTorch threads)" << std::endl;
+
+  int received = 0;
+  sigwait(&signals, &received);
+  std::cout << "attnzoo serve: " << (received == SIGTERM ? "SIGTERM" : "SIGINT")
+            << ": no new requests; answering those received" << std::endl;
+  listener.stop_accepting();
+  server.drain();
+  listener.shutdown(std::chrono::milliseconds(static_cast<int64_t>(flags.grace_s * 1000)));
+  std::cout << "attnzoo serve: stopped" << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+Command add_serve_command(CLI::App& app) {
+  auto flags = std::make_shared<ServeFlags>();
+  auto* sub = app.add_subcommand(
+      "serve",
+      "Serve models over HTTP: the KServe v2 / Triton protocol, dynamic batching, metrics");
+  auto* config = sub->add_option("--config", flags->config,
+                                 "A serve config (YAML: the models, batching, HTTP limits)")
+                     ->check(CLI::ExistingFile);
+  sub->add_option("--set-config", flags->sets,
+                  "Override a serve config value, key.path=value; repeatable")
+      ->needs(config);
+  auto* model =
+      sub->add_option("--model", flags->model, "One model to serve: a registered name or a YAML")
+          ->excludes(config);
+  sub->add_option("--weights", flags->weights, "safetensors weights of --model")->needs(model);
+  sub->add_option("--format", flags->format, "Checkpoint layout of --weights")->needs(model);
+  sub->add_option("--set", flags->overrides, "Override a value of --model's config")->needs(model);
+  sub->add_option("--max-batch-size", flags->max_batch_size, "Rows per execution (--model)")
+      ->check(CLI::Range(1, 4096))
+      ->needs(model);
+  sub->add_option("--max-queue-delay-us", flags->max_queue_delay_us,
+                  "Dynamic batching of --model with this delay (absent: none)")
+      ->check(CLI::Range(0, 10'000'000))
+      ->needs(model);
+  sub->add_option("--max-queue-size", flags->max_queue_size, "Requests waiting (--model)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->needs(model);
+  sub->add_option("--host", flags->host, "Address to listen on (default 127.0.0.1)");
+  sub->add_option("--port", flags->port, "Port (default 8000; 0: a free one, printed)")
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--threads", flags->threads, "LibTorch intra-op threads (0: its default)")
+      ->check(CLI::Range(0, 1024));
+  sub->add_option("--grace", flags->grace_s,
+                  "Seconds to wait for responses to be written at shutdown (default 30)")
+      ->check(CLI::Range(0.0, 3600.0));
+  return {sub, [flags] {
+            if (flags->config.empty() && flags->model.empty()) {
+              throw CLI::ValidationError("serve", "give --config or --model");
+            }
+            return run_serve(*flags);
+          }};
+}
+
+}  // namespace attnzoo::cli
