@@ -133,7 +133,32 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(server_.options.max_header_bytes));
     parser_->body_limit(server_.options.max_body_bytes);
+    // One deadline for the whole request: header, the interim answer, body.
     stream_.expires_after(server_.options.request_timeout);
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
+  }
+
+  // A client that asks "Expect: 100-continue" (curl does for bodies over 1 MB) waits for the
+  // interim answer before it sends the body: without it, a second. A body past the limit was
+  // refused with the header already (its Content-Length), so that client never sends it.
+  void on_header(beast::error_code ec) {
+    if (ec || parser_->is_done()) return on_read(ec);
+    if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+      auto interim = std::make_shared<http::response<http::empty_body>>(http::status::continue_,
+                                                                        parser_->get().version());
+      http::async_write(stream_, *interim,
+                        [self = shared_from_this(), interim](beast::error_code ec, std::size_t) {
+                          if (ec) return self->close();
+                          self->read_body();
+                        });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
     http::async_read(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });

@@ -88,6 +88,7 @@ class Client {
       got.append(buffer, static_cast<size_t>(n));
     }
   }
+  ssize_t receive(char* buffer, size_t size) { return recv(fd_, buffer, size, 0); }
   bool closed_by_peer() {
     char c;
     return recv(fd_, &c, 1, 0) == 0;
@@ -97,6 +98,10 @@ class Client {
   int fd_ = -1;
   bool connected_ = false;
 };
+
+ssize_t recv_some(Client& client, char* buffer, size_t size) {
+  return client.receive(buffer, size);
+}
 
 int status_of(const std::string& response) {
   std::smatch m;
@@ -131,6 +136,27 @@ TEST(HttpServer, KeepsConnectionsAliveAcrossRequestsAnsweredFromOtherThreads) {
   server.shutdown(5s);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
   EXPECT_TRUE(client.closed_by_peer());
+}
+
+TEST(HttpServer, AnswersExpect100ContinueBeforeTheBody) {
+  EchoHandler handler;
+  HttpServer server(small_limits(), handler);
+  server.start();
+  Client client(server.port());
+  client.send("POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n");
+  // The interim answer comes before any body byte is sent (recv would time out otherwise).
+  char interim[64] = {};
+  const auto n = recv_some(client, interim, sizeof(interim) - 1);
+  EXPECT_EQ(std::string(interim, n > 0 ? static_cast<size_t>(n) : 0).rfind("HTTP/1.1 100", 0), 0u);
+  client.send("abcd");
+  const auto response = client.response();
+  EXPECT_EQ(status_of(response), 200) << response;
+  EXPECT_NE(response.find("POST /up 4"), std::string::npos);
+  // Past the limit: refused from the header, no interim answer.
+  Client big(server.port());
+  big.send("POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n");
+  EXPECT_EQ(status_of(big.response()), 413);
+  server.shutdown(1s);
 }
 
 TEST(HttpServer, RefusesBodiesAndHeadersPastTheLimits) {
