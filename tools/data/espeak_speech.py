@@ -57,23 +57,29 @@ def synthesize(text, voice, speed, pitch, data_path=None):
     return np.frombuffer(frames, dtype="<i2").astype(np.float64) / 32768.0, rate
 
 
-def random_variant(rng, name):
+def random_variant(rng, name, independent_formants=False):
     """The text of an espeak-ng voice variant file of random settings: a speaker of espeak-ng's
     own making, to widen the voices a training split hears. The settings are the ones espeak-ng's
     shipped variants use, in about their spans (the test split's variants left out of that
     reading): every formant's frequency one factor of the variant's (0.8 to 1.5) jittered by 7%,
     with its height and width, the upper formants (6 to 8) damped in some; the pitch range; and in
     some variants an echo, breathiness, a frequency response (tone), flutter, roughness, voicing
-    and consonant levels."""
+    and consonant levels.
+
+    With independent_formants each of formants 0 to 5 draws its own factor (0.8 to 1.6), so that
+    the vowels' formant ratios move too (a first formant raised while the second is raised more,
+    as in some shipped female variants), and the second consonant level reaches down to 10."""
     scale = rng.uniform(0.8, 1.5)
     low = int(rng.integers(60, 241))
+    consonant_floor = 10 if independent_formants else 60
     lines = [f"name {name}", "language variant",
              f"pitch {low} {low + int(rng.integers(20, 141))}",
              f"flutter {int(rng.integers(0, 21))}", f"roughness {int(rng.integers(0, 5))}",
              f"voicing {int(rng.integers(30, 151))}",
-             f"consonants {int(rng.integers(60, 121))} {int(rng.integers(60, 121))}"]
+             f"consonants {int(rng.integers(60, 121))} {int(rng.integers(consonant_floor, 121))}"]
     for k in range(6):
-        lines.append(f"formant {k} {round(100 * scale * rng.uniform(0.93, 1.07))} "
+        factor = rng.uniform(0.8, 1.6) if independent_formants else scale * rng.uniform(0.93, 1.07)
+        lines.append(f"formant {k} {round(100 * factor)} "
                      f"{int(rng.integers(60, 161))} {int(rng.integers(70, 141))}")
     damped = rng.random() < 0.3
     for k in range(6, 9):

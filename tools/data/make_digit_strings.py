@@ -13,6 +13,9 @@ Splits with disjoint voice variants:
   train_voices  10000 more, half from those variants and half from 400 variants of random pitch
          and formants (espeak_speech.random_variant) written into a private copy of espeak-ng's
          data: the voices the validation errors of a model trained on `train` asked for;
+  train_formants  10000 more, half from the training variants and half from 400 random variants
+         whose formants move independently of each other (random_variant's
+         independent_formants): the voices the validation errors of the second stage asked for;
   val      600 from VAL_VARIANTS, carved out of the training variants: the split on which
          recipes are chosen, never heard in training;
   test    1000 from espeak_speech.TEST_VARIANTS, heard by no recipe choice either: its word error
@@ -38,10 +41,16 @@ from espeak_speech import (ACCENTS, RATE, TEST_VARIANTS, TRAIN_VARIANTS, colored
 DIGIT_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 VAL_VARIANTS = ["Alicia", "boris", "f2", "Hugo", "klatt5", "m6", "Michael", "robosoft6", "shelby",
                 "whisper"]
-RANDOM_VARIANTS = [f"random{i:03d}" for i in range(400)]
+# The random variants of each split that has them: (names, seed of their settings, whether each
+# formant draws its own factor).
+RANDOM_VARIANTS = {
+    "train_voices": ([f"random{i:03d}" for i in range(400)], 15, False),
+    "train_formants": ([f"formants{i:03d}" for i in range(400)], 17, True),
+}
 SPLITS = {
     "train": (10000, 11, [v for v in TRAIN_VARIANTS if v not in VAL_VARIANTS]),
     "train_voices": (10000, 14, [v for v in TRAIN_VARIANTS if v not in VAL_VARIANTS]),
+    "train_formants": (10000, 16, [v for v in TRAIN_VARIANTS if v not in VAL_VARIANTS]),
     "val": (600, 12, VAL_VARIANTS),
     "test": (1000, 13, TEST_VARIANTS),
 }
@@ -51,8 +60,9 @@ def make_utterance(job):
     split, index, folder, data_path = job
     count, seed, variants = SPLITS[split]
     rng = np.random.default_rng([seed, index])
-    if data_path and rng.random() < 0.5:
-        variants = RANDOM_VARIANTS
+    random_voice = data_path is not None and rng.random() < 0.5
+    if random_voice:
+        variants = RANDOM_VARIANTS[split][0]
     digits = rng.integers(0, 10, size=int(rng.integers(1, 8)))
     words = ["oh" if d == 0 and rng.random() < 0.5 else DIGIT_WORDS[d] for d in digits]
     # A comma makes espeak-ng pause; the transcript has none.
@@ -60,8 +70,7 @@ def make_utterance(job):
     accent = ACCENTS[rng.integers(len(ACCENTS))]
     variant = variants[rng.integers(len(variants))]
     speech, rate = synthesize(spoken, f"{accent}+{variant}", int(rng.integers(120, 221)),
-                              int(rng.integers(15, 86)), data_path if variants is RANDOM_VARIANTS
-                              else None)
+                              int(rng.integers(15, 86)), data_path if random_voice else None)
     speech = trim_quiet_ends(resample(speech, rate))
     before, after = (int(RATE * rng.uniform(0.05, 0.6)) for _ in range(2))
     clip = np.zeros(before + len(speech) + after)
@@ -85,11 +94,12 @@ def main() -> int:
         folder = os.path.join(args.output, args.split)
         os.makedirs(folder, exist_ok=True)
         data_path = None
-        if args.split == "train_voices":
-            voices = np.random.default_rng(15)
+        if args.split in RANDOM_VARIANTS:
+            names, seed, independent = RANDOM_VARIANTS[args.split]
+            voices = np.random.default_rng(seed)
             data_path = private_voices(
-                os.path.join(args.output, "espeak_voices"),
-                {name: random_variant(voices, name) for name in RANDOM_VARIANTS})
+                os.path.join(args.output, f"espeak_voices_{args.split}"),
+                {name: random_variant(voices, name, independent) for name in names})
         return [(args.split, index, folder, data_path) for index in range(count)]
 
     return write_split(__file__, args, count, prepare_jobs, make_utterance, "\t")
