@@ -337,10 +337,16 @@ void HttpServer::stop_accepting() {
     beast::error_code ignored;
     impl_->acceptor.close(ignored);
   });
-  std::lock_guard<std::mutex> lock(impl_->sessions_mutex);
-  for (auto& weak : impl_->sessions) {
-    if (auto session = weak.lock()) session->close_when_idle();
+  // The sessions are taken under the lock and told outside it: a session whose last owner is
+  // the pointer taken here unregisters itself, under the same lock, when that pointer goes.
+  std::vector<std::shared_ptr<Session>> open;
+  {
+    std::lock_guard<std::mutex> lock(impl_->sessions_mutex);
+    for (auto& weak : impl_->sessions) {
+      if (auto session = weak.lock()) open.push_back(std::move(session));
+    }
   }
+  for (auto& session : open) session->close_when_idle();
 }
 
 void HttpServer::shutdown(std::chrono::milliseconds grace) {
