@@ -80,13 +80,15 @@ Tensor classification_tensor(const std::string& name, const torch::Tensor& value
   const auto v = values.to(torch::kCPU, torch::kFloat).contiguous();
   k = std::min<int64_t>(k, v.size(1));
   const auto [top, index] = v.topk(k, 1);
+  // Accessors, not a tensor view and .item() per element: this runs for every request.
+  const auto scores = top.accessor<float, 2>();
+  const auto indices = index.accessor<int64_t, 2>();
   std::vector<std::string> elements;
   for (int64_t r = 0; r < v.size(0); ++r) {
     for (int64_t j = 0; j < k; ++j) {
-      const int64_t i = index[r][j].item<int64_t>();
+      const int64_t i = indices[r][j];
       char number[48];
-      std::snprintf(number, sizeof(number), "%.9g:%lld", top[r][j].item<float>(),
-                    static_cast<long long>(i));
+      std::snprintf(number, sizeof(number), "%.9g:%lld", scores[r][j], static_cast<long long>(i));
       std::string element = number;
       if (!labels.empty()) element += ":" + labels[static_cast<size_t>(i)];
       elements.push_back(std::move(element));
