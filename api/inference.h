@@ -6,6 +6,7 @@
 
 #include <torch/types.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -29,5 +30,11 @@ std::vector<std::string> with_quantize(const std::string& who, std::vector<std::
 ZooModel inference_model(const ModelConfig& config, const std::string& weights,
                          const std::string& format, torch::Device device, torch::Dtype dtype,
                          std::string& description);
+
+// Milliseconds of wall time since `start` (the *_ms fields of results).
+inline double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
 
 }  // namespace attnzoo::api_detail

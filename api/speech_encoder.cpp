@@ -38,11 +38,6 @@ std::string seconds_text(double seconds) {
   return out.str();
 }
 
-double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-      .count();
-}
-
 void fill_error(EncodedSpeech& out, const std::string& source, const std::exception& e) {
   out = {};
   out.audio = source;
@@ -142,18 +137,15 @@ torch::Tensor SpeechEncoder::ctc_log_probs(const torch::Tensor& encoded) const {
   return s.conformer->ctc_log_probs(x)[0].to(torch::kCPU, torch::kFloat).contiguous();
 }
 
-EncodedSpeech SpeechEncoder::encode_features(torch::Tensor features, const std::string& source,
-                                             double seconds) const {
+EncodedSpeech SpeechEncoder::encode_one(const SpeechFeatures& utterance) const {
   auto& s = *state_;
-  const int64_t frames = features.size(0);
-  check_long_enough(s.config, s.min_frames, source, seconds, frames);
   EncodedSpeech out;
-  out.audio = source;
-  out.seconds = seconds;
+  out.audio = utterance.source;
+  out.seconds = utterance.seconds;
   out.frame_ms = s.frame_ms;
-  out.feature_frames = frames;
+  out.feature_frames = utterance.features.size(0);
   torch::InferenceMode inference;
-  const auto input = features.unsqueeze(0).to(s.device, s.dtype);
+  const auto input = utterance.features.unsqueeze(0).to(s.device, s.dtype);
   if (s.options.stream_chunk > 0) {
     fill_outputs(out, streamed_outputs(s.conformer, std::get<0>(s.conformer->forward_chunk_by_chunk(
                                                         input, s.options.stream_chunk,
@@ -188,68 +180,119 @@ EncodedSpeech SpeechEncoder::encode_file_streaming(const std::string& path) cons
   return out;
 }
 
-void SpeechEncoder::encode_batch(std::vector<EncodedSpeech*>& batch,
-                                 const std::vector<torch::Tensor>& features,
-                                 const std::vector<double>& feature_ms) const {
+std::vector<EncodedSpeech> SpeechEncoder::encode_features(
+    const std::vector<SpeechFeatures>& utterances) const {
   auto& s = *state_;
+  std::vector<EncodedSpeech> results;
+  results.reserve(utterances.size());
+  if (utterances.empty()) return results;
+  for (const auto& u : utterances) {
+    TORCH_CHECK_VALUE(u.features.defined() && u.features.dim() == 2 &&
+                          u.features.size(1) == s.extractor->options().num_mel_bins,
+                      "SpeechEncoder::encode_features: ", u.source, ": features must be [frames, ",
+                      s.extractor->options().num_mel_bins, "], got ",
+                      u.features.defined() ? u.features.sizes() : c10::IntArrayRef{});
+    check_long_enough(s.config, s.min_frames, u.source, u.seconds, u.features.size(0));
+  }
+  if (s.options.stream_chunk > 0 || utterances.size() == 1) {
+    for (const auto& u : utterances) {
+      const auto start = std::chrono::steady_clock::now();
+      results.push_back(encode_one(u));
+      results.back().encode_ms = u.features_ms + api_detail::ms_since(start);
+    }
+    return results;
+  }
   const auto start = std::chrono::steady_clock::now();
   torch::InferenceMode inference;
+  std::vector<torch::Tensor> features;
+  for (const auto& u : utterances) features.push_back(u.features);
   const auto padded = pad_features(features);
   torch::Tensor encoded, lengths, log_probs, logits;
   for (const auto& [name, value] :
        s.model.forward({padded.features.to(s.device, s.dtype), padded.lengths.to(s.device)})) {
-    if (name == "encoded") encoded = value;
-    if (name == "lengths") lengths = value;
-    if (name == "logits") log_probs = value;
+    if (name == "encoded") encoded = value.to(torch::kCPU, torch::kFloat);
+    if (name == "lengths") lengths = value.to(torch::kCPU);
+    if (name == "logits") log_probs = value.to(torch::kCPU, torch::kFloat);
     if (name == "class_logits") logits = value.to(torch::kCPU, torch::kFloat);
   }
   // Without lengths every output row is whole (AST's tokens of a fixed-length clip).
-  const auto valid = lengths.defined()
-                         ? lengths.to(torch::kCPU)
-                         : torch::full({encoded.size(0)}, encoded.size(1), torch::kLong);
-  const double batch_ms = ms_since(start);
+  if (!lengths.defined()) lengths = torch::full({encoded.size(0)}, encoded.size(1), torch::kLong);
+  const auto valid = lengths.accessor<int64_t, 1>();
+  const double batch_ms = api_detail::ms_since(start);
   const double total_frames = static_cast<double>(padded.lengths.sum().item<int64_t>());
-  for (size_t i = 0; i < batch.size(); ++i) {
-    auto& out = *batch[i];
-    const int64_t n = valid[static_cast<int64_t>(i)].item<int64_t>();
+  for (size_t i = 0; i < utterances.size(); ++i) {
+    const auto& u = utterances[i];
     const auto index = static_cast<int64_t>(i);
-    out.encoded = encoded[index].narrow(0, 0, n).to(torch::kCPU, torch::kFloat).contiguous();
+    EncodedSpeech out;
+    out.audio = u.source;
+    out.seconds = u.seconds;
+    out.frame_ms = s.frame_ms;
+    out.feature_frames = u.features.size(0);
+    out.encoded = encoded[index].narrow(0, 0, valid[index]).contiguous();
     out.embedding = out.encoded.mean(0);
-    if (log_probs.defined()) {
-      out.log_probs = log_probs[index].narrow(0, 0, n).to(torch::kCPU, torch::kFloat).contiguous();
-    }
+    if (log_probs.defined())
+      out.log_probs = log_probs[index].narrow(0, 0, valid[index]).contiguous();
     if (logits.defined()) out.logits = logits[index].contiguous();
-    out.encode_ms = feature_ms[i] + batch_ms * static_cast<double>(out.feature_frames) /
+    out.encode_ms = u.features_ms + batch_ms * static_cast<double>(out.feature_frames) /
                                         std::max(total_frames, 1.0);
+    results.push_back(std::move(out));
   }
+  return results;
+}
+
+SpeechFeatures SpeechEncoder::features(const std::string& path) const {
+  const auto& s = *state_;
+  const auto start = std::chrono::steady_clock::now();
+  auto audio = audio_file_features(path, *s.extractor, s.options.read);
+  SpeechFeatures out{
+      path, std::move(audio.features),
+      static_cast<double>(audio.samples) / static_cast<double>(s.config.features.sample_rate), 0.0};
+  check_long_enough(s.config, s.min_frames, path, out.seconds, out.features.size(0));
+  out.features_ms = api_detail::ms_since(start);
+  return out;
+}
+
+SpeechFeatures SpeechEncoder::features_from_memory(const void* data, size_t size,
+                                                   const std::string& source) const {
+  const auto& s = *state_;
+  const auto start = std::chrono::steady_clock::now();
+  auto audio = audio_memory_features(data, size, source, *s.extractor, s.options.read);
+  SpeechFeatures out{
+      source, std::move(audio.features),
+      static_cast<double>(audio.samples) / static_cast<double>(s.config.features.sample_rate), 0.0};
+  check_long_enough(s.config, s.min_frames, source, out.seconds, out.features.size(0));
+  out.features_ms = api_detail::ms_since(start);
+  return out;
+}
+
+SpeechFeatures SpeechEncoder::waveform_features(const torch::Tensor& samples, int64_t sample_rate,
+                                                const std::string& source) const {
+  const auto& s = *state_;
+  const auto start = std::chrono::steady_clock::now();
+  TORCH_CHECK_VALUE(
+      samples.defined() && samples.dim() == 1 && sample_rate > 0, "SpeechEncoder: ", source,
+      ": samples must be [N] (mono) with sample_rate > 0, got ",
+      samples.defined() ? samples.sizes() : c10::IntArrayRef{}, " at ", sample_rate, " Hz");
+  SpeechFeatures out{source, attnzoo::waveform_features(samples, sample_rate, *s.extractor, source),
+                     static_cast<double>(samples.size(0)) / static_cast<double>(sample_rate), 0.0};
+  check_long_enough(s.config, s.min_frames, source, out.seconds, out.features.size(0));
+  out.features_ms = api_detail::ms_since(start);
+  return out;
 }
 
 EncodedSpeech SpeechEncoder::encode(const std::string& path) const {
-  const auto start = std::chrono::steady_clock::now();
-  EncodedSpeech out;
   if (state_->options.stream_chunk > 0) {
-    out = encode_file_streaming(path);
-  } else {
-    const auto audio = audio_file_features(path, *state_->extractor, state_->options.read);
-    const double seconds = static_cast<double>(audio.samples) /
-                           static_cast<double>(state_->config.features.sample_rate);
-    out = encode_features(audio.features, path, seconds);
+    const auto start = std::chrono::steady_clock::now();
+    auto out = encode_file_streaming(path);
+    out.encode_ms = api_detail::ms_since(start);
+    return out;
   }
-  out.encode_ms = ms_since(start);
-  return out;
+  return encode_features({features(path)}).front();
 }
 
 EncodedSpeech SpeechEncoder::encode_waveform(const torch::Tensor& samples, int64_t sample_rate,
                                              const std::string& source) const {
-  const auto start = std::chrono::steady_clock::now();
-  TORCH_CHECK_VALUE(samples.dim() == 1 && sample_rate > 0,
-                    "SpeechEncoder: samples must be [N] (mono) with sample_rate > 0, got ",
-                    samples.sizes(), " at ", sample_rate, " Hz");
-  const auto features = waveform_features(samples, sample_rate, *state_->extractor, source);
-  auto out = encode_features(
-      features, source, static_cast<double>(samples.size(0)) / static_cast<double>(sample_rate));
-  out.encode_ms = ms_since(start);
-  return out;
+  return encode_features({waveform_features(samples, sample_rate, source)}).front();
 }
 
 std::vector<EncodedSpeech> SpeechEncoder::encode(const std::vector<std::string>& paths) const {
@@ -266,37 +309,25 @@ std::vector<EncodedSpeech> SpeechEncoder::encode(const std::vector<std::string>&
     return results;
   }
   // Features file by file (a bad file gets its error), the encoder batch by batch.
-  std::vector<EncodedSpeech*> batch;
-  std::vector<torch::Tensor> features;
-  std::vector<double> feature_ms;
+  std::vector<size_t> batch;
+  std::vector<SpeechFeatures> features_of_batch;
   const auto flush = [&] {
     if (batch.empty()) return;
     try {
-      encode_batch(batch, features, feature_ms);
+      auto encoded = encode_features(features_of_batch);
+      for (size_t j = 0; j < batch.size(); ++j) results[batch[j]] = std::move(encoded[j]);
     } catch (const std::exception& e) {  // the encoder failed (out of memory, ...): all of them
-      for (auto* out : batch) fill_error(*out, out->audio, e);
+      for (size_t j : batch) fill_error(results[j], paths[j], e);
     }
     batch.clear();
-    features.clear();
-    feature_ms.clear();
+    features_of_batch.clear();
   };
   for (size_t i = 0; i < paths.size(); ++i) {
-    auto& out = results[i];
     try {
-      const auto start = std::chrono::steady_clock::now();
-      auto audio = audio_file_features(paths[i], *s.extractor, s.options.read);
-      const double seconds =
-          static_cast<double>(audio.samples) / static_cast<double>(s.config.features.sample_rate);
-      check_long_enough(s.config, s.min_frames, paths[i], seconds, audio.features.size(0));
-      out.audio = paths[i];
-      out.seconds = seconds;
-      out.frame_ms = s.frame_ms;
-      out.feature_frames = audio.features.size(0);
-      batch.push_back(&out);
-      features.push_back(std::move(audio.features));
-      feature_ms.push_back(ms_since(start));
+      features_of_batch.push_back(features(paths[i]));
+      batch.push_back(i);
     } catch (const std::exception& e) {
-      fill_error(out, paths[i], e);
+      fill_error(results[i], paths[i], e);
     }
     if (static_cast<int64_t>(batch.size()) == s.options.batch_size) flush();
   }

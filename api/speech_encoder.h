@@ -20,6 +20,7 @@
 
 #include <torch/types.h>
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,14 @@ struct EncodedSpeech {
   bool ok() const { return error.empty(); }
 };
 
+// An utterance's features, ready for the encoder: what encode() computes before the model runs.
+struct SpeechFeatures {
+  std::string source;        // the file (or source name)
+  torch::Tensor features;    // [frames, bins] float32 on the CPU
+  double seconds = 0.0;      // the audio's duration
+  double features_ms = 0.0;  // reading and featurising, wall time
+};
+
 class SpeechEncoder {
  public:
   // `model`: a registered name or a YAML file of a family of audio (conformer, ast) with a
@@ -84,6 +93,22 @@ class SpeechEncoder {
   // others are still encoded. encode_ms: the file's features plus its share (by frames) of its
   // batch's encoder time.
   std::vector<EncodedSpeech> encode(const std::vector<std::string>& paths) const;
+
+  // The two halves of encode(), for callers that featurise and encode on different threads (a
+  // server featurises each request as it arrives and encodes many in one forward pass).
+  // Features of a file, of an encoded audio file in memory (`data` read during the call), or of a
+  // mono waveform in [-1, 1] at `sample_rate`; AudioError naming the source when it is unreadable
+  // or too short for the subsampling.
+  SpeechFeatures features(const std::string& path) const;
+  SpeechFeatures features_from_memory(const void* data, size_t size,
+                                      const std::string& source) const;
+  SpeechFeatures waveform_features(const torch::Tensor& samples, int64_t sample_rate,
+                                   const std::string& source = "<waveform>") const;
+  // Utterances in one forward pass, padded to the longest with the padding masked: each result
+  // equals encode()'s of its audio (within rounding), in order. With options.stream_chunk > 0, one
+  // at a time through the streaming path. Throws what the model throws (out of memory, ...);
+  // encode_ms: the utterance's features_ms plus its share, by frames, of the pass.
+  std::vector<EncodedSpeech> encode_features(const std::vector<SpeechFeatures>& utterances) const;
 
   // Live audio through the encoder's streaming path: a Resampler (when `sample_rate` is not the
   // model's), a FeatureStream and a ConformerStream. The frames it returns, concatenated, equal
@@ -133,12 +158,9 @@ class SpeechEncoder {
   double frame_period_ms() const;
 
  private:
-  EncodedSpeech encode_features(torch::Tensor features, const std::string& source,
-                                double seconds) const;
+  // One utterance, whose features are known to be long enough, alone.
+  EncodedSpeech encode_one(const SpeechFeatures& utterance) const;
   EncodedSpeech encode_file_streaming(const std::string& path) const;
-  // One forward pass over utterances whose features are known to be long enough.
-  void encode_batch(std::vector<EncodedSpeech*>& batch, const std::vector<torch::Tensor>& features,
-                    const std::vector<double>& feature_ms) const;
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -1,9 +1,8 @@
 #include <attnzoo/train/data.h>
 
-#include <ATen/Parallel.h>
-#include <torch/torch.h>
+#include <attnzoo/api/intra_op_threads.h>
 
-#include <dlfcn.h>
+#include <torch/torch.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -57,21 +56,6 @@ std::vector<std::string> class_order(const std::set<std::string>& found,
     }
   }
   return given;
-}
-
-// LibTorch's CPU ops run on OpenMP, and every thread that starts a parallel region gets a team of
-// its own whose threads spin-wait after each region: two loading threads with teams of their own
-// beside the training loop's slowed it fivefold on two cores. So the workers' ops run on one
-// thread: after ATen's per-thread initialisation (in LibTorch and in this program's inline copy),
-// which would otherwise reset it, the thread's OpenMP thread count goes to 1 (found at run time:
-// a LibTorch without OpenMP has nothing to change).
-void single_threaded_ops() {
-  at::get_num_threads();
-  at::internal::lazy_init_num_threads();
-  using SetThreads = void (*)(int);
-  static const auto set_threads =
-      reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-  if (set_threads) set_threads(1);
 }
 
 }  // namespace
@@ -282,7 +266,8 @@ struct EpochLoader::State {
   }
 
   void work() {
-    single_threaded_ops();
+    // Loading threads beside the training loop: their ops stay on them (api/intra_op_threads.h).
+    use_one_intra_op_thread();
     while (true) {
       int64_t b = 0;
       {

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <thread>
 
@@ -238,6 +239,53 @@ TEST(SpeechEncoder, StreamErrors) {
 }
 
 // One encoder from 4 threads at once (and a Stream per thread): the results of one thread alone.
+// The two halves of encode(), as a server calls them: features read from a file, from its bytes
+// in memory or from samples are the same; encode_features of several utterances equals encode()
+// of each (a batch, padded and masked).
+TEST(SpeechEncoder, FeaturesThenEncodeFeaturesEqualEncode) {
+  const SpeechEncoder encoder(kYaml);
+  const std::string dir = ::testing::TempDir();
+  std::vector<std::string> paths;
+  std::vector<SpeechFeatures> utterances;
+  for (int i = 0; i < 3; ++i) {
+    paths.push_back(dir + "/halves" + std::to_string(i) + ".wav");
+    const auto signal = test_signal(0.5 + 0.45 * i, 16000);
+    write_wav16(paths.back(), signal, 16000);
+    const auto from_file = encoder.features(paths.back());
+    std::ifstream in(paths.back(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto from_memory = encoder.features_from_memory(bytes.data(), bytes.size(), "bytes");
+    const auto from_samples = encoder.waveform_features(signal.to(torch::kFloat), 16000, "samples");
+    EXPECT_EQ(from_file.source, paths.back());
+    EXPECT_EQ(from_memory.source, "bytes");
+    EXPECT_NEAR(from_file.seconds, 0.5 + 0.45 * i, 1e-9);
+    EXPECT_DOUBLE_EQ(from_memory.seconds, from_file.seconds);
+    EXPECT_TRUE(torch::equal(from_file.features, from_memory.features));
+    EXPECT_TRUE(torch::equal(from_file.features, from_samples.features));
+    utterances.push_back(from_file);
+  }
+  const auto batch = encoder.encode_features(utterances);
+  ASSERT_EQ(batch.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    SCOPED_TRACE(paths[i]);
+    const auto alone = encoder.encode(paths[i]);
+    EXPECT_EQ(batch[i].audio, paths[i]);
+    EXPECT_EQ(batch[i].feature_frames, alone.feature_frames);
+    ASSERT_EQ(batch[i].encoded.sizes(), alone.encoded.sizes());
+    EXPECT_LE((batch[i].encoded - alone.encoded).abs().max().item<double>(), 1e-5);
+    EXPECT_LE((batch[i].log_probs - alone.log_probs).abs().max().item<double>(), 1e-4);
+  }
+  EXPECT_TRUE(encoder.encode_features({}).empty());
+  // Too short, or features of another width: refused before the model runs.
+  EXPECT_THAT(error_of([&] { encoder.features_from_memory("RIFF", 4, "four bytes"); }),
+              HasSubstr("four bytes"));
+  EXPECT_THAT(error_of([&] { encoder.waveform_features(torch::zeros({200}), 16000, "tiny"); }),
+              HasSubstr("tiny: too short"));
+  SpeechFeatures wrong{"wrong", torch::zeros({50, 7}), 0.5, 0.0};
+  EXPECT_THAT(error_of([&] { encoder.encode_features({wrong}); }),
+              HasSubstr("wrong: features must be [frames, 20]"));
+}
+
 TEST(SpeechEncoder, FourThreadsShareOneEncoder) {
   const SpeechEncoder encoder(kYaml);
   std::vector<torch::Tensor> signals;

@@ -9,6 +9,7 @@
 #include "tools/cli/commands.h"
 
 #include <attnzoo/api/speech_recognizer.h>
+#include <attnzoo/api/transcript_json.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/preprocess/audio/read.h>
 
@@ -39,22 +40,6 @@ struct TranscribeOptions {
   bool times = false;
 };
 
-nlohmann::json hypothesis_json(const TranscriptHypothesis& h, bool tokens) {
-  nlohmann::json j = {{"text", h.text}, {"score", h.score}, {"confidence", h.confidence}};
-  if (tokens) {
-    auto list = nlohmann::json::array();
-    for (const auto& t : h.tokens) {
-      list.push_back({{"token", t.text},
-                      {"id", t.id},
-                      {"start", t.start_seconds},
-                      {"end", t.end_seconds},
-                      {"confidence", t.confidence}});
-    }
-    j["tokens"] = list;
-  }
-  return j;
-}
-
 // "four(0.52-0.72) one(0.80-1.00)"
 std::string timed_tokens(const TranscriptHypothesis& h) {
   std::string out;
@@ -68,19 +53,10 @@ std::string timed_tokens(const TranscriptHypothesis& h) {
 
 void print_transcript(const Transcript& t, const TranscribeOptions& o) {
   if (o.json) {
-    nlohmann::json line = {{"audio", t.audio}};
-    if (!t.ok()) {
-      line["error"] = t.error;
-    } else {
-      line.update(hypothesis_json(t.best(), true));
-      line["seconds"] = t.seconds;
+    auto line = nlohmann::json::parse(transcript_json(t));
+    if (t.ok()) {
       line["ms"] = t.encode_ms + t.decode_ms;
       line["decode_ms"] = t.decode_ms;
-      if (t.hypotheses.size() > 1) {
-        auto nbest = nlohmann::json::array();
-        for (const auto& h : t.hypotheses) nbest.push_back(hypothesis_json(h, false));
-        line["nbest"] = nbest;
-      }
       if (o.live) line["final"] = true;
     }
     std::cout << line.dump() << "\n";
