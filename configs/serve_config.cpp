@@ -24,6 +24,8 @@ ServeHttpConfig read_http(MapReader http) {
   h.request_timeout_s = http.number("request_timeout_s", h.request_timeout_s, 0.0, 86400.0, true);
   h.write_timeout_s = http.number("write_timeout_s", h.write_timeout_s, 0.0, 86400.0, true);
   h.max_connections = http.integer("max_connections", h.max_connections, 1, 1 << 20);
+  h.stream_idle_timeout_s =
+      http.number("stream_idle_timeout_s", h.stream_idle_timeout_s, 0.0, 86400.0, true);
   http.finish();
   return h;
 }
@@ -63,6 +65,17 @@ ServedModelConfig read_model(MapReader entry, const std::string& source) {
   m.max_queue_size = entry.integer("max_queue_size", m.max_queue_size, 1, 1 << 20);
   m.instances = entry.integer("instances", m.instances, 1, 64);
   m.default_timeout_us = entry.integer("default_timeout_us", 0, 0, int64_t{1} << 40);
+  m.task = entry.choice("task", "", {"", "classify", "encode", "transcribe"});
+  if (entry.has("units")) {
+    m.units = resolve(source, entry.string("units", std::nullopt));
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(m.units, error)) {
+      entry.fail("units", "'" + m.units + "' is not a file");
+    }
+  }
+  m.max_audio_seconds = entry.number("max_audio_seconds", m.max_audio_seconds, 0.0, 86400.0, true);
+  m.max_streams = entry.integer("max_streams", m.max_streams, 0, 1 << 16);
+  m.stream_chunk = entry.integer("stream_chunk", m.stream_chunk, 0, 4096);
   entry.finish();
   return m;
 }
@@ -78,6 +91,7 @@ ServeConfig parse_serve_config(const std::string& yaml, const std::string& sourc
   c.source = source;
   c.http = read_http(root.map("http", false));
   c.threads = root.integer("threads", 0, 0, 1024);
+  c.stream_threads = root.integer("stream_threads", c.stream_threads, 1, 256);
   auto entries = root.map_list("models");
   std::set<std::string> names;
   for (auto& entry : entries) {

@@ -5,6 +5,7 @@
 //
 //   http: {host: 127.0.0.1, port: 8000, threads: 2, max_body_mb: 64, request_timeout_s: 30}
 //   threads: 2                        # LibTorch's intra-op threads (0: LibTorch's default)
+//   stream_threads: 2                 # threads for the chunks of live audio
 //   models:
 //     - name: digits                  # the route's name (default: the model's)
 //       model: vit_digits             # a registered name, or a model YAML
@@ -13,6 +14,10 @@
 //       dynamic_batching: {max_queue_delay_us: 2000}   # absent: each request runs alone
 //       max_queue_size: 64            # waiting requests; past it 503 with Retry-After
 //       default_timeout_us: 0         # a deadline for requests that set none (0: none)
+//     - model: conformer_digits_ctc   # audio: classify, encode or transcribe (task:)
+//       max_audio_seconds: 60         # the longest audio of a request or stream
+//       max_streams: 16               # open WebSocket streams (0: none)
+//       stream_chunk: 16              # encoder frames per chunk of a stream
 #pragma once
 
 #include <cstdint>
@@ -30,6 +35,8 @@ struct ServeHttpConfig {
   double request_timeout_s = 30.0;  // to receive a whole request, header and body
   double write_timeout_s = 30.0;
   int64_t max_connections = 1024;
+  // A WebSocket stream that sends nothing for this long is closed (its partial result lost).
+  double stream_idle_timeout_s = 30.0;
 };
 
 struct ServedModelConfig {
@@ -46,12 +53,26 @@ struct ServedModelConfig {
   int64_t max_queue_size = 64;
   int64_t instances = 1;
   int64_t default_timeout_us = 0;
+  // What the model is served as: "classify" (image or audio classifier), "encode" (speech
+  // encoder), "transcribe" (speech recognizer: a CTC head and a token table); empty: classify
+  // for a model with a classification head, else transcribe when it has a CTC head and a token
+  // table, else encode.
+  std::string task;
+  std::string units;  // the recognizer's token table; empty: the model config's decoding.units
+  // Audio models: the longest audio a request may hold, in seconds (a file, a waveform, or a
+  // stream), and how many WebSocket streams may be open at once (0: no streaming route).
+  double max_audio_seconds = 60.0;
+  int64_t max_streams = 16;
+  // Encoder frames per chunk of a stream; 0: the model config's streaming.chunk_size (a model
+  // without one does not stream unless this is set).
+  int64_t stream_chunk = 0;
 };
 
 struct ServeConfig {
   std::string source;
   ServeHttpConfig http;
   int64_t threads = 0;
+  int64_t stream_threads = 2;  // threads running the chunks of live audio (WebSocket streams)
   std::vector<ServedModelConfig> models;
 };
 

@@ -2,40 +2,104 @@
 
 #include <attnzoo/configs/model_family.h>
 #include <attnzoo/configs/registry.h>
+#include <attnzoo/serve/served_audio_classifier.h>
 #include <attnzoo/serve/served_image_classifier.h>
+#include <attnzoo/serve/served_speech_encoder.h>
+#include <attnzoo/serve/served_speech_recognizer.h>
+
+#include <c10/util/Exception.h>
 
 #include <stdexcept>
 
 namespace attnzoo::serve {
+namespace {
+
+std::shared_ptr<const ServedModel> image_model(const ServedModelConfig& m,
+                                               const ModelConfig& model_config,
+                                               const std::string& who) {
+  const auto& family = model_family(model_config.family);
+  if (m.task == "encode" || m.task == "transcribe") {
+    throw std::invalid_argument(who + ": task '" + m.task + "' needs a model of audio; this is a " +
+                                model_config.family + " model taking " +
+                                input_kind_name(family.input_kind()));
+  }
+  if (family.num_classes(model_config) == 0) {
+    throw std::invalid_argument(who +
+                                ": a vision model is served as an image classifier, and this "
+                                "one has no classification head (architecture.num_classes is 0)");
+  }
+  ImageClassifierOptions options;
+  options.weights = m.weights;
+  options.format = m.format;
+  options.overrides = m.overrides;
+  options.device = m.device;
+  options.dtype = m.dtype;
+  return std::make_shared<ServedImageClassifier>(
+      m.name, std::make_shared<const ImageClassifier>(m.model, options));
+}
+
+std::shared_ptr<const ServedModel> audio_model(const ServedModelConfig& m,
+                                               const ModelConfig& model_config,
+                                               const std::string& who) {
+  const auto& family = model_family(model_config.family);
+  std::string task = m.task;
+  if (task.empty()) {
+    if (family.num_classes(model_config) > 0) {
+      task = "classify";
+    } else if (family.ctc_vocab(model_config) > 0 &&
+               (!m.units.empty() || model_config.decoding.defined())) {
+      task = "transcribe";
+    } else {
+      task = "encode";
+    }
+  }
+  SpeechEncoderOptions options;
+  options.weights = m.weights;
+  options.format = m.format;
+  options.overrides = m.overrides;
+  options.device = m.device;
+  options.dtype = m.dtype;
+  options.read.max_seconds = m.max_audio_seconds;
+  const AudioServing serving{m.max_audio_seconds, m.stream_chunk};
+  try {
+    if (task == "classify") {
+      return std::make_shared<ServedAudioClassifier>(
+          m.name, std::make_shared<const AudioClassifier>(m.model, options), serving);
+    }
+    if (task == "transcribe") {
+      SpeechRecognizerOptions recognizer;
+      recognizer.encoder = options;
+      recognizer.units = m.units;
+      return std::make_shared<ServedSpeechRecognizer>(
+          m.name, std::make_shared<const SpeechRecognizer>(m.model, recognizer), serving);
+    }
+    return std::make_shared<ServedSpeechEncoder>(
+        m.name, std::make_shared<const SpeechEncoder>(m.model, options), serving);
+  } catch (const c10::Error& e) {
+    throw std::invalid_argument(who + ": task '" + task + "': " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(who + ": task '" + task + "': " + e.what());
+  }
+}
+
+}  // namespace
 
 std::vector<ModelEndpoint> load_endpoints(const ServeConfig& config) {
   std::vector<ModelEndpoint> endpoints;
   for (const auto& m : config.models) {
     const auto model_config = resolve_model_config(m.model, m.overrides);
-    const auto& family = model_family(model_config.family);
     const std::string who = config.source + ": model '" + m.name + "' (" + m.model + ")";
-    if (family.input_kind() != InputKind::kImages || family.num_classes(model_config) == 0) {
-      throw std::invalid_argument(
-          who +
-          ": only image classifiers (a vision model with num_classes > 0) are served; "
-          "this is a " +
-          model_config.family + " model taking " + input_kind_name(family.input_kind()));
-    }
-    ImageClassifierOptions options;
-    options.weights = m.weights;
-    options.format = m.format;
-    options.overrides = m.overrides;
-    options.device = m.device;
-    options.dtype = m.dtype;
     ModelEndpoint endpoint;
-    endpoint.model = std::make_shared<ServedImageClassifier>(
-        m.name, std::make_shared<const ImageClassifier>(m.model, options));
+    endpoint.model = model_family(model_config.family).input_kind() == InputKind::kImages
+                         ? image_model(m, model_config, who)
+                         : audio_model(m, model_config, who);
     endpoint.batching.dynamic = m.dynamic_batching;
     endpoint.batching.max_batch_size = m.max_batch_size;
     endpoint.batching.max_queue_delay_us = m.max_queue_delay_us;
     endpoint.batching.max_queue_size = m.max_queue_size;
     endpoint.batching.instances = m.instances;
     endpoint.default_timeout_us = m.default_timeout_us;
+    endpoint.max_streams = m.max_streams;
     endpoints.push_back(std::move(endpoint));
   }
   return endpoints;

@@ -1,5 +1,7 @@
-// The models of a serve config, loaded and wrapped for the server: each model's kind follows from
-// its config (a vision model with a classification head is an image classifier).
+// The models of a serve config, loaded and wrapped for the server. A model's task is its entry's
+// `task:`, else follows from its config: a model with a classification head is a classifier (of
+// images or audio), a model of audio with a CTC head and a token table a recognizer, any other
+// model of audio an encoder.
 #pragma once
 
 #include <attnzoo/configs/serve_config.h>
@@ -9,9 +11,9 @@
 
 namespace attnzoo::serve {
 
-// Loads every model of `config` with its weights. Errors name the model and what it cannot be:
-// a model without a classification head, or of audio, is refused (served_model.h lists what is
-// served).
+// Loads every model of `config` with its weights. Errors name the serve config, the model and
+// what it cannot be: a vision model without a classification head, a task the model cannot do
+// (encode or transcribe of an image model; transcribe without a CTC head or a token table).
 std::vector<ModelEndpoint> load_endpoints(const ServeConfig& config);
 
 }  // namespace attnzoo::serve

@@ -10,6 +10,7 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -25,6 +26,7 @@ namespace attnzoo::serve {
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace websocket = beast::websocket;
 using tcp = net::ip::tcp;
 
 const std::string* HttpRequest::header(const std::string& lower_case_name) const {
@@ -32,9 +34,23 @@ const std::string* HttpRequest::header(const std::string& lower_case_name) const
   return it == headers.end() ? nullptr : &it->second;
 }
 
+std::shared_ptr<StreamHandler> HttpHandler::open_stream(const HttpRequest& request,
+                                                        HttpResponse& refusal) {
+  refusal.status = 404;
+  refusal.body = error_body("no WebSocket route " + request.path);
+  return nullptr;
+}
+
 namespace {
 
-class Session;
+// An open connection as the server keeps track of it: an HTTP session, or a WebSocket stream
+// that took one over.
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  // From any thread: finish what is in hand, then close (HttpServer::stop_accepting).
+  virtual void close_when_idle() = 0;
+};
 
 }  // namespace
 
@@ -45,7 +61,7 @@ struct HttpServer::Impl {
   // destroyed.
   std::mutex sessions_mutex;
   std::condition_variable sessions_closed;
-  std::list<std::weak_ptr<Session>> sessions;
+  std::list<std::weak_ptr<Connection>> sessions;
   size_t open_sessions = 0;
   std::atomic<bool> accepting{true};
 
@@ -63,7 +79,10 @@ struct HttpServer::Impl {
         acceptor(net::make_strand(io)) {}
 
   void accept();
-  void session_closed(std::list<std::weak_ptr<Session>>::iterator where);
+  // Counts `connection` as open until session_closed(); returns its place in the list.
+  std::list<std::weak_ptr<Connection>>::iterator session_opened(
+      const std::shared_ptr<Connection>& connection);
+  void session_closed(std::list<std::weak_ptr<Connection>>::iterator where);
 };
 
 namespace {
@@ -77,13 +96,111 @@ std::string lower(std::string text) {
 // How long a connection that waits for a request stays open once the server stops accepting.
 constexpr std::chrono::milliseconds kLastBytesWait{200};
 
+// A WebSocket connection handed to a StreamHandler: accept the upgrade, then read a message,
+// let the handler reply, write the reply, again, until either side closes.
+class StreamSession : public Connection, public std::enable_shared_from_this<StreamSession> {
+ public:
+  StreamSession(beast::tcp_stream stream, HttpServer::Impl& server,
+                std::shared_ptr<StreamHandler> handler)
+      : ws_(std::move(stream)), server_(server), handler_(std::move(handler)) {}
+
+  void set_registration(std::list<std::weak_ptr<Connection>>::iterator where) { where_ = where; }
+
+  void start(http::request<http::string_body> upgrade) {
+    websocket::stream_base::timeout timeout;
+    timeout.handshake_timeout = server_.options.request_timeout;
+    timeout.idle_timeout = server_.options.stream_idle_timeout;
+    timeout.keep_alive_pings = false;
+    ws_.set_option(timeout);
+    ws_.set_option(websocket::stream_base::decorator(
+        [](websocket::response_type& response) { response.set(http::field::server, "attnzoo"); }));
+    ws_.read_message_max(server_.options.max_body_bytes);
+    auto request = std::make_shared<http::request<http::string_body>>(std::move(upgrade));
+    ws_.async_accept(*request, [self = shared_from_this(), request](beast::error_code ec) {
+      if (ec) return;  // the connection goes with the session
+      self->server_.handler.responded(101);
+      self->read();
+    });
+  }
+
+  void close_when_idle() override {
+    net::post(ws_.get_executor(), [self = shared_from_this()] {
+      self->closing_ = true;
+      if (self->reading_) self->close(websocket::close_code::going_away, "server shutting down");
+    });
+  }
+
+  ~StreamSession() override { server_.session_closed(where_); }
+
+ private:
+  void read() {
+    if (closing_) return close(websocket::close_code::going_away, "server shutting down");
+    reading_ = true;
+    ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->reading_ = false;
+      if (ec) return;  // closed by the client, a timeout, or close(): the session ends
+      self->on_message();
+    });
+  }
+
+  void on_message() {
+    WebSocketMessage message;
+    message.text = ws_.got_text();
+    message.data = beast::buffers_to_string(buffer_.data());
+    buffer_.consume(buffer_.size());
+    StreamRespond respond = [self = shared_from_this()](StreamReply reply) {
+      net::post(self->ws_.get_executor(), [self, reply = std::move(reply)]() mutable {
+        self->write(std::make_shared<StreamReply>(std::move(reply)), 0);
+      });
+    };
+    try {
+      handler_->on_message(std::move(message), std::move(respond));
+    } catch (const std::exception& e) {
+      close(websocket::close_code::internal_error, e.what());
+    }
+  }
+
+  // The reply's messages from `next` on, then the next read or the close.
+  void write(std::shared_ptr<StreamReply> reply, size_t next) {
+    if (closed_) return;
+    if (next == reply->messages.size()) {
+      if (reply->close) return close(websocket::close_code::normal, reply->close_reason);
+      return read();
+    }
+    const auto& message = reply->messages[next];
+    ws_.text(message.text);
+    ws_.async_write(net::buffer(message.data),
+                    [self = shared_from_this(), reply, next](beast::error_code ec, std::size_t) {
+                      if (ec) return;
+                      self->write(reply, next + 1);
+                    });
+  }
+
+  void close(websocket::close_code code, const std::string& reason) {
+    if (closed_) return;
+    closed_ = true;
+    // A close reason is at most 123 bytes (RFC 6455, 5.5.1).
+    websocket::close_reason why(code, reason.substr(0, 123));
+    ws_.async_close(why, [self = shared_from_this()](beast::error_code) {});
+  }
+
+  websocket::stream<beast::tcp_stream> ws_;
+  HttpServer::Impl& server_;
+  std::shared_ptr<StreamHandler> handler_;
+  beast::flat_buffer buffer_;
+  std::list<std::weak_ptr<Connection>>::iterator where_;
+  bool reading_ = false;
+  bool closing_ = false;
+  bool closed_ = false;
+};
+
 // One connection: read a request, hand it over, write the answer, again while keep-alive.
-class Session : public std::enable_shared_from_this<Session> {
+class Session : public Connection, public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, HttpServer::Impl& server)
       : stream_(std::move(socket)), server_(server), last_bytes_(stream_.get_executor()) {}
 
-  void set_registration(std::list<std::weak_ptr<Session>>::iterator where) { where_ = where; }
+  void set_registration(std::list<std::weak_ptr<Connection>>::iterator where) { where_ = where; }
 
   void start() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); });
@@ -93,7 +210,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // a request gets a moment for bytes already on their way, then closes; one in the middle of
   // reading a request keeps its deadline, and the request is answered (503 once the server
   // drains).
-  void close_when_idle() {
+  void close_when_idle() override {
     net::post(stream_.get_executor(), [self = shared_from_this()] {
       self->closing_ = true;
       if (self->state_ != State::kReading) return;
@@ -119,7 +236,7 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
-  ~Session() { server_.session_closed(where_); }
+  ~Session() override { server_.session_closed(where_); }
 
  private:
   enum class State { kReading, kHandling, kWriting, kClosed };
@@ -196,6 +313,7 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     auto& message = parser_->get();
+    if (websocket::is_upgrade(message)) return upgrade();
     HttpRequest request;
     request.method = std::string(message.method_string());
     const std::string target(message.target());
@@ -226,6 +344,44 @@ class Session : public std::enable_shared_from_this<Session> {
       response.body = error_body(e.what());
       write(std::move(response), version);
     }
+  }
+
+  // The request asks for a WebSocket: the handler's stream takes the connection over (this
+  // session then ends without closing it), or the refusal is written.
+  void upgrade() {
+    auto message = parser_->release();
+    parser_.reset();
+    HttpRequest request;
+    request.method = std::string(message.method_string());
+    const std::string target(message.target());
+    const auto question = target.find('?');
+    request.path = target.substr(0, question);
+    if (question != std::string::npos) request.query = target.substr(question + 1);
+    for (const auto& field : message) {
+      request.headers[lower(std::string(field.name_string()))] = std::string(field.value());
+    }
+    HttpResponse refusal;
+    std::shared_ptr<StreamHandler> handler;
+    try {
+      handler =
+          closing_ || !server_.accepting ? nullptr : server_.handler.open_stream(request, refusal);
+      if (!handler && (closing_ || !server_.accepting)) {
+        refusal.status = 503;
+        refusal.body = error_body("the server is shutting down");
+      }
+    } catch (const std::exception& e) {
+      refusal.status = 500;
+      refusal.body = error_body(e.what());
+    }
+    if (!handler) {
+      closing_ = true;
+      return write(std::move(refusal), message.version());
+    }
+    state_ = State::kClosed;  // the socket is the stream's now
+    stream_.expires_never();
+    auto stream = std::make_shared<StreamSession>(std::move(stream_), server_, std::move(handler));
+    stream->set_registration(server_.session_opened(stream));
+    stream->start(std::move(message));
   }
 
   void write(HttpResponse response, unsigned version) {
@@ -267,7 +423,7 @@ class Session : public std::enable_shared_from_this<Session> {
   net::steady_timer last_bytes_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
-  std::list<std::weak_ptr<Session>>::iterator where_;
+  std::list<std::weak_ptr<Connection>>::iterator where_;
   State state_ = State::kReading;
   bool keep_alive_ = true;
   bool closing_ = false;
@@ -278,16 +434,13 @@ class Session : public std::enable_shared_from_this<Session> {
 void HttpServer::Impl::accept() {
   acceptor.async_accept(net::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
     if (ec || !accepting) return;  // closed by stop_accepting
-    std::shared_ptr<Session> session;
     bool refuse = false;
     {
       std::lock_guard<std::mutex> lock(sessions_mutex);
       refuse = open_sessions >= options.max_connections;
-      session = std::make_shared<Session>(std::move(socket), *this);
-      ++open_sessions;
-      sessions.push_front(session);
-      session->set_registration(sessions.begin());
     }
+    auto session = std::make_shared<Session>(std::move(socket), *this);
+    session->set_registration(session_opened(session));
     if (refuse) {
       session->refuse();
     } else {
@@ -297,7 +450,15 @@ void HttpServer::Impl::accept() {
   });
 }
 
-void HttpServer::Impl::session_closed(std::list<std::weak_ptr<Session>>::iterator where) {
+std::list<std::weak_ptr<Connection>>::iterator HttpServer::Impl::session_opened(
+    const std::shared_ptr<Connection>& connection) {
+  std::lock_guard<std::mutex> lock(sessions_mutex);
+  ++open_sessions;
+  sessions.push_front(connection);
+  return sessions.begin();
+}
+
+void HttpServer::Impl::session_closed(std::list<std::weak_ptr<Connection>>::iterator where) {
   std::lock_guard<std::mutex> lock(sessions_mutex);
   sessions.erase(where);
   --open_sessions;
@@ -327,7 +488,10 @@ uint16_t HttpServer::port() const { return impl_->acceptor.local_endpoint().port
 void HttpServer::start() {
   impl_->accept();
   for (int i = 0; i < std::max(1, impl_->options.threads); ++i) {
-    impl_->threads.emplace_back([this] { impl_->io.run(); });
+    impl_->threads.emplace_back([this] {
+      if (impl_->options.thread_start) impl_->options.thread_start();
+      impl_->io.run();
+    });
   }
 }
 
@@ -339,7 +503,7 @@ void HttpServer::stop_accepting() {
   });
   // The sessions are taken under the lock and told outside it: a session whose last owner is
   // the pointer taken here unregisters itself, under the same lock, when that pointer goes.
-  std::vector<std::shared_ptr<Session>> open;
+  std::vector<std::shared_ptr<Connection>> open;
   {
     std::lock_guard<std::mutex> lock(impl_->sessions_mutex);
     for (auto& weak : impl_->sessions) {

@@ -17,6 +17,12 @@
 //
 // A handler answers through a callback that may be called from any thread, later: requests wait
 // for the dynamic batcher without holding an I/O thread.
+//
+// A WebSocket upgrade request (RFC 6455) is offered to the handler's open_stream(); a stream it
+// accepts takes over the connection. Its messages reach the stream one at a time: the next is
+// read only once the stream has replied to the last, so a client that sends faster than the
+// stream computes is held back by TCP, and a connection holds at most one message (of at most
+// max_body_bytes). A stream that receives nothing for stream_idle_timeout is closed.
 #pragma once
 
 #include <chrono>
@@ -50,10 +56,38 @@ struct HttpResponse {
 // Answers a request; call exactly once, from any thread.
 using Respond = std::function<void(HttpResponse)>;
 
+struct WebSocketMessage {
+  bool text = true;  // a text message (UTF-8), else binary
+  std::string data;
+};
+
+// What a stream says back to one message: messages to send, in order, then whether to close
+// the connection (normally, with `close_reason`).
+struct StreamReply {
+  std::vector<WebSocketMessage> messages;
+  bool close = false;
+  std::string close_reason;
+};
+using StreamRespond = std::function<void(StreamReply)>;
+
+// One WebSocket connection's conversation.
+class StreamHandler {
+ public:
+  virtual ~StreamHandler() = default;
+  // A message of the client; call `respond` exactly once, from any thread. The next message is
+  // read after it.
+  virtual void on_message(WebSocketMessage message, StreamRespond respond) = 0;
+};
+
 class HttpHandler {
  public:
   virtual ~HttpHandler() = default;
   virtual void handle(HttpRequest request, Respond respond) = 0;
+  // A WebSocket upgrade request (its body empty): the stream that takes the connection, or null
+  // with the HTTP answer in `refusal` (404 by default: no WebSocket route). Called on an I/O
+  // thread; it should not block.
+  virtual std::shared_ptr<StreamHandler> open_stream(const HttpRequest& request,
+                                                     HttpResponse& refusal);
   // Every response the server writes, the ones it makes itself (413, 431, 400, 503) included.
   virtual void responded(int /*status*/) {}
 };
@@ -67,6 +101,10 @@ struct HttpServerOptions {
   std::chrono::milliseconds request_timeout{30000};
   std::chrono::milliseconds write_timeout{30000};
   size_t max_connections = 1024;
+  std::chrono::milliseconds stream_idle_timeout{30000};  // WebSocket: no message for this long
+  // Run first on each I/O thread (attnzoo serve: api/intra_op_threads.h's
+  // use_one_intra_op_thread, so that decoding and preprocessing start no OpenMP teams).
+  std::function<void()> thread_start;
 };
 
 class HttpServer {
@@ -80,7 +118,8 @@ class HttpServer {
   uint16_t port() const;
   void start();
   // Stops accepting and closes connections that wait for a request; requests already read are
-  // answered (their responses say Connection: close). Returns at once.
+  // answered (their responses say Connection: close). WebSocket streams get their reply to the
+  // message in hand, then a close (1001, going away). Returns at once.
   void stop_accepting();
   // Waits until every connection has closed or `grace` passed, then stops the I/O threads.
   void shutdown(std::chrono::milliseconds grace);

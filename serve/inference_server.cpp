@@ -1,5 +1,6 @@
 #include <attnzoo/serve/inference_server.h>
 
+#include <attnzoo/api/intra_op_threads.h>
 #include <attnzoo/serve/model_job.h>
 
 #include <nlohmann/json.hpp>
@@ -56,20 +57,12 @@ json tensor_metadata(const TensorSpec& spec, bool batched) {
   return {{"name", spec.name}, {"datatype", to_string(spec.datatype)}, {"shape", shape}};
 }
 
-// The value of `key` in a query string ("top=5&x=y"), if present.
-std::optional<std::string> query_value(const std::string& query, const std::string& key) {
-  std::istringstream in(query);
-  std::string pair;
-  while (std::getline(in, pair, '&')) {
-    const auto eq = pair.find('=');
-    if (pair.substr(0, eq) == key) return eq == std::string::npos ? "" : pair.substr(eq + 1);
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
-InferenceServer::InferenceServer(std::vector<ModelEndpoint> endpoints) {
+InferenceServer::InferenceServer(std::vector<ModelEndpoint> endpoints, int stream_threads)
+    // Many streams at once, each chunk on one thread: their ops start no OpenMP teams beside the
+    // batchers' (api/intra_op_threads.h).
+    : stream_pool_(stream_threads, use_one_intra_op_thread) {
   for (auto& endpoint : endpoints) {
     const auto name = endpoint.model->name();
     if (models_.count(name) != 0) throw std::invalid_argument("serve: model '" + name + "' twice");
@@ -79,7 +72,8 @@ InferenceServer::InferenceServer(std::vector<ModelEndpoint> endpoints) {
         name, endpoint.batching,
         [model](std::vector<std::shared_ptr<BatchJob>>& jobs) { return model->run(jobs); },
         &metrics_);
-    models_.emplace(name, Served{std::move(endpoint), std::move(batcher)});
+    models_.emplace(name, Served{std::move(endpoint), std::move(batcher),
+                                 std::make_shared<std::atomic<int64_t>>(0)});
   }
 }
 
@@ -88,6 +82,48 @@ InferenceServer::~InferenceServer() { drain(); }
 void InferenceServer::drain() {
   ready_ = false;
   for (auto& [name, served] : models_) served.batcher->stop();
+  stream_pool_.stop();
+}
+
+std::shared_ptr<StreamHandler> InferenceServer::open_stream(const HttpRequest& request,
+                                                            HttpResponse& refusal) {
+  const auto parts = path_parts(request.path);
+  if (parts.size() != 4 || parts[0] != "v2" || parts[1] != "models" || parts[3] != "stream") {
+    refusal = error_response(
+        404, "no WebSocket route " + request.path + " (streams are at /v2/models/{model}/stream)");
+    return nullptr;
+  }
+  const auto found = models_.find(parts[2]);
+  if (found == models_.end()) {
+    refusal = error_response(404, "unknown model '" + parts[2] + "'");
+    return nullptr;
+  }
+  const Served& served = found->second;
+  const auto& model = *served.endpoint.model;
+  if (const auto why = model.why_no_stream(); !why.empty()) {
+    refusal = error_response(404, "model '" + model.name() + "' does not stream: " + why);
+    return nullptr;
+  }
+  if (served.endpoint.max_streams == 0) {
+    refusal =
+        error_response(404, "model '" + model.name() + "' has no stream route (max_streams 0)");
+    return nullptr;
+  }
+  if (!ready_) {
+    refusal = error_response(503, "the server is shutting down");
+    return nullptr;
+  }
+  // A ticket per open stream, released when the stream goes.
+  auto open = served.open_streams;
+  if (open->fetch_add(1) >= served.endpoint.max_streams) {
+    open->fetch_sub(1);
+    refusal = error_response(503, "model '" + model.name() +
+                                      "': " + std::to_string(served.endpoint.max_streams) +
+                                      " streams are open (max_streams); try again later");
+    return nullptr;
+  }
+  std::shared_ptr<void> ticket(nullptr, [open](void*) { open->fetch_sub(1); });
+  return model.open_stream(stream_pool_, std::move(ticket));
 }
 
 void InferenceServer::handle(HttpRequest request, Respond respond) {
@@ -249,52 +285,28 @@ void InferenceServer::file_route(const Served& served, HttpRequest& request, Res
     metrics_.request_failed(name, FailureReason::kRejected);
     return respond(error_response(503, "the server is shutting down"));
   }
-  int64_t top = 5;
-  if (const auto value = query_value(request.query, "top")) {
-    char* end = nullptr;
-    top = std::strtoll(value->c_str(), &end, 10);
-    if (value->empty() || *end != '\0' || top < 1 || top > 1000) {
-      return respond(error_response(
-          400, "query 'top' must be an integer from 1 to 1000, got '" + *value + "'"));
-    }
-  }
-  if (request.body.empty())
-    return respond(error_response(400,
-                                  "the request body is empty: "
-                                  "post the file as the body"));
-  InferRequest synthetic;
-  Tensor file;
-  file.name = model->inputs().front().name;  // image / audio: the encoded-file input
-  file.datatype = DataType::kBytes;
-  file.shape = {1, 1};
-  file.data = pack_bytes({request.body});
-  request.body.clear();
-  synthetic.inputs.push_back(std::move(file));
-  synthetic.outputs.push_back({"probabilities", false, top});
   std::shared_ptr<BatchJob> job;
+  InferRequest synthetic;
   const auto start = Clock::now();
   try {
-    job = model->prepare(synthetic, [this, respond, name, start](InferOutcome outcome) {
+    auto call = model->file_call(std::move(request.body), request.query);
+    request.body.clear();
+    synthetic = std::move(call.request);
+    job = model->prepare(synthetic, [this, respond, name, start,
+                                     answer = std::move(call.answer)](InferOutcome outcome) {
       if (!outcome.ok()) {
         metrics_.request_failed(name, outcome.reason);
         return respond(error_response(outcome.status, outcome.error));
       }
-      json predictions = json::array();
-      for (const auto element : outcome.outputs.front().tensor.byte_elements()) {
-        // "value:index:label"; the label may itself hold colons.
-        const std::string text(element);
-        const auto first = text.find(':');
-        const auto second = text.find(':', first + 1);
-        const auto index = std::stoll(text.substr(first + 1, second - first - 1));
-        // Unlabelled classes are "class <index>", as attnzoo classify names them.
-        predictions.push_back(
-            {{"index", index},
-             {"label", second != std::string::npos ? text.substr(second + 1)
-                                                   : "class " + std::to_string(index)},
-             {"prob", std::stod(text.substr(0, first))}});
+      HttpResponse response;
+      try {
+        response.body = answer(outcome.outputs);
+      } catch (const std::exception& e) {
+        metrics_.request_failed(name, FailureReason::kBackend);
+        return respond(error_response(500, e.what()));
       }
       metrics_.request_succeeded(name, microseconds_between(start, Clock::now()));
-      respond(json_response(200, {{"model", name}, {"predictions", predictions}}));
+      respond(std::move(response));
     });
   } catch (const Error& e) {
     metrics_.request_failed(name, FailureReason::kInvalid);

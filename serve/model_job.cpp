@@ -64,6 +64,12 @@ void ModelJob::complete(InferOutcome outcome) {
   done_(std::move(outcome));
 }
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
 Tensor fp32_tensor(const std::string& name, const torch::Tensor& values) {
   const auto v = values.to(torch::kCPU, torch::kFloat).contiguous();
   Tensor tensor;

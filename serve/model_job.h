@@ -42,6 +42,9 @@ class ModelJob : public BatchJob {
 // The HTTP status of a failure: 503 rejected, 504 timeout, 400 invalid, 500 the model's.
 int failure_status(FailureReason reason);
 
+// "[2, 3, 224, 224]"
+std::string shape_text(const std::vector<int64_t>& shape);
+
 // A float tensor (any shape) as an FP32 protocol tensor named `name`.
 Tensor fp32_tensor(const std::string& name, const torch::Tensor& values);
 // values [rows, C] -> BYTES [rows, k] of "value:index:label" (label omitted when `labels` is

@@ -2,6 +2,7 @@
 
 #include <attnzoo/configs/model_family.h>
 #include <attnzoo/preprocess/image/decode.h>
+#include <attnzoo/serve/file_route.h>
 #include <attnzoo/serve/model_job.h>
 
 #include <torch/torch.h>
@@ -13,12 +14,6 @@ struct ImageJob : ModelJob {
   using ModelJob::ModelJob;
   torch::Tensor pixels;  // [rows, 3, H, W]
 };
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
 
 }  // namespace
 
@@ -79,6 +74,10 @@ std::shared_ptr<BatchJob> ServedImageClassifier::prepare(const InferRequest& req
   auto job = std::make_shared<ImageJob>(std::move(outputs), std::move(done), rows.size(0));
   job->pixels = std::move(rows);
   return job;
+}
+
+FileCall ServedImageClassifier::file_call(std::string file, const std::string& query) const {
+  return classify_call(name(), "image", std::move(file), query);
 }
 
 BatchTiming ServedImageClassifier::run(std::vector<std::shared_ptr<BatchJob>>& jobs) const {

@@ -19,6 +19,7 @@ class ServedImageClassifier : public ServedModel {
   const std::vector<TensorSpec>& inputs() const override { return inputs_; }
   const std::vector<TensorSpec>& outputs() const override { return outputs_; }
   const char* file_route() const override { return "classify"; }
+  FileCall file_call(std::string file, const std::string& query) const override;
   std::shared_ptr<BatchJob> prepare(const InferRequest& request, Completion done) const override;
   BatchTiming run(std::vector<std::shared_ptr<BatchJob>>& jobs) const override;
 

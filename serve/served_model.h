@@ -17,13 +17,18 @@
 //                           (with a CTC head)
 //   speech recognizer  in:  as the audio classifier
 //                      out: text BYTES [1], transcript BYTES [1] (JSON: tokens with times and
-//                           confidence, the n-best)
+//                           confidence, the n-best; api/transcript_json.h)
+//
+// encoded and log_probs differ in length from one utterance to the next: a request asking for
+// them holds one utterance (the dynamic batcher still runs many requests in one pass).
 //
 // An output asked for with Triton's classification parameter (class_count k) comes back as BYTES
 // [k] of "value:index:label" strings, most probable first.
 #pragma once
 
 #include <attnzoo/serve/dynamic_batcher.h>
+#include <attnzoo/serve/http_server.h>
+#include <attnzoo/serve/task_pool.h>
 #include <attnzoo/serve/v2_protocol.h>
 
 #include <functional>
@@ -50,6 +55,13 @@ struct InferOutcome {
 
 using Completion = std::function<void(InferOutcome)>;
 
+// What a file posted to a model's file route (/v2/models/{m}/classify, /encode, /transcribe)
+// becomes: the inference request it makes, and the JSON body its outputs answer.
+struct FileCall {
+  InferRequest request;
+  std::function<std::string(const std::vector<OutputTensor>& outputs)> answer;
+};
+
 class ServedModel {
  public:
   virtual ~ServedModel() = default;
@@ -62,6 +74,9 @@ class ServedModel {
   virtual const std::vector<TensorSpec>& outputs() const = 0;
   // The route a person posts a file to: "classify", "encode" or "transcribe".
   virtual const char* file_route() const = 0;
+  // The call a posted file makes; `query` is the URL's query string ("top=3"). ProtocolError for
+  // a query parameter it does not take or a bad value.
+  virtual FileCall file_call(std::string file, const std::string& query) const = 0;
 
   // A job of request's rows whose completion calls `done` (exactly once, from any thread).
   // ProtocolError when the request does not fit the model: no usable input, a wrong datatype or
@@ -69,6 +84,17 @@ class ServedModel {
   virtual std::shared_ptr<BatchJob> prepare(const InferRequest& request, Completion done) const = 0;
   // Runs jobs that this model prepared, in one forward pass where it can, and completes each.
   virtual BatchTiming run(std::vector<std::shared_ptr<BatchJob>>& jobs) const = 0;
+
+  // Live audio over a WebSocket (speech_stream.h): empty when the model streams, else why not.
+  virtual std::string why_no_stream() const {
+    return std::string("a ") + kind() + " does not stream";
+  }
+  // A new stream, its chunks run on `pool`; `ticket` is released with it. Null when
+  // why_no_stream() is not empty.
+  virtual std::shared_ptr<StreamHandler> open_stream(TaskPool& /*pool*/,
+                                                     std::shared_ptr<void> /*ticket*/) const {
+    return nullptr;
+  }
 
  protected:
   ServedModel(std::string name, std::string version)

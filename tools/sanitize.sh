@@ -5,7 +5,7 @@
 #            preprocess/, api/, decoding/ and serve/, the code that reads untrusted input.
 #   thread   TSan in build-tsan/: the multi-threaded tests (ImageClassifier, SpeechEncoder with
 #            its Streams and AudioClassifier from 4 threads at once, the data loaders' workers,
-#            the server's batcher, routes and HTTP connections).
+#            the server's batcher, routes, HTTP connections, WebSocket streams and stream threads).
 # The trees: tools/sanitizer_tree.sh (clang, attnzoo's libraries and tests instrumented; LibTorch,
 # OpenCV and the other third-party libraries as installed). Suppressions, for third-party code only, each with its reason:
 # tests/sanitizers/. CI runs `tools/sanitize.sh` after the tests (tools/setup.sh has made the
@@ -34,7 +34,7 @@ run_kind() { # run_kind KIND: configure, build and run one sanitizer's tests
       targets=(attnzoo_api_tests attnzoo_train_data_tests attnzoo_serve_tests)
       # BINARY:FOLDER:FILTER, run directly (a CTest entry is a whole suite).
       cases=("attnzoo_api_tests:api:*FourThreads*" "attnzoo_train_data_tests:train:Data.*"
-             "attnzoo_serve_tests:serve:DynamicBatcher.*:HttpServer.*:InferenceServer.*")
+             "attnzoo_serve_tests:serve:DynamicBatcher.*:HttpServer.*:HttpStreams.*:InferenceServer.*:TaskPool.*:SpeechStream.*")
       ;;
     *) echo "tools/sanitize.sh: unknown kind '$kind' (address, thread)" >&2; return 2 ;;
   esac

@@ -29,7 +29,9 @@ TEST(ServeConfig, ReadsModelsWithTheirBatchingAndResolvesPathsAgainstTheFile) {
   port: 9000
   max_body_mb: 8
   request_timeout_s: 2.5
+  stream_idle_timeout_s: 4
 threads: 2
+stream_threads: 3
 models:
   - model: ../models/micro.yaml
     weights: ../weights/w.safetensors
@@ -40,6 +42,13 @@ models:
   - name: second
     model: vit_tiny_patch16_224
     set: [architecture.num_classes=3]
+  - name: speech
+    model: conformer_digits_ctc
+    task: transcribe
+    units: ../weights/w.safetensors
+    max_audio_seconds: 12.5
+    max_streams: 3
+    stream_chunk: 8
 )");
   const auto c = load_serve_config(path);
   EXPECT_EQ(c.http.host, "0.0.0.0");
@@ -48,7 +57,9 @@ models:
   EXPECT_DOUBLE_EQ(c.http.request_timeout_s, 2.5);
   EXPECT_EQ(c.http.threads, 2);  // the default
   EXPECT_EQ(c.threads, 2);
-  ASSERT_EQ(c.models.size(), 2u);
+  EXPECT_DOUBLE_EQ(c.http.stream_idle_timeout_s, 4.0);
+  EXPECT_EQ(c.stream_threads, 3);
+  ASSERT_EQ(c.models.size(), 3u);
   EXPECT_EQ(c.models[0].name, "tiny_test");  // the model config's name
   EXPECT_EQ(c.models[0].model, std::filesystem::path(model).lexically_normal().string());
   EXPECT_EQ(c.models[0].weights, std::filesystem::path(weights).lexically_normal().string());
@@ -61,6 +72,15 @@ models:
   EXPECT_EQ(c.models[1].model, "vit_tiny_patch16_224");
   EXPECT_FALSE(c.models[1].dynamic_batching);
   EXPECT_EQ(c.models[1].overrides, std::vector<std::string>{"architecture.num_classes=3"});
+  EXPECT_EQ(c.models[1].task, "");  // from the model config
+  EXPECT_DOUBLE_EQ(c.models[1].max_audio_seconds, 60.0);
+  EXPECT_EQ(c.models[1].max_streams, 16);
+  EXPECT_EQ(c.models[1].stream_chunk, 0);
+  EXPECT_EQ(c.models[2].task, "transcribe");
+  EXPECT_EQ(c.models[2].units, std::filesystem::path(weights).lexically_normal().string());
+  EXPECT_DOUBLE_EQ(c.models[2].max_audio_seconds, 12.5);
+  EXPECT_EQ(c.models[2].max_streams, 3);
+  EXPECT_EQ(c.models[2].stream_chunk, 8);
   // Overrides of the serve config itself.
   const auto o = load_serve_config(path, {"http.port=0", "models=[{model: vit_tiny_patch16_224}]"});
   EXPECT_EQ(o.http.port, 0);
@@ -96,6 +116,20 @@ TEST(ServeConfig, RefusesMistakesAtTheirKey) {
 
   e = serve_error("models:\n  - model: vit_tiny_patch16_224\n    dynamic_batching: {delay: 5}\n");
   EXPECT_EQ(e.key_path(), "models[0].dynamic_batching.delay");
+
+  e = serve_error("models:\n  - model: vit_tiny_patch16_224\n    task: translate\n");
+  EXPECT_EQ(e.key_path(), "models[0].task");
+  EXPECT_THAT(e.what(), HasSubstr("transcribe"));
+
+  e = serve_error("models:\n  - model: conformer_digits_ctc\n    units: /nonexistent.txt\n");
+  EXPECT_EQ(e.key_path(), "models[0].units");
+  EXPECT_THAT(e.what(), HasSubstr("is not a file"));
+
+  e = serve_error("models:\n  - model: conformer_digits_ctc\n    max_audio_seconds: 0\n");
+  EXPECT_EQ(e.key_path(), "models[0].max_audio_seconds");
+
+  e = serve_error("stream_threads: 0\nmodels:\n  - model: conformer_digits_ctc\n");
+  EXPECT_EQ(e.key_path(), "stream_threads");
 
   e = serve_error("modles:\n  - model: vit_tiny_patch16_224\n");
   EXPECT_THAT(e.what(), HasSubstr("modles"));

@@ -15,6 +15,13 @@
   shutdown      SIGTERM with requests queued: every one answered 200, exit status 0.
   load          a short load with dynamic batching: no error, no answer different from the same
                 input's answer alone (tools/scripts/load_test.py).
+  speech        the shipped recognizer, keyword classifier and an encoder through tritonclient
+                and curl: audio files and waveforms, against `attnzoo transcribe` and
+                `attnzoo classify` on the same files; concurrent requests of different lengths
+                (batched) against each alone; audio it cannot take.
+  stream        live speech over a WebSocket with aiohttp's client, in WeNet's protocol: the
+                final result against `attnzoo transcribe --live`, the stable text only growing,
+                an encoder's frames, max_streams, a protocol error, SIGTERM with a stream open.
 
 usage: serve_test.py CASE ATTNZOO REPO_ROOT
 """
@@ -40,6 +47,42 @@ import load_test  # noqa: E402
 
 DIGITS_WEIGHTS = REPO / "assets" / "weights" / "vit_digits.safetensors"
 DIGIT_IMAGE = REPO / "assets" / "samples" / "digit_7.png"
+ASR_WEIGHTS = REPO / "assets" / "weights" / "conformer_digits_ctc.safetensors"
+KWS_WEIGHTS = REPO / "assets" / "weights" / "conformer_kws.safetensors"
+DIGITS_WAV = REPO / "assets" / "samples" / "digits_417.wav"
+STOP_WAV = REPO / "assets" / "samples" / "keyword_stop.wav"
+
+# The shipped recognizer (streaming in chunks of 16 frames), the same model as an encoder, and the
+# keyword classifier.
+SPEECH_CONFIG = f"""
+threads: 2
+stream_threads: 2
+models:
+  - name: digits
+    model: conformer_digits_ctc
+    weights: {ASR_WEIGHTS}
+    dynamic_batching: {{max_queue_delay_us: 20000}}
+    stream_chunk: 16
+    max_streams: 2
+  - name: digits_encoder
+    model: conformer_digits_ctc
+    weights: {ASR_WEIGHTS}
+    task: encode
+    dynamic_batching: {{max_queue_delay_us: 100000}}
+    stream_chunk: 16
+  - name: kws
+    model: conformer_kws
+    weights: {KWS_WEIGHTS}
+"""
+
+
+def wav_samples(path):
+    """A 16-bit mono WAV's samples as float32 in [-1, 1] (libsndfile's scaling) and its rate."""
+    import wave
+    with wave.open(str(path)) as w:
+        check(w.getsampwidth() == 2 and w.getnchannels() == 1, f"{path}: not 16-bit mono")
+        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
+        return pcm.astype(np.float32) / 32768.0, w.getframerate()
 
 
 def fail(message):
@@ -476,6 +519,276 @@ def case_load():
         executions = re.search(r"nv_inference_exec_count\{[^}]*\} ([0-9]+)", metrics)
         check(int(batches.group(1)) < int(executions.group(1)),
               "no execution held more than one request: dynamic batching did not batch")
+
+
+def case_speech():
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+    with Server(config=SPEECH_CONFIG) as server:
+        client = httpclient.InferenceServerClient(url=f"127.0.0.1:{server.port}")
+        for name in ("digits", "digits_encoder", "kws"):
+            check(client.is_model_ready(name), f"{name} not ready")
+        model = client.get_model_metadata("digits")
+        check(model["platform"] == "attnzoo_speech_recognizer", f"platform {model['platform']}")
+        check({i["name"]: (i["datatype"], i["shape"]) for i in model["inputs"]} ==
+              {"audio": ("BYTES", [-1, 1]), "waveform": ("FP32", [-1, -1])},
+              f"inputs {model['inputs']}")
+        check([o["name"] for o in model["outputs"]] == ["text", "transcript"],
+              f"outputs {model['outputs']}")
+        encoder = client.get_model_metadata("digits_encoder")
+        check([o["name"] for o in encoder["outputs"]] == ["encoded", "embedding", "log_probs"],
+              f"encoder outputs {encoder['outputs']}")
+
+        # The recognizer: a file and the same samples as a waveform, against the CLI.
+        local = json.loads(subprocess.run(
+            [ATTNZOO, "transcribe", "--model", "conformer_digits_ctc", "--weights",
+             str(ASR_WEIGHTS), "--json", str(DIGITS_WAV)],
+            capture_output=True, text=True, check=True).stdout)
+        print(f"attnzoo transcribe: {local['text']!r}")
+        check(local["text"] == "four one seven", f"the CLI heard {local['text']!r}")
+        audio = httpclient.InferInput("audio", [1, 1], "BYTES")
+        audio.set_data_from_numpy(np.array([[DIGITS_WAV.read_bytes()]], dtype=np.object_),
+                                  binary_data=True)
+        result = client.infer("digits", [audio])
+        text = result.as_numpy("text")[0][0].decode()
+        transcript = json.loads(result.as_numpy("transcript")[0][0])
+        print(f"served: {text!r}")
+        check(text == local["text"], f"served {text!r}, the CLI {local['text']!r}")
+        check([t["token"] for t in transcript["tokens"]] == [t["token"] for t in local["tokens"]]
+              and all(abs(a["start"] - b["start"]) < 1e-9 and abs(a["end"] - b["end"]) < 1e-9
+                      for a, b in zip(transcript["tokens"], local["tokens"])),
+              f"tokens differ: {transcript['tokens']} vs {local['tokens']}")
+        samples, rate = wav_samples(DIGITS_WAV)
+        check(rate == 16000, f"{DIGITS_WAV} at {rate} Hz")
+        waveform = httpclient.InferInput("waveform", [1, samples.size], "FP32")
+        waveform.set_data_from_numpy(samples[None, :], binary_data=True)
+        result = client.infer("digits", [waveform],
+                              outputs=[httpclient.InferRequestedOutput("text", binary_data=False)])
+        # As JSON, tritonclient gives a BYTES element as str (as bytes from binary data).
+        check(result.as_numpy("text")[0][0] == local["text"], "waveform: another text")
+
+        # The keyword classifier against `attnzoo classify --json`.
+        classified = json.loads(subprocess.run(
+            [ATTNZOO, "classify", "--model", "conformer_kws", "--weights", str(KWS_WEIGHTS),
+             "--topk", "3", "--json", str(STOP_WAV)],
+            capture_output=True, text=True, check=True).stdout)
+        audio = httpclient.InferInput("audio", [1, 1], "BYTES")
+        audio.set_data_from_numpy(np.array([[STOP_WAV.read_bytes()]], dtype=np.object_))
+        probabilities = client.infer("kws", [audio], outputs=[
+            httpclient.InferRequestedOutput("probabilities")]).as_numpy("probabilities")[0]
+        for p in classified["top"]:
+            diff = abs(float(probabilities[p["index"]]) - p["prob"])
+            check(diff < 1e-5, f"kws class {p['label']}: served vs classify differ by {diff}")
+        check(classified["top"][0]["label"] == "stop", f"classify heard {classified['top'][0]}")
+
+        # The encoder: concurrent requests of different lengths, batched, each against itself
+        # alone (sent one at a time before).
+        cuts = [samples[: int(rate * seconds)] for seconds in (0.6, 1.0, 1.5, 2.2, 0.9, 1.8)]
+
+        def embed(cut):
+            x = httpclient.InferInput("waveform", [1, cut.size], "FP32")
+            x.set_data_from_numpy(cut[None, :], binary_data=True)
+            c = httpclient.InferenceServerClient(url=f"127.0.0.1:{server.port}")
+            out = c.infer("digits_encoder", [x]).as_numpy("encoded")[0]
+            c.close()
+            return out
+
+        alone = [embed(cut) for cut in cuts]
+        together = [None] * len(cuts)
+
+        def run(i):
+            together[i] = embed(cuts[i])
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(cuts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        worst = max(float(np.abs(a - b).max()) for a, b in zip(alone, together))
+        print(f"encoder: concurrent against alone, max |diff| {worst:.2e}")
+        check(all(a.shape == b.shape for a, b in zip(alone, together)), "shapes differ")
+        check(worst <= 1e-5, f"batched encodings differ from alone by {worst}")
+        metrics = request(server.port, "GET", "/metrics")[2].decode()
+        single = re.search(r'attnzoo_inference_batch_size_bucket\{model="digits_encoder"'
+                           r'[^}]*le="1"\} ([0-9]+)', metrics)
+        executions = re.search(r'nv_inference_exec_count\{model="digits_encoder"[^}]*\} ([0-9]+)',
+                               metrics)
+        print(f"encoder: {executions.group(1)} executions, {single.group(1)} of one request")
+        check(int(single.group(1)) < int(executions.group(1)),
+              "no execution held more than one request: the concurrent ones were not batched")
+
+        def refused(call, status, fragment):
+            try:
+                call()
+            except InferenceServerException as e:
+                check(e.status() == str(status), f"status {e.status()} ({e.message()})")
+                check(fragment in e.message(), f"message {e.message()!r} lacks {fragment!r}")
+                return
+            fail(f"accepted; expected {status} {fragment}")
+
+        corrupt = httpclient.InferInput("audio", [1, 1], "BYTES")
+        corrupt.set_data_from_numpy(np.array([[b"RIFF" + b"\0" * 60]], dtype=np.object_))
+        refused(lambda: client.infer("digits", [corrupt]), 400, "input 'audio'[0]")
+        nan = samples[None, :16000].copy()
+        nan[0, 7] = np.nan
+        bad = httpclient.InferInput("waveform", list(nan.shape), "FP32")
+        bad.set_data_from_numpy(nan, binary_data=True)
+        refused(lambda: client.infer("digits", [bad]), 400, "NaN or infinite")
+        long = httpclient.InferInput("waveform", [1, 61 * 16000], "FP32")
+        long.set_data_from_numpy(np.zeros((1, 61 * 16000), np.float32), binary_data=True)
+        refused(lambda: client.infer("digits", [long]), 400, "max_audio_seconds")
+        two = httpclient.InferInput("waveform", [2, 16000], "FP32")
+        two.set_data_from_numpy(np.zeros((2, 16000), np.float32), binary_data=True)
+        refused(lambda: client.infer("digits_encoder", [two], outputs=[
+            httpclient.InferRequestedOutput("encoded")]), 400, "holds one utterance")
+        client.close()
+
+        # curl on the file routes.
+        url = f"http://127.0.0.1:{server.port}/v2/models"
+        heard = json.loads(subprocess.run(
+            ["curl", "-sf", "--data-binary", f"@{DIGITS_WAV}", f"{url}/digits/transcribe"],
+            capture_output=True, text=True, check=True).stdout)
+        print(f"curl /transcribe: {heard['text']!r}")
+        check(heard["model"] == "digits" and heard["text"] == local["text"], f"{heard}")
+        top = json.loads(subprocess.run(
+            ["curl", "-sf", "--data-binary", f"@{STOP_WAV}", f"{url}/kws/classify?top=3"],
+            capture_output=True, text=True, check=True).stdout)
+        check([p["label"] for p in top["predictions"]] == [p["label"] for p in classified["top"]],
+              f"curl /classify {top} vs classify {classified}")
+        encoded = json.loads(subprocess.run(
+            ["curl", "-sf", "--data-binary", f"@{DIGITS_WAV}", f"{url}/digits_encoder/encode"],
+            capture_output=True, text=True, check=True).stdout)
+        check(encoded["frames"] > 10 and len(encoded["embedding"]) == encoder["outputs"][1]["shape"][1],
+              f"curl /encode: {encoded['frames']} frames, {len(encoded['embedding'])} values")
+        wrong = subprocess.run(["curl", "-s", "-w", "%{http_code}", "--data-binary", "@" +
+                                str(DIGITS_WAV), f"{url}/kws/transcribe"],
+                               capture_output=True, text=True)
+        check(wrong.stdout.endswith("404"), f"/transcribe on a classifier: {wrong.stdout}")
+
+
+def case_stream():
+    import asyncio
+    import aiohttp
+    samples, rate = wav_samples(DIGITS_WAV)
+    pcm = (np.clip(np.round(samples * 32768.0), -32768, 32767).astype("<i2")).tobytes()
+    block = rate // 10 * 2  # 100 ms of 16-bit samples
+    live = [json.loads(line) for line in subprocess.run(
+        [ATTNZOO, "transcribe", "--model", "conformer_digits_ctc", "--weights", str(ASR_WEIGHTS),
+         "--live", "--chunk", "16", "--block-ms", "100", "--json", str(DIGITS_WAV)],
+        capture_output=True, text=True, check=True).stdout.splitlines() if line.strip()]
+    expected = [line for line in live if line.get("final")][0]
+    print(f"attnzoo transcribe --live: {expected['text']!r}")
+
+    async def converse(url, start, audio, receive_all=True):
+        """Sends start, the audio in 100 ms blocks and end, while reading every reply."""
+        replies = []
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(url) as ws:
+                await ws.send_str(json.dumps(start))
+
+                async def send():
+                    for first in range(0, len(audio), block):
+                        await ws.send_bytes(audio[first:first + block])
+                    await ws.send_str(json.dumps({"signal": "end"}))
+
+                sender = asyncio.ensure_future(send())
+                async for message in ws:
+                    if message.type == aiohttp.WSMsgType.TEXT:
+                        replies.append(json.loads(message.data))
+                    elif message.type == aiohttp.WSMsgType.BINARY:
+                        replies.append(message.data)
+                try:
+                    await sender
+                except (ConnectionResetError, aiohttp.ClientError):
+                    pass
+                return replies, ws.close_code
+
+    with Server(config=SPEECH_CONFIG) as server:
+        base = f"ws://127.0.0.1:{server.port}/v2/models"
+        replies, code = asyncio.run(converse(
+            f"{base}/digits/stream", {"signal": "start", "nbest": 1,
+                                      "continuous_decoding": False}, pcm))
+        types = [r["type"] for r in replies]
+        print(f"digits: {types.count('partial_result')} partial results, close code {code}")
+        check(types[0] == "server_ready" and types[-2:] == ["final_result", "speech_end"],
+              f"replies {types}")
+        check(code == 1000, f"close code {code}")
+        stable = ""
+        for r in replies:
+            if r["type"] == "partial_result":
+                now = json.loads(r["nbest"])[0]["stable"]
+                check(now.startswith(stable), f"stable text went from {stable!r} to {now!r}")
+                stable = now
+        final = json.loads(replies[-2]["nbest"])[0]
+        print(f"final: {final['sentence']!r}, word pieces {final['word_pieces']}")
+        check(final["sentence"] == expected["text"],
+              f"streamed {final['sentence']!r}, transcribe --live {expected['text']!r}")
+        check([(p["word"], p["start"], p["end"]) for p in final["word_pieces"]] ==
+              [(t["token"], round(t["start"] * 1000), round(t["end"] * 1000))
+               for t in expected["tokens"]], "word pieces differ from the CLI's tokens")
+
+        # The encoder: its frames, as many as the offline encoding has.
+        replies, code = asyncio.run(converse(f"{base}/digits_encoder/stream",
+                                             {"signal": "start"}, pcm))
+        frames = sum(len(r) // 4 for r in replies if isinstance(r, bytes))
+        end = replies[-1]
+        offline = json.loads(subprocess.run(
+            ["curl", "-sf", "--data-binary", f"@{DIGITS_WAV}",
+             f"http://127.0.0.1:{server.port}/v2/models/digits_encoder/encode"],
+            capture_output=True, text=True, check=True).stdout)
+        width = len(offline["embedding"])
+        print(f"encoder stream: {end}, {frames // width} frames of {width}")
+        check(end["type"] == "speech_end" and end["frames"] == offline["frames"] and
+              frames == offline["frames"] * width, f"encoder stream {end} vs offline {offline['frames']}")
+
+        async def refusals():
+            async with aiohttp.ClientSession() as session:
+                # max_streams 2: the third is refused with 503.
+                a = await session.ws_connect(f"{base}/digits/stream")
+                b = await session.ws_connect(f"{base}/digits/stream")
+                try:
+                    await session.ws_connect(f"{base}/digits/stream")
+                    fail("a third stream was accepted with max_streams 2")
+                except aiohttp.WSServerHandshakeError as e:
+                    check(e.status == 503, f"third stream: {e.status}")
+                await a.close()
+                await b.close()
+                for _ in range(50):  # the server notices the closes
+                    try:
+                        c = await session.ws_connect(f"{base}/digits/stream")
+                        break
+                    except aiohttp.WSServerHandshakeError:
+                        await asyncio.sleep(0.1)
+                else:
+                    fail("no stream accepted after two closed")
+                # Audio before start: a failure, then the close.
+                await c.send_bytes(b"\0\0" * 160)
+                message = await c.receive()
+                reply = json.loads(message.data)
+                check(reply["status"] == "failed" and "start" in reply["message"], f"{reply}")
+                message = await c.receive()
+                check(message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED),
+                      f"not closed after a failure: {message}")
+                try:
+                    await session.ws_connect(f"{base}/kws/stream")
+                    fail("a classifier accepted a stream")
+                except aiohttp.WSServerHandshakeError as e:
+                    check(e.status == 404, f"kws stream: {e.status}")
+
+                # SIGTERM with a stream open: the stream is closed (1001), the server exits 0.
+                d = await session.ws_connect(f"{base}/digits/stream")
+                await d.send_str(json.dumps({"signal": "start"}))
+                check(json.loads((await d.receive()).data)["type"] == "server_ready", "not ready")
+                await d.send_bytes(pcm[:block])
+                server.process.send_signal(signal.SIGTERM)
+                while True:
+                    message = await d.receive()
+                    if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED,
+                                        aiohttp.WSMsgType.CLOSING):
+                        break
+                check(d.close_code == 1001, f"close code at SIGTERM {d.close_code}")
+
+        asyncio.run(refusals())
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 // received, and exits 0.
 #include "tools/cli/commands.h"
 
+#include <attnzoo/api/intra_op_threads.h>
 #include <attnzoo/configs/serve_config.h>
 #include <attnzoo/serve/endpoints.h>
 #include <attnzoo/serve/http_server.h>
@@ -14,7 +15,9 @@
 #include <pthread.h>
 #include <chrono>
 #include <csignal>
+#include <exception>
 #include <iostream>
+#include <thread>
 
 namespace attnzoo::cli {
 namespace {
@@ -30,6 +33,11 @@ struct ServeFlags {
   int64_t max_batch_size = 8;
   int64_t max_queue_delay_us = -1;  // >= 0: dynamic batching
   int64_t max_queue_size = 64;
+  std::string task;
+  std::string units;
+  double max_audio_seconds = 60.0;
+  int64_t max_streams = 16;
+  int64_t stream_chunk = 0;
   std::string host;
   int64_t port = -1;
   int64_t threads = -1;
@@ -52,6 +60,11 @@ ServeConfig config_of(const ServeFlags& f) {
     m.dynamic_batching = f.max_queue_delay_us >= 0;
     m.max_queue_delay_us = std::max<int64_t>(0, f.max_queue_delay_us);
     m.max_queue_size = f.max_queue_size;
+    m.task = f.task;
+    m.units = f.units;
+    m.max_audio_seconds = f.max_audio_seconds;
+    m.max_streams = f.max_streams;
+    m.stream_chunk = f.stream_chunk;
     config.models.push_back(m);
   }
   if (!f.host.empty()) config.http.host = f.host;
@@ -71,16 +84,32 @@ int run_serve(const ServeFlags& flags) {
 
   const auto config = config_of(flags);
   if (config.threads > 0) torch::set_num_threads(static_cast<int>(config.threads));
-  auto endpoints = serve::load_endpoints(config);
+  // Loaded on a thread that then exits, taking its OpenMP team with it: the batchers' teams are
+  // then the only ones (api/intra_op_threads.h).
+  std::vector<serve::ModelEndpoint> endpoints;
+  std::exception_ptr load_error;
+  std::thread loader([&] {
+    try {
+      endpoints = serve::load_endpoints(config);
+    } catch (...) {
+      load_error = std::current_exception();
+    }
+  });
+  loader.join();
+  if (load_error) std::rethrow_exception(load_error);
   std::string names;
   for (const auto& e : endpoints) {
-    names += (names.empty() ? "" : ", ") + e.model->name() +
+    names += (names.empty() ? "" : ", ") + e.model->name() + " (" + e.model->kind() + ", " +
              (e.batching.dynamic
-                  ? " (dynamic batching up to " + std::to_string(e.batching.max_batch_size) + ", " +
-                        std::to_string(e.batching.max_queue_delay_us) + " us)"
-                  : " (no dynamic batching)");
+                  ? "dynamic batching up to " + std::to_string(e.batching.max_batch_size) + ", " +
+                        std::to_string(e.batching.max_queue_delay_us) + " us"
+                  : "no dynamic batching") +
+             (e.model->why_no_stream().empty() && e.max_streams > 0
+                  ? ", streams at /v2/models/" + e.model->name() + "/stream"
+                  : "") +
+             ")";
   }
-  serve::InferenceServer server(std::move(endpoints));
+  serve::InferenceServer server(std::move(endpoints), static_cast<int>(config.stream_threads));
   serve::HttpServerOptions http;
   http.host = config.http.host;
   http.port = static_cast<uint16_t>(config.http.port);
@@ -92,6 +121,9 @@ int run_serve(const ServeFlags& flags) {
   http.write_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config.http.write_timeout_s * 1000));
   http.max_connections = static_cast<size_t>(config.http.max_connections);
+  http.thread_start = use_one_intra_op_thread;
+  http.stream_idle_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config.http.stream_idle_timeout_s * 1000));
   serve::HttpServer listener(http, server);
   listener.start();
   std::cout << "attnzoo serve: listening on http://" << http.host << ":" << listener.port() << " ("
@@ -136,6 +168,26 @@ Command add_serve_command(CLI::App& app) {
       ->needs(model);
   sub->add_option("--max-queue-size", flags->max_queue_size, "Requests waiting (--model)")
       ->check(CLI::Range(1, 1 << 20))
+      ->needs(model);
+  sub->add_option("--task", flags->task,
+                  "What --model is served as: classify, encode or transcribe (default: from its "
+                  "config)")
+      ->check(CLI::IsMember({"classify", "encode", "transcribe"}))
+      ->needs(model);
+  sub->add_option("--units", flags->units, "The token table of a recognizer (--model)")
+      ->check(CLI::ExistingFile)
+      ->needs(model);
+  sub->add_option("--max-audio-seconds", flags->max_audio_seconds,
+                  "The longest audio of a request or stream (--model; default 60)")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->needs(model);
+  sub->add_option("--max-streams", flags->max_streams,
+                  "WebSocket streams open at once (--model; default 16, 0: none)")
+      ->check(CLI::Range(0, 1 << 16))
+      ->needs(model);
+  sub->add_option("--stream-chunk", flags->stream_chunk,
+                  "Encoder frames per chunk of a stream (--model; default: its config's)")
+      ->check(CLI::Range(0, 4096))
       ->needs(model);
   sub->add_option("--host", flags->host, "Address to listen on (default 127.0.0.1)");
   sub->add_option("--port", flags->port, "Port (default 8000; 0: a free one, printed)")
