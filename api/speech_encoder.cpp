@@ -240,16 +240,22 @@ std::vector<EncodedSpeech> SpeechEncoder::encode_features(
   return results;
 }
 
+SpeechFeatures SpeechEncoder::checked_features(const std::string& source, torch::Tensor features,
+                                               double seconds,
+                                               std::chrono::steady_clock::time_point start) const {
+  const auto& s = *state_;
+  check_long_enough(s.config, s.min_frames, source, seconds, features.size(0));
+  return {source, std::move(features), seconds, api_detail::ms_since(start)};
+}
+
 SpeechFeatures SpeechEncoder::features(const std::string& path) const {
   const auto& s = *state_;
   const auto start = std::chrono::steady_clock::now();
   auto audio = audio_file_features(path, *s.extractor, s.options.read);
-  SpeechFeatures out{
+  return checked_features(
       path, std::move(audio.features),
-      static_cast<double>(audio.samples) / static_cast<double>(s.config.features.sample_rate), 0.0};
-  check_long_enough(s.config, s.min_frames, path, out.seconds, out.features.size(0));
-  out.features_ms = api_detail::ms_since(start);
-  return out;
+      static_cast<double>(audio.samples) / static_cast<double>(s.config.features.sample_rate),
+      start);
 }
 
 SpeechFeatures SpeechEncoder::features_from_memory(const void* data, size_t size,
@@ -257,12 +263,10 @@ SpeechFeatures SpeechEncoder::features_from_memory(const void* data, size_t size
   const auto& s = *state_;
   const auto start = std::chrono::steady_clock::now();
   auto audio = audio_memory_features(data, size, source, *s.extractor, s.options.read);
-  SpeechFeatures out{
+  return checked_features(
       source, std::move(audio.features),
-      static_cast<double>(audio.samples) / static_cast<double>(s.config.features.sample_rate), 0.0};
-  check_long_enough(s.config, s.min_frames, source, out.seconds, out.features.size(0));
-  out.features_ms = api_detail::ms_since(start);
-  return out;
+      static_cast<double>(audio.samples) / static_cast<double>(s.config.features.sample_rate),
+      start);
 }
 
 SpeechFeatures SpeechEncoder::waveform_features(const torch::Tensor& samples, int64_t sample_rate,
@@ -273,11 +277,9 @@ SpeechFeatures SpeechEncoder::waveform_features(const torch::Tensor& samples, in
       samples.defined() && samples.dim() == 1 && sample_rate > 0, "SpeechEncoder: ", source,
       ": samples must be [N] (mono) with sample_rate > 0, got ",
       samples.defined() ? samples.sizes() : c10::IntArrayRef{}, " at ", sample_rate, " Hz");
-  SpeechFeatures out{source, attnzoo::waveform_features(samples, sample_rate, *s.extractor, source),
-                     static_cast<double>(samples.size(0)) / static_cast<double>(sample_rate), 0.0};
-  check_long_enough(s.config, s.min_frames, source, out.seconds, out.features.size(0));
-  out.features_ms = api_detail::ms_since(start);
-  return out;
+  return checked_features(
+      source, attnzoo::waveform_features(samples, sample_rate, *s.extractor, source),
+      static_cast<double>(samples.size(0)) / static_cast<double>(sample_rate), start);
 }
 
 EncodedSpeech SpeechEncoder::encode(const std::string& path) const {

@@ -20,6 +20,7 @@
 
 #include <torch/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -158,6 +159,9 @@ class SpeechEncoder {
   double frame_period_ms() const;
 
  private:
+  // `features` as SpeechFeatures, checked long enough; features_ms counted from `start`.
+  SpeechFeatures checked_features(const std::string& source, torch::Tensor features, double seconds,
+                                  std::chrono::steady_clock::time_point start) const;
   // One utterance, whose features are known to be long enough, alone.
   EncodedSpeech encode_one(const SpeechFeatures& utterance) const;
   EncodedSpeech encode_file_streaming(const std::string& path) const;

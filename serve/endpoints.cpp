@@ -14,6 +14,18 @@
 namespace attnzoo::serve {
 namespace {
 
+// The options a serve config entry gives any model: ImageClassifierOptions, SpeechEncoderOptions.
+template <class Options>
+Options model_options(const ServedModelConfig& m) {
+  Options options;
+  options.weights = m.weights;
+  options.format = m.format;
+  options.overrides = m.overrides;
+  options.device = m.device;
+  options.dtype = m.dtype;
+  return options;
+}
+
 std::shared_ptr<const ServedModel> image_model(const ServedModelConfig& m,
                                                const ModelConfig& model_config,
                                                const std::string& who) {
@@ -28,14 +40,9 @@ std::shared_ptr<const ServedModel> image_model(const ServedModelConfig& m,
                                 ": a vision model is served as an image classifier, and this "
                                 "one has no classification head (architecture.num_classes is 0)");
   }
-  ImageClassifierOptions options;
-  options.weights = m.weights;
-  options.format = m.format;
-  options.overrides = m.overrides;
-  options.device = m.device;
-  options.dtype = m.dtype;
   return std::make_shared<ServedImageClassifier>(
-      m.name, std::make_shared<const ImageClassifier>(m.model, options));
+      m.name,
+      std::make_shared<const ImageClassifier>(m.model, model_options<ImageClassifierOptions>(m)));
 }
 
 std::shared_ptr<const ServedModel> audio_model(const ServedModelConfig& m,
@@ -53,12 +60,7 @@ std::shared_ptr<const ServedModel> audio_model(const ServedModelConfig& m,
       task = "encode";
     }
   }
-  SpeechEncoderOptions options;
-  options.weights = m.weights;
-  options.format = m.format;
-  options.overrides = m.overrides;
-  options.device = m.device;
-  options.dtype = m.dtype;
+  auto options = model_options<SpeechEncoderOptions>(m);
   options.read.max_seconds = m.max_audio_seconds;
   const AudioServing serving{m.max_audio_seconds, m.stream_chunk};
   try {

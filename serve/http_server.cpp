@@ -93,6 +93,20 @@ std::string lower(std::string text) {
   return text;
 }
 
+// The method, path, query and headers of `message` (not its body).
+HttpRequest request_of(const http::request<http::string_body>& message) {
+  HttpRequest request;
+  request.method = std::string(message.method_string());
+  const std::string target(message.target());
+  const auto question = target.find('?');
+  request.path = target.substr(0, question);
+  if (question != std::string::npos) request.query = target.substr(question + 1);
+  for (const auto& field : message) {
+    request.headers[lower(std::string(field.name_string()))] = std::string(field.value());
+  }
+  return request;
+}
+
 // How long a connection that waits for a request stays open once the server stops accepting.
 constexpr std::chrono::milliseconds kLastBytesWait{200};
 
@@ -314,15 +328,7 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
     }
     auto& message = parser_->get();
     if (websocket::is_upgrade(message)) return upgrade();
-    HttpRequest request;
-    request.method = std::string(message.method_string());
-    const std::string target(message.target());
-    const auto question = target.find('?');
-    request.path = target.substr(0, question);
-    if (question != std::string::npos) request.query = target.substr(question + 1);
-    for (const auto& field : message) {
-      request.headers[lower(std::string(field.name_string()))] = std::string(field.value());
-    }
+    HttpRequest request = request_of(message);
     request.body = std::move(message.body());
     const unsigned version = message.version();
     keep_alive_ = message.keep_alive();
@@ -351,15 +357,7 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
   void upgrade() {
     auto message = parser_->release();
     parser_.reset();
-    HttpRequest request;
-    request.method = std::string(message.method_string());
-    const std::string target(message.target());
-    const auto question = target.find('?');
-    request.path = target.substr(0, question);
-    if (question != std::string::npos) request.query = target.substr(question + 1);
-    for (const auto& field : message) {
-      request.headers[lower(std::string(field.name_string()))] = std::string(field.value());
-    }
+    const HttpRequest request = request_of(message);
     HttpResponse refusal;
     std::shared_ptr<StreamHandler> handler;
     try {
