@@ -66,12 +66,12 @@ InferenceServer::InferenceServer(std::vector<ModelEndpoint> endpoints, int strea
   for (auto& endpoint : endpoints) {
     const auto name = endpoint.model->name();
     if (models_.count(name) != 0) throw std::invalid_argument("serve: model '" + name + "' twice");
-    metrics_.add_model(name, endpoint.model->version());
+    metrics_->add_model(name, endpoint.model->version());
     auto model = endpoint.model;
     auto batcher = std::make_unique<DynamicBatcher>(
         name, endpoint.batching,
         [model](std::vector<std::shared_ptr<BatchJob>>& jobs) { return model->run(jobs); },
-        &metrics_);
+        metrics_.get());
     models_.emplace(name, Served{std::move(endpoint), std::move(batcher),
                                  std::make_shared<std::atomic<int64_t>>(0)});
   }
@@ -122,7 +122,11 @@ std::shared_ptr<StreamHandler> InferenceServer::open_stream(const HttpRequest& r
                                       " streams are open (max_streams); try again later");
     return nullptr;
   }
-  std::shared_ptr<void> ticket(nullptr, [open](void*) { open->fetch_sub(1); });
+  metrics_->stream_opened(model.name());
+  std::shared_ptr<void> ticket(nullptr, [open, metrics = metrics_, name = model.name()](void*) {
+    open->fetch_sub(1);
+    metrics->stream_closed(name);
+  });
   return model.open_stream(stream_pool_, std::move(ticket));
 }
 
@@ -137,7 +141,7 @@ void InferenceServer::handle(HttpRequest request, Respond respond) {
     if (!get) return method_not_allowed();
     HttpResponse response;
     response.content_type = "text/plain; version=0.0.4";
-    response.body = metrics_.render();
+    response.body = metrics_->render();
     return respond(std::move(response));
   }
   if (parts.empty() || parts[0] != "v2") {
@@ -212,16 +216,16 @@ void InferenceServer::submit(const Served& served, std::shared_ptr<BatchJob> job
     case DynamicBatcher::Admission::kQueued:
       return;
     case DynamicBatcher::Admission::kQueueFull:
-      metrics_.request_failed(name, FailureReason::kRejected);
+      metrics_->request_failed(name, FailureReason::kRejected);
       return respond(
           error_response(503, "model '" + name + "': the queue is full (" +
                                   std::to_string(served.endpoint.batching.max_queue_size) +
                                   " requests); try again later"));
     case DynamicBatcher::Admission::kStopped:
-      metrics_.request_failed(name, FailureReason::kRejected);
+      metrics_->request_failed(name, FailureReason::kRejected);
       return respond(error_response(503, "the server is shutting down"));
     case DynamicBatcher::Admission::kTooLarge:
-      metrics_.request_failed(name, FailureReason::kInvalid);
+      metrics_->request_failed(name, FailureReason::kInvalid);
       return respond(
           error_response(400, "model '" + name + "': a request of " + std::to_string(job->rows()) +
                                   " rows is more than max_batch_size " +
@@ -234,7 +238,7 @@ void InferenceServer::infer(const Served& served, HttpRequest& request, Respond&
   const auto& model = served.endpoint.model;
   const auto& name = model->name();
   if (!ready_) {
-    metrics_.request_failed(name, FailureReason::kRejected);
+    metrics_->request_failed(name, FailureReason::kRejected);
     return respond(error_response(503, "the server is shutting down"));
   }
   InferRequest parsed;
@@ -256,7 +260,7 @@ void InferenceServer::infer(const Served& served, HttpRequest& request, Respond&
     job = model->prepare(parsed, [this, respond, name, version = model->version(), id = parsed.id,
                                   start](InferOutcome outcome) {
       if (!outcome.ok()) {
-        metrics_.request_failed(name, outcome.reason);
+        metrics_->request_failed(name, outcome.reason);
         return respond(error_response(outcome.status, outcome.error));
       }
       InferResponse response{name, version, id, std::move(outcome.outputs)};
@@ -268,11 +272,11 @@ void InferenceServer::infer(const Served& served, HttpRequest& request, Respond&
         http.headers.emplace_back("Inference-Header-Content-Length",
                                   std::to_string(*encoded.json_length));
       }
-      metrics_.request_succeeded(name, microseconds_between(start, Clock::now()));
+      metrics_->request_succeeded(name, microseconds_between(start, Clock::now()));
       respond(std::move(http));
     });
   } catch (const Error& e) {
-    metrics_.request_failed(name, FailureReason::kInvalid);
+    metrics_->request_failed(name, FailureReason::kInvalid);
     return respond(error_response(400, e.what()));
   }
   submit(served, std::move(job), parsed, respond);
@@ -282,7 +286,7 @@ void InferenceServer::file_route(const Served& served, HttpRequest& request, Res
   const auto& model = served.endpoint.model;
   const auto& name = model->name();
   if (!ready_) {
-    metrics_.request_failed(name, FailureReason::kRejected);
+    metrics_->request_failed(name, FailureReason::kRejected);
     return respond(error_response(503, "the server is shutting down"));
   }
   std::shared_ptr<BatchJob> job;
@@ -295,21 +299,21 @@ void InferenceServer::file_route(const Served& served, HttpRequest& request, Res
     job = model->prepare(synthetic, [this, respond, name, start,
                                      answer = std::move(call.answer)](InferOutcome outcome) {
       if (!outcome.ok()) {
-        metrics_.request_failed(name, outcome.reason);
+        metrics_->request_failed(name, outcome.reason);
         return respond(error_response(outcome.status, outcome.error));
       }
       HttpResponse response;
       try {
         response.body = answer(outcome.outputs);
       } catch (const std::exception& e) {
-        metrics_.request_failed(name, FailureReason::kBackend);
+        metrics_->request_failed(name, FailureReason::kBackend);
         return respond(error_response(500, e.what()));
       }
-      metrics_.request_succeeded(name, microseconds_between(start, Clock::now()));
+      metrics_->request_succeeded(name, microseconds_between(start, Clock::now()));
       respond(std::move(response));
     });
   } catch (const Error& e) {
-    metrics_.request_failed(name, FailureReason::kInvalid);
+    metrics_->request_failed(name, FailureReason::kInvalid);
     return respond(error_response(400, e.what()));
   }
   submit(served, std::move(job), synthetic, respond);

@@ -56,14 +56,14 @@ class InferenceServer : public HttpHandler {
   void handle(HttpRequest request, Respond respond) override;
   std::shared_ptr<StreamHandler> open_stream(const HttpRequest& request,
                                              HttpResponse& refusal) override;
-  void responded(int status) override { metrics_.http_response(status); }
+  void responded(int status) override { metrics_->http_response(status); }
 
   // Not ready from now on; new infer requests and streams get 503. Then runs every queued request
   // and stream chunk to its end and stops the batchers and stream threads: once it returns, every
   // response has been handed to the HTTP side.
   void drain();
   bool ready() const { return ready_; }
-  const ServerMetrics& metrics() const { return metrics_; }
+  const ServerMetrics& metrics() const { return *metrics_; }
 
  private:
   struct Served {
@@ -77,7 +77,9 @@ class InferenceServer : public HttpHandler {
   void submit(const Served& served, std::shared_ptr<BatchJob> job, const InferRequest& request,
               Respond& respond);
 
-  ServerMetrics metrics_;
+  // Shared with the open streams, which count themselves out when they end (perhaps after the
+  // server).
+  std::shared_ptr<ServerMetrics> metrics_ = std::make_shared<ServerMetrics>();
   TaskPool stream_pool_;
   std::map<std::string, Served> models_;
   std::atomic<bool> ready_{true};

@@ -96,6 +96,18 @@ void ServerMetrics::batch_executed(const std::string& model, int64_t rows, doubl
   c.batch_rows_sum += rows;
 }
 
+void ServerMetrics::stream_opened(const std::string& model) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& c = counters(model);
+  ++c.streams_opened;
+  ++c.streams_open;
+}
+
+void ServerMetrics::stream_closed(const std::string& model) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  --counters(model).streams_open;
+}
+
 void ServerMetrics::set_pending(const std::string& model, int64_t pending) {
   std::lock_guard<std::mutex> lock(mutex_);
   counters(model).pending = pending;
@@ -171,6 +183,10 @@ std::string ServerMetrics::render() const {
     out << "attnzoo_inference_batch_size_count{" << labels(model, c) << "} " << c.exec_count
         << "\n";
   }
+  per_model("attnzoo_streams_opened_total", "counter", "WebSocket streams accepted",
+            [](const ModelCounters& c) { return std::to_string(c.streams_opened); });
+  per_model("attnzoo_streams_open", "gauge", "WebSocket streams open now",
+            [](const ModelCounters& c) { return std::to_string(c.streams_open); });
   header(out, "attnzoo_http_responses_total", "counter", "HTTP responses by status code");
   for (const auto& [code, count] : http_) {
     out << "attnzoo_http_responses_total{code=\"" << code << "\"} " << count << "\n";

@@ -19,6 +19,8 @@
 // and, which Triton does not have:
 //
 //   attnzoo_inference_batch_size{model,version}         histogram of executed batch sizes (rows)
+//   attnzoo_streams_opened_total{model,version}         WebSocket streams accepted
+//   attnzoo_streams_open{model,version}                 gauge, WebSocket streams open now
 //   attnzoo_http_responses_total{code}                  every HTTP response by status code
 #pragma once
 
@@ -47,6 +49,8 @@ class ServerMetrics {
   void batch_executed(const std::string& model, int64_t rows, double queue_us_total,
                       double input_us, double infer_us, double output_us);
   void set_pending(const std::string& model, int64_t pending);
+  void stream_opened(const std::string& model);
+  void stream_closed(const std::string& model);
   void http_response(int status);
 
   std::string render() const;
@@ -64,6 +68,8 @@ class ServerMetrics {
     double infer_us = 0;
     double output_us = 0;
     int64_t pending = 0;
+    int64_t streams_opened = 0;
+    int64_t streams_open = 0;
     std::vector<int64_t> batch_counts;  // per bucket, not cumulative; the last is +Inf
     int64_t batch_rows_sum = 0;
   };

@@ -779,6 +779,14 @@ def case_stream():
                 d = await session.ws_connect(f"{base}/digits/stream")
                 await d.send_str(json.dumps({"signal": "start"}))
                 check(json.loads((await d.receive()).data)["type"] == "server_ready", "not ready")
+                async with session.get(f"http://127.0.0.1:{server.port}/metrics") as r:
+                    metrics = await r.text()
+                opened = re.search(r'attnzoo_streams_opened_total\{model="digits"[^}]*\} ([0-9]+)',
+                                   metrics)
+                now = re.search(r'attnzoo_streams_open\{model="digits"[^}]*\} ([0-9]+)', metrics)
+                print(f"digits: {opened.group(1)} streams opened, {now.group(1)} open")
+                check(opened.group(1) == "5", "the first, a, b, c and d: 5 streams accepted")
+                check(1 <= int(now.group(1)) <= 2, f"{now.group(1)} streams open (d, perhaps c)")
                 await d.send_bytes(pcm[:block])
                 server.process.send_signal(signal.SIGTERM)
                 while True:

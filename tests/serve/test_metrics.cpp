@@ -36,6 +36,9 @@ TEST(ServerMetrics, CountsByModelStatusAndBatchSize) {
   metrics.batch_executed("vit", 300, 0.0, 1.0, 2.0, 3.0);
   metrics.http_response(200);
   metrics.http_response(503);
+  metrics.stream_opened("vit");
+  metrics.stream_opened("vit");
+  metrics.stream_closed("vit");
   const auto text = metrics.render();
   const std::string vit = "{model=\"vit\",version=\"1\"";
   EXPECT_TRUE(has_line(text, "nv_inference_request_success" + vit + "} 2")) << text;
@@ -57,6 +60,8 @@ TEST(ServerMetrics, CountsByModelStatusAndBatchSize) {
   EXPECT_TRUE(has_line(text, "attnzoo_inference_batch_size_sum" + vit + "} 312"));
   EXPECT_TRUE(has_line(text, "attnzoo_inference_batch_size_count" + vit + "} 4"));
   EXPECT_TRUE(has_line(text, "attnzoo_http_responses_total{code=\"503\"} 1"));
+  EXPECT_TRUE(has_line(text, "attnzoo_streams_opened_total" + vit + "} 2"));
+  EXPECT_TRUE(has_line(text, "attnzoo_streams_open" + vit + "} 1"));
   // A model with no traffic is listed, its label value escaped.
   EXPECT_TRUE(
       has_line(text, "nv_inference_request_success{model=\"idle \\\"model\\\"\",version=\"1\"} 0"));
