@@ -16,6 +16,7 @@ if(ATTNZOO_KERNELS_ONLY)
                         "torch.utils; print(torch.utils.cmake_prefix_path)')")
   endif()
   include(${CMAKE_CURRENT_LIST_DIR}/Cuda.cmake)
+  find_package(ZLIB REQUIRED)  # io/'s zip reader
   return()
 endif()
 include(${CMAKE_CURRENT_LIST_DIR}/LibraryDependencies.cmake)

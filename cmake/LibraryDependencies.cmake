@@ -7,7 +7,8 @@
 #   attnzoo::sentencepiece  libsentencepiece (its header and library; its pkg-config file also
 #                     names the trainer library, which attnzoo does not use), linked by the
 #                     module libattnzoo_sentencepiece only (decoding/CMakeLists.txt)
-#   yaml-cpp, nlohmann_json::nlohmann_json, Threads::Threads (their CMake packages)
+#   yaml-cpp, nlohmann_json::nlohmann_json, Threads::Threads (their CMake packages), and
+#   ZLIB::ZLIB (CMake's FindZLIB: deflated entries of zip checkpoints, io/zip_archive.cpp)
 # Included by attnzoo's build (Dependencies.cmake) and, installed beside attnzooConfig.cmake, by
 # the projects that find_package(attnzoo): they find what attnzoo was built against the same way.
 # There, ATTNZOO_PACKAGE_CONFIG is set, and a missing dependency leaves attnzoo not found with
@@ -62,6 +63,7 @@ endforeach()
 _attnzoo_find_package(yaml-cpp CONFIG)
 _attnzoo_find_package(nlohmann_json 3.10 CONFIG)
 _attnzoo_find_package(Threads)
+_attnzoo_find_package(ZLIB)
 
 if(NOT TARGET attnzoo::sentencepiece)
   find_path(ATTNZOO_SENTENCEPIECE_INCLUDE_DIR sentencepiece_processor.h)

@@ -9,17 +9,20 @@
 //
 // Tensor preconditions and option values stay c10::Errors (TORCH_CHECK), as in LibTorch.
 //
-// The subclasses live beside the code that throws them:
+// The subclasses live beside the code that throws them, but for the two defined here:
 //   ConfigError       configs/model_config.h      a YAML document or an override (file, key, line)
-//   CheckpointError   models/checkpoint.h         weights that do not fit the module (every tensor)
+//   CheckpointError   here                        a PyTorch checkpoint file that is malformed,
+//                                                 hostile or holds what attnzoo does not read;
+//                                                 weights that do not fit the module
 //   SafetensorsError  io/safetensors_format.h     a malformed, truncated or hostile .safetensors
-//   file ImageError        preprocess/image/header.h   an unreadable or unsupported image
+//   ImageError        preprocess/image/header.h   an unreadable or unsupported image
 //   AudioError        preprocess/audio/error.h    an unreadable or unusable audio file or waveform
 //   DatasetError      train/data.h                a training folder or list file
 //   UnitsError        decoding/error.h            a token table (units file, token list)
 //   DecodingError     decoding/error.h            CTC log-probabilities or decoder options
+//   ProtocolError     serve/v2_protocol.h         a KServe v2 request the server cannot take
 //   InputError        here                        a tensor a model cannot take (shape, dtype,
-//   length)
+//                                                 length)
 //
 // This header depends on the standard library only: the torch-free parsers (and their fuzz
 // targets) include it.
@@ -37,6 +40,14 @@ class Error : public std::runtime_error {
 // A tensor handed to a model that it cannot take: the wrong rank, sizes, dtype, or too few frames.
 // The message starts with what the caller called the tensor.
 class InputError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A checkpoint that cannot be read or loaded: a malformed, truncated or hostile PyTorch file
+// (io/torch_checkpoint.h), or weights that do not fit the module (models/checkpoint.h). The
+// message names the file first.
+class CheckpointError : public Error {
  public:
   using Error::Error;
 };

@@ -16,11 +16,6 @@
 
 namespace attnzoo {
 
-class CheckpointError : public Error {
- public:
-  using Error::Error;
-};
-
 struct LoadOptions {
   // Names the module has that the checkpoint may lack (they keep their current values), e.g.
   // a classifier head when loading a backbone. Declared where the model is built, not guessed.

@@ -50,7 +50,7 @@ phase_done() { # phase_done NAME: the seconds since the previous phase ended
 APT_PACKAGES=(
   g++ cmake ninja-build ccache pkg-config git python3 python3-venv python3-dev
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
-  libsndfile1-dev libsoxr-dev libyaml-cpp-dev
+  libsndfile1-dev libsoxr-dev libyaml-cpp-dev zlib1g-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev
   clang clang-format libclang-rt-14-dev
   opencv-doc espeak-ng
