@@ -11,6 +11,7 @@ ImageTransformOptions image_transform_options(const ImagePreprocessConfig& confi
   options.height = config.input_size[1];
   options.width = config.input_size[2];
   options.crop_pct = config.crop_pct;
+  options.crop_mode = parse_crop_mode(config.crop_mode);
   options.interpolation = parse_interpolation(config.interpolation);
   options.mean = config.mean;
   options.std = config.std;

@@ -68,12 +68,10 @@ ImageClassifier::ImageClassifier(const std::string& model, ImageClassifierOption
   auto& s = *state_;
   TORCH_CHECK_VALUE(options.batch_size >= 1, "ImageClassifier: batch_size must be >= 1, got ",
                     options.batch_size);
-  TORCH_CHECK_VALUE(options.threads >= 0, "ImageClassifier: threads must be >= 0, got ",
-                    options.threads);
-  s.device = api_detail::parse_device("ImageClassifier: device", options.device);
-  s.dtype = api_detail::parse_dtype("ImageClassifier: dtype", options.dtype);
-  s.config = resolve_model_config(
-      model, api_detail::with_quantize("ImageClassifier", options.overrides, options.quantize));
+  auto setup = api_detail::model_setup("ImageClassifier", model, options);
+  s.device = setup.device;
+  s.dtype = setup.dtype;
+  s.config = setup.config;
   const auto& family = model_family(s.config.family);
   TORCH_CHECK_VALUE(family.input_kind() == InputKind::kImages, "ImageClassifier: ", s.config.source,
                     " is a ", s.config.family, " model, which takes ",
@@ -85,10 +83,7 @@ ImageClassifier::ImageClassifier(const std::string& model, ImageClassifierOption
                     "ImageClassifier: cuda_graph needs device cuda, got ", options.device);
   s.labels = load_labels(s.config.labels, classes);
   s.transform = std::make_unique<EvalImageTransform>(image_transform_options(s.config.image));
-  if (options.threads > 0) torch::set_num_threads(options.threads);
-
-  s.model = api_detail::inference_model(s.config, options.weights, options.format, s.device,
-                                        s.dtype, s.weights);
+  s.model = api_detail::setup_model(setup, options, s.weights);
   s.options = std::move(options);
 }
 

@@ -2,7 +2,7 @@
 // config's eval transform and its labels.
 //
 //   attnzoo::ImageClassifierOptions options;
-//   options.weights = "vit_base.safetensors";
+//   options.weights = "vit_base.safetensors";   // or a .pth, or none for a model folder's own
 //   attnzoo::ImageClassifier classifier("vit_base_patch16_224", options);
 //   for (const auto& p : classifier.classify("cat.jpg", 5))
 //     std::cout << p.label << " " << p.probability << "\n";
@@ -14,6 +14,7 @@
 // options.
 #pragma once
 
+#include <attnzoo/api/model_options.h>
 #include <attnzoo/api/prediction.h>
 #include <attnzoo/configs/model_config.h>
 #include <attnzoo/preprocess/image/decode.h>
@@ -28,18 +29,8 @@
 
 namespace attnzoo {
 
-struct ImageClassifierOptions {
-  std::string weights;                 // safetensors checkpoint; empty: random weights (seed 0)
-  std::string format;                  // checkpoint layout; empty: the config's, else detected
-  std::vector<std::string> overrides;  // key.path=value, as the CLI's --set
-  std::string device = "cpu";          // cpu | cuda | cuda:N
-  std::string dtype = "fp32";          // fp32 | bf16 | fp16
-  // "none" | "int8" (layers/int8_inference.h; CPU, fp32 or bf16); empty: the config's
-  // inference.quantize.
-  std::string quantize;
-  // LibTorch's intra-op threads; 0 leaves them as they are. This is process-wide
-  // (torch::set_num_threads): the last classifier constructed with a value wins.
-  int threads = 0;
+// The model's weights, overrides, device, dtype and threads (api/model_options.h), and:
+struct ImageClassifierOptions : ModelOptions {
   int64_t batch_size = 8;  // images per forward pass in classify(paths)
   // On CUDA: each batch shape's forward is recorded once as a CUDA graph (models/cuda_graph.h) and
   // replayed after, which removes the per-kernel launch cost (large at batch 1). The first call at
@@ -61,8 +52,9 @@ enum class ChannelOrder { kBGR, kRGB };
 
 class ImageClassifier {
  public:
-  // `model`: a registered name or a YAML file (configs/registry.h resolve_model_config). The
-  // config must be a vision classifier (family vit, num_classes > 0).
+  // `model`: a registered name, a YAML file or a model folder (a Hugging Face or timm folder:
+  // configs/registry.h resolve_model_config). The config must be a vision classifier (family
+  // vit, num_classes > 0).
   explicit ImageClassifier(const std::string& model, ImageClassifierOptions options = {});
   ~ImageClassifier();
   ImageClassifier(ImageClassifier&&) noexcept;

@@ -36,9 +36,10 @@ std::vector<std::string> with_quantize(const std::string& who, std::vector<std::
   return overrides;
 }
 
-ZooModel inference_model(const ModelConfig& config, const std::string& weights,
-                         const std::string& format, torch::Device device, torch::Dtype dtype,
-                         std::string& description) {
+ZooModel inference_model(const ModelConfig& config, const std::string& weights_given,
+                         const std::string& format, const std::string& key, torch::Device device,
+                         torch::Dtype dtype, std::string& description) {
+  const std::string& weights = weights_given.empty() ? config.checkpoint_file : weights_given;
   TORCH_CHECK_VALUE(config.inference.quantize != "int8" ||
                         (device.is_cpu() && (dtype == torch::kFloat || dtype == torch::kBFloat16)),
                     config.source,
@@ -48,7 +49,7 @@ ZooModel inference_model(const ModelConfig& config, const std::string& weights,
   auto model = build_model(config);
   description = "random weights (seed 0)";
   if (!weights.empty()) {
-    const auto loaded = load_weights(model, weights, format);
+    const auto loaded = load_weights(model, weights, format, key);
     description = weights + " (" + loaded.layout + " layout";
     for (const auto& note : loaded.notes) description += "; " + note;
     description += ")";
@@ -56,6 +57,24 @@ ZooModel inference_model(const ModelConfig& config, const std::string& weights,
   model.module->eval();
   model.module->to(device, dtype);
   return model;
+}
+
+ModelSetup model_setup(const std::string& who, const std::string& model,
+                       const ModelOptions& options) {
+  TORCH_CHECK_VALUE(options.threads >= 0, who, ": threads must be >= 0, got ", options.threads);
+  ModelSetup setup;
+  setup.device = parse_device(who + ": device", options.device);
+  setup.dtype = parse_dtype(who + ": dtype", options.dtype);
+  setup.config =
+      resolve_model_config(model, with_quantize(who, options.overrides, options.quantize));
+  return setup;
+}
+
+ZooModel setup_model(const ModelSetup& setup, const ModelOptions& options,
+                     std::string& description) {
+  if (options.threads > 0) torch::set_num_threads(options.threads);
+  return inference_model(setup.config, options.weights, options.format, options.key, setup.device,
+                         setup.dtype, description);
 }
 
 }  // namespace attnzoo::api_detail

@@ -2,6 +2,7 @@
 // devices and dtypes in options and flags, and building a model of the zoo ready for inference.
 #pragma once
 
+#include <attnzoo/api/model_options.h>
 #include <attnzoo/configs/registry.h>
 
 #include <torch/types.h>
@@ -24,12 +25,27 @@ torch::Device parse_device(const std::string& who, const std::string& name);
 std::vector<std::string> with_quantize(const std::string& who, std::vector<std::string> overrides,
                                        const std::string& quantize);
 
-// The config's model with fresh weights (seed 0) or `weights` loaded (layout `format`, else the
-// config's, else detected), in eval mode on `device` in `dtype`. `description` names the weights
-// ("random weights (seed 0)" or "FILE (LAYOUT layout)").
+// The config's model with `weights` loaded (layout `format`, else the config's, else detected;
+// `key`: the state dict of a training checkpoint), or the config's checkpoint.file when
+// `weights` is empty, else fresh weights (seed 0); in eval mode on `device` in `dtype`.
+// `description` names the weights ("random weights (seed 0)" or "FILE (LAYOUT layout; notes)").
 ZooModel inference_model(const ModelConfig& config, const std::string& weights,
-                         const std::string& format, torch::Device device, torch::Dtype dtype,
-                         std::string& description);
+                         const std::string& format, const std::string& key, torch::Device device,
+                         torch::Dtype dtype, std::string& description);
+
+// The first half of a task API's constructor: the options checked and the config resolved
+// (`model`: a name, a YAML file or a model folder), before the task checks the config and the
+// weights load. c10::ValueError beginning with `who` for an option out of range.
+struct ModelSetup {
+  torch::Device device{torch::kCPU};
+  torch::Dtype dtype = torch::kFloat;
+  ModelConfig config;
+};
+ModelSetup model_setup(const std::string& who, const std::string& model,
+                       const ModelOptions& options);
+// The second half: the threads set and the model loaded for inference (inference_model).
+ZooModel setup_model(const ModelSetup& setup, const ModelOptions& options,
+                     std::string& description);
 
 // Milliseconds of wall time since `start` (the *_ms fields of results).
 inline double ms_since(std::chrono::steady_clock::time_point start) {

@@ -24,6 +24,13 @@ std::string imagenet_labels_file() {
 
 std::vector<std::string> load_labels(const LabelsConfig& labels, int64_t classes) {
   if (labels.source == LabelsConfig::Source::kNone) return {};
+  if (labels.source == LabelsConfig::Source::kInline) {
+    if (static_cast<int64_t>(labels.names.size()) != classes) {
+      throw Error("labels: " + std::to_string(labels.names.size()) + " names for a model of " +
+                  std::to_string(classes) + " classes");
+    }
+    return labels.names;
+  }
   const std::string file =
       labels.source == LabelsConfig::Source::kImageNet ? imagenet_labels_file() : labels.file;
   std::ifstream in(file);

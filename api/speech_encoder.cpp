@@ -83,16 +83,14 @@ static void check_long_enough(const ModelConfig& config, int64_t min_frames,
 SpeechEncoder::SpeechEncoder(const std::string& model, SpeechEncoderOptions options)
     : state_(std::make_unique<State>()) {
   auto& s = *state_;
-  TORCH_CHECK_VALUE(options.threads >= 0, "SpeechEncoder: threads must be >= 0, got ",
-                    options.threads);
   TORCH_CHECK_VALUE(options.stream_chunk >= 0, "SpeechEncoder: stream_chunk must be >= 0, got ",
                     options.stream_chunk);
   TORCH_CHECK_VALUE(options.batch_size >= 1, "SpeechEncoder: batch_size must be >= 1, got ",
                     options.batch_size);
-  s.device = api_detail::parse_device("SpeechEncoder: device", options.device);
-  s.dtype = api_detail::parse_dtype("SpeechEncoder: dtype", options.dtype);
-  s.config = resolve_model_config(
-      model, api_detail::with_quantize("SpeechEncoder", options.overrides, options.quantize));
+  auto setup = api_detail::model_setup("SpeechEncoder", model, options);
+  s.device = setup.device;
+  s.dtype = setup.dtype;
+  s.config = setup.config;
   const auto& family = model_family(s.config.family);
   TORCH_CHECK_VALUE(family.input_kind() == InputKind::kAudioFeatures,
                     "SpeechEncoder: ", s.config.source, " is a ", s.config.family,
@@ -104,9 +102,7 @@ SpeechEncoder::SpeechEncoder(const std::string& model, SpeechEncoderOptions opti
   s.extractor = std::make_unique<FeatureExtractor>(audio_feature_options(s.config.features));
   s.min_frames = family.min_frames(s.config);
   s.frame_ms = family.frame_ms(s.config);
-  if (options.threads > 0) torch::set_num_threads(options.threads);
-  s.model = api_detail::inference_model(s.config, options.weights, options.format, s.device,
-                                        s.dtype, s.weights);
+  s.model = api_detail::setup_model(setup, options, s.weights);
   s.conformer = s.model.as<ConformerEncoder>();
   TORCH_CHECK_VALUE(options.stream_chunk == 0 || !s.conformer.is_empty(),
                     "SpeechEncoder: ", s.config.source, " is a ", s.config.family,

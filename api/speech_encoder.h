@@ -15,6 +15,7 @@
 // key.
 #pragma once
 
+#include <attnzoo/api/model_options.h>
 #include <attnzoo/configs/model_config.h>
 #include <attnzoo/preprocess/audio/read.h>
 
@@ -28,16 +29,8 @@
 
 namespace attnzoo {
 
-struct SpeechEncoderOptions {
-  std::string weights;                 // safetensors checkpoint; empty: random weights (seed 0)
-  std::string format;                  // checkpoint layout; empty: the config's, else detected
-  std::vector<std::string> overrides;  // key.path=value, as the CLI's --set
-  std::string device = "cpu";          // cpu | cuda | cuda:N
-  std::string dtype = "fp32";          // fp32 | bf16 | fp16
-  // "none" | "int8" (layers/int8_inference.h; CPU, fp32 or bf16); empty: the config's
-  // inference.quantize.
-  std::string quantize;
-  int threads = 0;        // LibTorch intra-op threads, process-wide; 0: unchanged
+// The model's weights, overrides, device, dtype and threads (api/model_options.h), and:
+struct SpeechEncoderOptions : ModelOptions {
   AudioReadOptions read;  // channel choice, length limit
   // > 0: encode chunk by chunk through the streaming caches (ConformerStream) in chunks of this
   // many encoder frames, with the config's streaming.num_left_chunks; the model must stream.

@@ -99,8 +99,7 @@ class ASTFamily final : public ViTFamily {
                               std::to_string(o.img_width()) + " (the position embedding's length)");
     }
     if (root.has("checkpoint")) {
-      config.checkpoint_format =
-          read_checkpoint_format(root.map("checkpoint", true), checkpoint_formats());
+      read_checkpoint(root.map("checkpoint", true), checkpoint_formats(), config);
     }
     config.architecture = std::move(o);
   }

@@ -36,6 +36,7 @@ ImagePreprocessConfig read_image_preprocess(MapReader pre, int64_t in_chans, int
                       : std::array<int64_t, 3>{in_chans, height, width};
   p.crop_pct = pre.number("crop_pct", std::nullopt, 0.0, 1.0, /*min_exclusive=*/true);
   p.interpolation = pre.choice("interpolation", std::nullopt, {"bicubic", "bilinear"});
+  p.crop_mode = pre.choice("crop_mode", p.crop_mode, {"center", "squash"});
   const auto channels = static_cast<size_t>(in_chans);
   const auto mean = pre.number_list("mean", channels, 0.0, 1.0);
   const auto stdev = pre.number_list("std", channels, 0.0, 10.0, /*min_exclusive=*/true);
@@ -168,10 +169,21 @@ DecodingConfig read_decoding(MapReader& root, const std::string& source, int64_t
   return d;
 }
 
-std::string read_checkpoint_format(MapReader checkpoint, const std::vector<std::string>& formats) {
-  const std::string format = checkpoint.choice("format", std::nullopt, formats);
+void read_checkpoint(MapReader checkpoint, const std::vector<std::string>& formats,
+                     ModelConfig& config) {
+  if (checkpoint.has("format")) {
+    config.checkpoint_format = checkpoint.choice("format", std::nullopt, formats);
+  }
+  if (checkpoint.has("file")) {
+    const auto file = resolve(config.source, checkpoint.string("file", std::nullopt));
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(file, error)) {
+      checkpoint.fail("file", "'" + file + "' is not a file");
+    }
+    config.checkpoint_file = std::filesystem::path(file).lexically_normal().string();
+  }
+  config.checkpoint_key = checkpoint.string("key", "");
   checkpoint.finish();
-  return format;
 }
 
 bool adopts_layout_value(const ModelConfig& config, const std::string& key_path,

@@ -60,8 +60,10 @@ AudioFeaturesConfig read_audio_features(MapReader& root, int64_t input_dim,
 // a model without a CTC head (ctc_vocab 0) may not have the section.
 DecodingConfig read_decoding(MapReader& root, const std::string& source, int64_t ctc_vocab);
 
-// `checkpoint:`: its `format`, one of the family's `formats`.
-std::string read_checkpoint_format(MapReader checkpoint, const std::vector<std::string>& formats);
+// `checkpoint:` into `config`: its `format` (one of the family's `formats`), `file` (resolved
+// against config.source's folder; it must exist) and `key`.
+void read_checkpoint(MapReader checkpoint, const std::vector<std::string>& formats,
+                     ModelConfig& config);
 
 // Whether loading a checkpoint of `layout` should give `key_path` the layout's own value (a
 // numeric convention, such as a LayerNorm eps): not when an override sets it; not when the

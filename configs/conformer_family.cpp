@@ -143,8 +143,7 @@ class ConformerFamily final : public ModelFamily {
     config.streaming = read_streaming(root.map("streaming", false), o, attention.head_gating);
     config.decoding = read_decoding(root, config.source, o.vocab_size());
     if (root.has("checkpoint")) {
-      config.checkpoint_format =
-          read_checkpoint_format(root.map("checkpoint", true), checkpoint_formats());
+      read_checkpoint(root.map("checkpoint", true), checkpoint_formats(), config);
     }
     config.architecture = std::move(o);
   }

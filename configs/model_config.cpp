@@ -1,6 +1,7 @@
 #include <attnzoo/configs/model_config.h>
 
 #include <attnzoo/configs/model_family.h>
+#include <attnzoo/configs/model_source.h>
 #include <attnzoo/configs/yaml_reader.h>
 
 #include <cctype>
@@ -17,6 +18,11 @@ using config_detail::MapReader;
 LabelsConfig read_labels(MapReader& root, const std::string& source) {
   LabelsConfig labels;
   if (!root.has("labels")) return labels;
+  if (root.is_sequence("labels")) {
+    labels.source = LabelsConfig::Source::kInline;
+    labels.names = *root.string_list("labels");
+    return labels;
+  }
   const std::string value = root.string("labels", std::nullopt);
   if (value == "imagenet") {
     labels.source = LabelsConfig::Source::kImageNet;
@@ -27,8 +33,10 @@ LabelsConfig read_labels(MapReader& root, const std::string& source) {
   if (file.is_relative()) file = fs::path(source).parent_path() / file;
   std::error_code error;
   if (!fs::is_regular_file(file, error)) {
-    root.fail("labels", "expected 'imagenet' or a labels file relative to the config; '" +
-                            file.string() + "' is not a file");
+    root.fail("labels",
+              "expected 'imagenet', a list of names or a labels file relative to the "
+              "config; '" +
+                  file.string() + "' is not a file");
   }
   labels.source = LabelsConfig::Source::kFile;
   labels.file = file.lexically_normal().string();
@@ -99,6 +107,8 @@ ModelConfig parse_model_config(const std::string& yaml, const std::string& sourc
 }
 
 ModelConfig load_model_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) return load_model_source(path, overrides);
   return parse_model_config(config_detail::read_document_file(path, "config file"), path,
                             overrides);
 }

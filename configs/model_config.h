@@ -54,7 +54,10 @@ class ConfigError : public Error {
 // interpolation, mean, std). Frontends take these values; they hold no constants of their own.
 struct ImagePreprocessConfig {
   std::array<int64_t, 3> input_size = {3, 224, 224};  // [C, H, W]
-  double crop_pct = 0.875;    // resize the shorter side to size / crop_pct, then centre-crop
+  double crop_pct = 0.875;  // resize the shorter side to size / crop_pct, then centre-crop
+  // "center": keep the aspect ratio to the crop (timm's default, torchvision); "squash": both
+  // sides to size / crop_pct exactly (Hugging Face's ViT and DeiT image processors).
+  std::string crop_mode = "center";
   std::string interpolation;  // "bicubic" | "bilinear"
   std::vector<double> mean;   // one per channel, on pixel values scaled to [0, 1]
   std::vector<double> std;
@@ -97,9 +100,10 @@ struct StreamingConfig {
 };
 
 struct LabelsConfig {
-  enum class Source { kNone, kImageNet, kFile };
+  enum class Source { kNone, kImageNet, kFile, kInline };
   Source source = Source::kNone;
   std::string file;  // kFile: the labels file, resolved against the YAML file's folder
+  std::vector<std::string> names;  // kInline: the class names in order (`labels: [cat, dog]`)
 };
 
 // `inference:`: how the model runs when it serves predictions.
@@ -149,6 +153,13 @@ struct ModelConfig {
   // Checkpoint layout (`checkpoint.format`: one of the family's layouts). Empty: detected from the
   // tensor names when weights are loaded.
   std::string checkpoint_format;
+  // The weights of the model (`checkpoint.file`: a safetensors file, a PyTorch checkpoint or a
+  // sharded index, resolved against the YAML's folder), loaded when no other weights are given:
+  // a model folder's own (configs/model_source.h). Empty: none.
+  std::string checkpoint_file;
+  // `checkpoint.key`: where a PyTorch training checkpoint keeps the state dict
+  // (io/torch_checkpoint.h); empty: found.
+  std::string checkpoint_key;
   std::string source;                  // the YAML file (or the name given to parse_model_config)
   std::vector<std::string> overrides;  // applied to the document, in order
   // The key paths the document (or an override) gives a value, e.g. "architecture.norm_eps";
@@ -181,7 +192,8 @@ struct ModelConfig {
   ConfigError wrong_architecture() const;
 };
 
-// Reads and validates a YAML model file. `overrides` are `key.path=value` strings (value in YAML
+// Reads and validates a YAML model file (or a model folder of a source: configs/model_source.h).
+// `overrides` are `key.path=value` strings (value in YAML
 // syntax: `architecture.depth=6`, `preprocess.mean=[0.5, 0.5, 0.5]`), applied to the document
 // before validation, in order, and validated like the file itself.
 ModelConfig load_model_config(const std::string& path,

@@ -34,8 +34,9 @@ int64_t vit_parameter_count(const ViTOptions& o) {
   // The final norm sits before pooling (norm) or after it (fc_norm): the same size either way.
   if (o.final_norm()) n += layer_norm;
   if (o.head_norm()) n += layer_norm;
-  const int64_t heads =
-      o.dist_token() && o.global_pool() == GlobalPool::kToken ? 2 : 1;  // + head_dist
+  const int64_t heads = o.dist_token() && o.dist_head() && o.global_pool() == GlobalPool::kToken
+                            ? 2
+                            : 1;  // + head_dist
   if (o.num_classes() > 0) n += heads * (d * o.num_classes() + o.num_classes());
   return n;
 }
@@ -54,8 +55,9 @@ int64_t vit_macs(const ViTOptions& o, int64_t height, int64_t width) {
   if (o.num_classes() > 0) {
     // One pooled vector, or every token without pooling.
     const int64_t pooled = o.global_pool() == GlobalPool::kNone ? tokens : 1;
-    const int64_t heads =
-        o.dist_token() && o.global_pool() == GlobalPool::kToken ? 2 : 1;  // + head_dist
+    const int64_t heads = o.dist_token() && o.dist_head() && o.global_pool() == GlobalPool::kToken
+                              ? 2
+                              : 1;  // + head_dist
     macs += heads * pooled * d * o.num_classes();
   }
   return macs;

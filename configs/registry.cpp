@@ -3,6 +3,7 @@
 
 #include <attnzoo/configs/yaml_reader.h>
 #include <attnzoo/configs/zoo_path.h>
+#include <attnzoo/io/weights_file.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -123,7 +124,9 @@ ModelConfig model_config_from_yaml(const std::string& path,
 ModelConfig resolve_model_config(const std::string& name_or_path,
                                  const std::vector<std::string>& overrides) {
   const fs::path path(name_or_path);
-  if (has_yaml_extension(path) || name_or_path.find('/') != std::string::npos) {
+  std::error_code error;
+  if (has_yaml_extension(path) || name_or_path.find('/') != std::string::npos ||
+      fs::is_directory(path, error)) {
     return load_model_config(name_or_path, overrides);
   }
   return model_config(name_or_path, overrides);
@@ -146,10 +149,18 @@ ZooModel create_model_from_yaml(const std::string& path,
   return build_model(load_model_config(path, overrides));
 }
 
-LoadedWeights load_weights(ZooModel& model, const std::string& path, const std::string& format) {
-  const auto file = io::load_safetensors(path);
+LoadedWeights load_weights(ZooModel& model, const std::string& path, const std::string& format,
+                           const std::string& key) {
+  io::WeightsFileOptions options;
+  // The config's key belongs to the config's own weights file.
+  options.key =
+      !key.empty() || path != model.config.checkpoint_file ? key : model.config.checkpoint_key;
+  const auto file = io::load_weights_file(path, options);
   const std::string requested = format.empty() ? model.config.checkpoint_format : format;
-  return model.family().load_weights(*model.module, model.config, file.tensors, requested, path);
+  auto loaded =
+      model.family().load_weights(*model.module, model.config, file.tensors, requested, path);
+  loaded.notes.insert(loaded.notes.begin(), file.notes.begin(), file.notes.end());
+  return loaded;
 }
 
 }  // namespace attnzoo

@@ -95,7 +95,8 @@ std::vector<std::string> model_names();
 ModelConfig model_config(const std::string& name, const std::vector<std::string>& overrides = {});
 ModelConfig model_config_from_yaml(const std::string& path,
                                    const std::vector<std::string>& overrides = {});
-// `name_or_path` is read as a YAML file when it ends in .yaml or .yml (or contains a '/'),
+// `name_or_path` is read as a model folder of a source (configs/model_source.h: Hugging Face,
+// timm) when it is a directory, as a YAML file when it ends in .yaml or .yml (or contains a '/'),
 // otherwise as a registered name: the CLI's --model.
 ModelConfig resolve_model_config(const std::string& name_or_path,
                                  const std::vector<std::string>& overrides = {});
@@ -107,12 +108,16 @@ ZooModel create_model(const std::string& name, const std::vector<std::string>& o
 ZooModel create_model_from_yaml(const std::string& path,
                                 const std::vector<std::string>& overrides = {});
 
-// Loads a safetensors checkpoint into `model`, strictly (models/checkpoint.h: every missing,
-// unexpected or mis-shaped tensor reported at once). The layout is `format` when non-empty, else
-// the config's checkpoint.format, else detected from the tensor names; the layout used is
-// returned with what else the layout brought (LoadedWeights::notes: e.g. Hugging Face's LayerNorm
-// eps 1e-12 for a config that states timm's 1e-6 for timm's layout; model.config follows).
-LoadedWeights load_weights(ZooModel& model, const std::string& path,
-                           const std::string& format = "");
+// Loads weights into `model`, strictly (models/checkpoint.h: every missing, unexpected or
+// mis-shaped tensor reported at once): a safetensors file, a PyTorch checkpoint (.pt .pth .bin
+// .ckpt, read in C++ by io/torch_checkpoint.h; `key` names its state dict when it holds several,
+// else the config's checkpoint.key for the config's own file) or a sharded index
+// (io/weights_file.h). The layout is `format` when non-empty, else the config's
+// checkpoint.format, else detected from the tensor names; the layout used is returned with what
+// else the reading and the layout brought (LoadedWeights::notes: the state dict's key, DDP's
+// prefix removed, Hugging Face's LayerNorm eps 1e-12 for a config that states timm's 1e-6 for
+// timm's layout; model.config follows).
+LoadedWeights load_weights(ZooModel& model, const std::string& path, const std::string& format = "",
+                           const std::string& key = "");
 
 }  // namespace attnzoo

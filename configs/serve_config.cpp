@@ -53,6 +53,7 @@ ServedModelConfig read_model(MapReader entry, const std::string& source) {
     }
   }
   m.format = entry.string("format", "");
+  m.key = entry.string("key", "");
   m.device = entry.string("device", m.device);
   m.dtype = entry.choice("dtype", m.dtype, {"fp32", "bf16", "fp16"});
   m.max_batch_size = entry.integer("max_batch_size", m.max_batch_size, 1, 4096);

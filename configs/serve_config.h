@@ -8,7 +8,7 @@
 //   stream_threads: 2                 # threads for the chunks of live audio
 //   models:
 //     - name: digits                  # the route's name (default: the model's)
-//       model: vit_digits             # a registered name, or a model YAML
+//       model: vit_digits             # a registered name, a model YAML or a model folder
 //       weights: ../assets/weights/vit_digits.safetensors
 //       max_batch_size: 8             # rows per execution
 //       dynamic_batching: {max_queue_delay_us: 2000}   # absent: each request runs alone
@@ -40,10 +40,14 @@ struct ServeHttpConfig {
 };
 
 struct ServedModelConfig {
-  std::string name;     // the route's name
-  std::string model;    // a registered name, or a model YAML resolved against the serve config
-  std::string weights;  // empty: random weights (seed 0)
+  std::string name;  // the route's name
+  // A registered name, or a model YAML or model folder resolved against the serve config.
+  std::string model;
+  // Safetensors, a PyTorch checkpoint or a sharded index; empty: the model's own
+  // (checkpoint.file: a model folder's), else random weights (seed 0).
+  std::string weights;
   std::string format;
+  std::string key;                     // a PyTorch training checkpoint's state dict; empty: found
   std::vector<std::string> overrides;  // `set:`, as --set
   std::string device = "cpu";
   std::string dtype = "fp32";

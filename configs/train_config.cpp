@@ -219,6 +219,9 @@ TrainConfig read_train_document(const Document& document,
     }
   }
   c.init_format = root.string("init_format", "");
+  c.init_key = root.string("init_key", "");
+  // A model with weights of its own (a model folder's) starts from them.
+  if (c.init_weights.empty()) c.init_weights = c.model.checkpoint_file;
   c.data = read_data(root.map("data", true), c.source);
   const auto input = model_family(c.model.family).input_kind();
   const auto wanted = input == InputKind::kImages ? "image_folder or image_list" : "audio_list";

@@ -139,8 +139,11 @@ struct TrainConfig {
   std::vector<std::string> overrides;
   std::string model_ref;  // as written: a zoo name or a model YAML (resolved)
   std::vector<std::string> model_overrides;
-  std::string init_weights;  // optional safetensors to start from (resolved)
-  std::string init_format;   // its layout; empty: detected
+  // Optional weights to start from (resolved): safetensors, a PyTorch checkpoint or a sharded
+  // index; absent: the model's own checkpoint.file (a model folder's weights), if any.
+  std::string init_weights;
+  std::string init_format;  // its layout; empty: detected
+  std::string init_key;     // a PyTorch training checkpoint's state dict; empty: found
   ModelConfig model;
   TrainDataConfig data;
   TrainAugmentConfig augment;

@@ -40,6 +40,7 @@ ViTOptions read_vit_architecture(MapReader arch) {
   o.init_values(arch.nullable_number("init_values", o.init_values(), 0.0, 100.0, true));
   o.class_token(arch.boolean("class_token", o.class_token()));
   o.dist_token(arch.boolean("dist_token", o.dist_token()));
+  o.dist_head(arch.boolean("dist_head", o.dist_head()));
   o.no_embed_class(arch.boolean("no_embed_class", o.no_embed_class()));
   o.reg_tokens(arch.integer("reg_tokens", o.reg_tokens(), 0, kMaxTokens));
   o.pre_norm(arch.boolean("pre_norm", o.pre_norm()));
@@ -120,8 +121,7 @@ void ViTFamily::read(MapReader& root, ModelConfig& config) const {
                                        vit_img_width(o), o.patch_size(),
                                        vit_patch_stride(o) == o.patch_size());
   if (root.has("checkpoint")) {
-    config.checkpoint_format =
-        read_checkpoint_format(root.map("checkpoint", true), checkpoint_formats());
+    read_checkpoint(root.map("checkpoint", true), checkpoint_formats(), config);
   }
   config.architecture = std::move(o);
 }

@@ -352,6 +352,11 @@ const MapReader::Entry* MapReader::lookup(const std::string& key, bool required)
 
 bool MapReader::has(const std::string& key) { return lookup(key, false) != nullptr; }
 
+bool MapReader::is_sequence(const std::string& key) {
+  const Entry* entry = lookup(key, false);
+  return entry && entry->value.IsSequence();
+}
+
 std::string MapReader::relation_key(const std::string& first, const std::string& second) {
   if (overridden(second) && !overridden(first)) return second;
   return has(first) ? first : second;

@@ -79,6 +79,7 @@ class MapReader {
   const std::string& path() const { return path_; }
   std::string path(const std::string& key) const;  // "path.key"
   bool has(const std::string& key);                // declares `key`
+  bool is_sequence(const std::string& key);        // declares `key`; false when absent
   bool overridden(const std::string& key) const;   // set by an override
   // Where to report a relation between two keys that fails: at an overridden one if only the
   // second is overridden (the override is what changed), else at the first the file sets, else

@@ -195,7 +195,7 @@ void VisionTransformerImpl::reset() {
   if (o.head_norm()) head_norm = register_module("head_norm", layer_norm(d, o.norm_eps()));
   if (o.num_classes() > 0) {
     head = register_module("head", torch::nn::Linear(d, o.num_classes()));
-    if (o.dist_token() && pool == GlobalPool::kToken) {
+    if (o.dist_token() && o.dist_head() && pool == GlobalPool::kToken) {
       head_dist = register_module("head_dist", torch::nn::Linear(d, o.num_classes()));
     }
   }

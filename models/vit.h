@@ -58,6 +58,11 @@ struct ViTOptions {
   TORCH_ARG(bool, class_token) = true;
   // A distillation token after the class token (DeiT's distilled models, AST).
   TORCH_ARG(bool, dist_token) = false;
+  // With dist_token and global_pool token: the distillation token's own head (head_dist),
+  // averaged with the class head (timm's distilled DeiT, Hugging Face's
+  // DeiTForImageClassificationWithTeacher); false: the class head alone (Hugging Face's
+  // DeiTForImageClassification).
+  TORCH_ARG(bool, dist_head) = true;
   // Position embeddings only for the patches, added before the prefix tokens are prepended.
   TORCH_ARG(bool, no_embed_class) = false;
   TORCH_ARG(int64_t, reg_tokens) = 0;

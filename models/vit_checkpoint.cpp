@@ -68,6 +68,9 @@ MappedCheckpoint from_hugging_face(const io::TensorDict& tensors) {
       {std::regex(R"(layers\.(\d+)\.mlp\.(fc1|fc2)\.(weight|bias))"), "blocks.$1.mlp.$2.$3"},
       {std::regex(R"(layernorm\.(weight|bias))"), "norm.$1"},
       {std::regex(R"(classifier\.(weight|bias))"), "head.$1"},
+      // DeiTForImageClassificationWithTeacher: a head on each of the two tokens.
+      {std::regex(R"(cls_classifier\.(weight|bias))"), "head.$1"},
+      {std::regex(R"(distillation_classifier\.(weight|bias))"), "head_dist.$1"},
       // ASTForAudioClassification's head: a LayerNorm, then the classifier.
       {std::regex(R"(classifier\.layernorm\.(weight|bias))"), "head_norm.$1"},
       {std::regex(R"(classifier\.dense\.(weight|bias))"), "head.$1"},
@@ -76,13 +79,15 @@ MappedCheckpoint from_hugging_face(const io::TensorDict& tensors) {
       R"(encoder\.layer\.(\d+)\.attention\.attention\.(query|key|value)\.(weight|bias))");
   static const std::regex qkv_part_v5(R"(layers\.(\d+)\.attention\.(q|k|v)_proj\.(weight|bias))");
   MappedCheckpoint out;
-  // ViTForImageClassification nests the backbone under "vit.", ASTForAudioClassification under
-  // "audio_spectrogram_transformer."; ViTModel and ASTModel do not.
+  // ViTForImageClassification nests the backbone under "vit.", the DeiT classifiers under
+  // "deit.", ASTForAudioClassification under "audio_spectrogram_transformer."; ViTModel,
+  // DeiTModel and ASTModel do not.
   static const std::string kAst = "audio_spectrogram_transformer.";
   QkvParts qkv;
   for (const auto& item : tensors) {
     std::string name = item.key();
-    if (has_prefix(name, "vit.")) name = name.substr(4);
+    if (has_prefix(name, "vit.") || has_prefix(name, "deit."))
+      name = name.substr(name.find('.') + 1);
     if (has_prefix(name, kAst)) name = name.substr(kAst.size());
     std::smatch m;
     if (std::regex_match(name, m, qkv_part) || std::regex_match(name, m, qkv_part_v5)) {
@@ -128,7 +133,8 @@ ViTCheckpointFormat detect_vit_format(const io::TensorDict& tensors) {
     if (name == "conv_proj.weight" || has_prefix(name, "encoder.layers.encoder_layer_")) {
       return ViTCheckpointFormat::kTorchvision;
     }
-    if (has_prefix(name, "vit.embeddings.") || has_prefix(name, "embeddings.patch_embeddings.") ||
+    if (has_prefix(name, "vit.embeddings.") || has_prefix(name, "deit.embeddings.") ||
+        has_prefix(name, "embeddings.patch_embeddings.") ||
         has_prefix(name, "audio_spectrogram_transformer.embeddings.")) {
       return ViTCheckpointFormat::kHuggingFace;
     }

@@ -1,11 +1,13 @@
 // ViT checkpoints in the three layouts users bring, mapped onto timm's names (the model's own):
 //   timm          blocks.{i}.attn.qkv.weight, ... (canonical: loaded as is)
 //   torchvision   conv_proj, encoder.layers.encoder_layer_{i}.self_attention.in_proj_weight, ...
-//   hf            (vit. | audio_spectrogram_transformer.)embeddings.patch_embeddings.projection
-//                 (and AST's distillation_token), encoder.layer.{i}.attention.
-//                 attention.{query,key,value} (separate: fused into qkv as rows [q; k; v]), ...
-//                 as in the Hub's files, or layers.{i}.attention.{q,k,v,o}_proj, mlp.fc1, ... as
-//                 transformers >= 5 names its state_dict; AST's classifier.{layernorm,dense}
+//   hf            (vit. | deit. | audio_spectrogram_transformer.)embeddings.patch_embeddings.
+//                 projection (and DeiT's and AST's distillation_token),
+//                 encoder.layer.{i}.attention. attention.{query,key,value} (separate: fused into
+//                 qkv as rows [q; k; v]), ... as in the Hub's files, or
+//                 layers.{i}.attention.{q,k,v,o}_proj, mlp.fc1, ... as transformers >= 5 names its
+//                 state_dict; AST's classifier.{layernorm,dense}, DeiT's cls_classifier and
+//                 distillation_classifier
 // This is the one place where those layouts are known.
 #pragma once
 

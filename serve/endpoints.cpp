@@ -20,6 +20,7 @@ Options model_options(const ServedModelConfig& m) {
   Options options;
   options.weights = m.weights;
   options.format = m.format;
+  options.key = m.key;
   options.overrides = m.overrides;
   options.device = m.device;
   options.dtype = m.dtype;

@@ -560,7 +560,8 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   torch::manual_seed(static_cast<uint64_t>(c.train.seed));
   s.model = build_model(c.model);
   if (!c.init_weights.empty()) {
-    for (const auto& note : load_weights(s.model, c.init_weights, c.init_format).notes) {
+    for (const auto& note :
+         load_weights(s.model, c.init_weights, c.init_format, c.init_key).notes) {
       if (s.env.rank == 0) std::cerr << c.init_weights << ": " << note << "\n";
     }
   }

@@ -26,6 +26,16 @@ Interpolation parse_interpolation(const std::string& name) {
   TORCH_CHECK_VALUE(false, "interpolation: expected 'bilinear' or 'bicubic', got '", name, "'");
 }
 
+CropMode parse_crop_mode(const std::string& name) {
+  if (name == "center") return CropMode::kCenter;
+  if (name == "squash") return CropMode::kSquash;
+  TORCH_CHECK_VALUE(false, "crop_mode: expected 'center' or 'squash', got '", name, "'");
+}
+
+const char* crop_mode_name(CropMode mode) {
+  return mode == CropMode::kSquash ? "squash" : "center";
+}
+
 const char* interpolation_name(Interpolation mode) {
   return mode == Interpolation::kBicubic ? "bicubic" : "bilinear";
 }
@@ -64,7 +74,10 @@ ResizeCropPlan EvalImageTransform::plan(int64_t height, int64_t width) const {
   const auto scale_h = static_cast<int64_t>(std::floor(o.height / o.crop_pct));
   const auto scale_w = static_cast<int64_t>(std::floor(o.width / o.crop_pct));
   ResizeCropPlan p;
-  if (scale_h == scale_w) {
+  if (o.crop_mode == CropMode::kSquash) {
+    p.resized_height = scale_h;
+    p.resized_width = scale_w;
+  } else if (scale_h == scale_w) {
     // torchvision Resize(int): new_long = int(size * long / short); exact in integers.
     const int64_t shorter = std::min(height, width), longer = std::max(height, width);
     const int64_t new_long = scale_h * longer / shorter;

@@ -1,10 +1,13 @@
-// The evaluation transform of image classifiers, as timm's transforms_imagenet_eval (crop_mode
-// "center") and torchvision's ImageClassification preset compute it:
+// The evaluation transform of image classifiers, as timm's transforms_imagenet_eval and
+// torchvision's ImageClassification preset compute it:
 //
 //   scale = floor(size / crop_pct)                     per side of the model's input size
-//   resize: square input -> the shorter side to scale, the longer to floor(scale · long / short)
-//           (torchvision Resize(int)); otherwise timm's ResizeKeepRatio: both sides divided by
-//           min(H / scale_h, W / scale_w), rounded half to even (Python's round)
+//   resize: crop mode center (timm's default, torchvision): a square input -> the shorter side
+//           to scale, the longer to floor(scale · long / short) (torchvision Resize(int));
+//           otherwise timm's ResizeKeepRatio: both sides divided by min(H / scale_h,
+//           W / scale_w), rounded half to even (Python's round)
+//           crop mode squash (timm's "squash", Hugging Face's ViT and DeiT image processors):
+//           both sides to scale_h x scale_w exactly, whatever the aspect ratio
 //   crop:   the centre, top = round((H' - h) / 2), left likewise (torchvision center_crop)
 //   then /255, (x - mean) / std, channels first.
 //
@@ -35,12 +38,20 @@ enum class Interpolation { kBilinear, kBicubic };
 Interpolation parse_interpolation(const std::string& name);
 const char* interpolation_name(Interpolation mode);
 
+// How the image reaches the crop: keeping its aspect ratio, or resized to the crop's scale
+// exactly.
+enum class CropMode { kCenter, kSquash };
+// "center" | "squash" (the values of a config's preprocess.crop_mode).
+CropMode parse_crop_mode(const std::string& name);
+const char* crop_mode_name(CropMode mode);
+
 // The fields of a config's preprocessing (configs' ImagePreprocessConfig; see
 // api/frontend_options.h), with the defaults of timm's transforms_imagenet_eval.
 struct ImageTransformOptions {
   int64_t height = 224;  // the model's input size, input_size[1] and [2]
   int64_t width = 224;
   double crop_pct = 0.875;  // in (0, 1]
+  CropMode crop_mode = CropMode::kCenter;
   Interpolation interpolation = Interpolation::kBilinear;
   std::vector<double> mean = {0.485, 0.456, 0.406};  // per RGB channel, on pixels in [0, 1]
   std::vector<double> std = {0.229, 0.224, 0.225};

@@ -10,6 +10,14 @@ the same batch still get their results. Each case makes its file here:
   many_tensors      a checkpoint of 100,000 tensors
   yaml_deep         a model YAML of 10^6 nested levels, and one of 400,000 that fits the size limit
   yaml_huge         a model YAML of 1 GB (a sparse file: refused by its size before it is read)
+  pth_terabyte      a PyTorch checkpoint whose pickle claims a 1 TB storage (the file holds 16 B)
+  pth_short_storage a checkpoint whose tensor reaches past its storage
+  pth_many_tensors  a checkpoint of 100,000 tensors (13 MB)
+  pth_nested        a checkpoint whose pickle nests 10^6 lists
+  pth_zip_bomb      a checkpoint whose deflated storage claims 4 GB from a few hundred bytes, and
+                    one whose 1,000 storages share one deflated kernel
+  pth_code          a checkpoint whose pickle calls posix.system
+(the checkpoints are tests/io/hostile_checkpoints.py's)
 
 Prints one line of figures per case (seconds beyond start-up, MB of RSS over the good input), the
 rows of docs/reliability.md's table."""
@@ -22,6 +30,9 @@ import tempfile
 import time
 import zlib
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "io"))
+import hostile_checkpoints  # noqa: E402
 
 LIMIT_SECONDS = 1.0
 LIMIT_RSS_MB = 100.0
@@ -146,6 +157,23 @@ def main() -> None:
             runs = [(["classify", "--model", str(bad), str(digit)],
                      ["classify", "--model", "vit_digits", str(digit)], bad,
                      "at most 1048576 bytes")]
+        elif case.startswith("pth_"):
+            makers = {
+                "pth_terabyte": [("terabyte_storage", "its pickle claims 274877906944 elements")],
+                "pth_short_storage": [("short_storage", "a storage shorter than its tensor")],
+                "pth_many_tensors": [("many_tensors", "more than 50000 tensors")],
+                "pth_nested": [("nested_lists", "nested more than 100 levels deep")],
+                "pth_zip_bomb": [("zip_bomb_claim", "a zip bomb?"),
+                                 ("zip_bomb_overlap", "a zip bomb?")],
+                "pth_code": [("code_global", "refuses to call posix.system")],
+            }
+            if case not in makers:
+                fail(f"unknown case {case}")
+            runs = []
+            for maker, says in makers[case]:
+                path = work / f"{maker}.pth"
+                hostile_checkpoints.ALL[maker](path)
+                runs.append(([*vit[:-1], str(path), str(digit)], [*vit, str(digit)], path, says))
         else:
             fail(f"unknown case {case}")
 

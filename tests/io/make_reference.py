@@ -4,7 +4,6 @@ tests/io/test_safetensors.cpp: every dtype it supports, odd shapes, metadata.
 usage: make_reference.py OUT_DIR
 """
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -39,20 +38,6 @@ def main() -> None:
         for name, t in tensors.items()
     }
     (out / "reference.json").write_text(json.dumps({"tensors": expected, "metadata": metadata}))
-
-    # A training checkpoint as users have them: wrapped, with a DataParallel "module." prefix, tied
-    # weights (shared storage) and non-tensor entries; converted by tools/scripts/to_safetensors.py.
-    embedding = torch.randn(10, 4, generator=g)
-    wrapped = {
-        "state_dict": {"module.embed.weight": embedding, "module.head.weight": embedding,
-                       "module.head.bias": torch.zeros(10)},
-        "step": 1234,
-        "config": {"lr": 0.1},
-    }
-    torch.save(wrapped, out / "checkpoint.pth")
-    tool = Path(__file__).resolve().parents[2] / "tools" / "scripts" / "to_safetensors.py"
-    subprocess.run([sys.executable, str(tool), str(out / "checkpoint.pth"),
-                    str(out / "from_pth.safetensors"), "--strip-prefix", "module."], check=True)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ import torch
 import torchaudio
 from safetensors.torch import save_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "scripts"))
-from to_safetensors import save_state_dict  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+from state_dict import save_state_dict  # noqa: E402
 
 # Shared with test_conformer.cpp.
 DIM, HEADS, FFN, LAYERS, KERNEL = 24, 4, 40, 2, 7

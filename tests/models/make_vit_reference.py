@@ -13,8 +13,8 @@ import torch
 from safetensors.torch import save_file
 from timm.models.vision_transformer import VisionTransformer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "scripts"))
-from to_safetensors import save_state_dict  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+from state_dict import save_state_dict  # noqa: E402
 
 
 def cases():

@@ -38,6 +38,7 @@ struct AttentionMapOptions {
   std::string model;
   std::string weights;
   std::string format;
+  std::string key;
   std::vector<std::string> overrides;
   int64_t layer = -1;
   std::string input;
@@ -277,8 +278,8 @@ int run_attention_map(const AttentionMapOptions& options) {
   torch::InferenceMode inference;
   const auto prepared = prepare_input(options, config);
   std::string weights;
-  auto model = api_detail::inference_model(config, options.weights, options.format, torch::kCPU,
-                                           torch::kFloat, weights);
+  auto model = api_detail::inference_model(config, options.weights, options.format, options.key,
+                                           torch::kCPU, torch::kFloat, weights);
   const auto records = record_attention(*model.module, [&] { model.forward(prepared.input); });
   TORCH_INTERNAL_ASSERT(static_cast<int64_t>(records.size()) == family.attention_layers(config));
   std::vector<torch::Tensor> all;
@@ -318,8 +319,8 @@ Command add_attention_map_command(CLI::App& app) {
       "attention-map",
       "Draw a model's attention on an image or an audio file as a PNG (patches: per-head maps "
       "and rollout; encoder frames: heads x time)");
-  add_model_options(sub, options->model, options->weights, options->format, options->overrides,
-                    all_checkpoint_formats());
+  add_model_options(sub, options->model, options->weights, options->format, options->key,
+                    options->overrides, all_checkpoint_formats());
   sub->add_option("--layer", options->layer,
                   "The layer whose heads are drawn (0-based; negative: from the end)")
       ->capture_default_str();

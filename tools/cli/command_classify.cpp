@@ -137,8 +137,7 @@ Command add_classify_command(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "classify",
       "Classify images, or audio files with a Conformer that has a classification head");
-  add_model_options(sub, options->model, options->classifier.weights, options->classifier.format,
-                    options->classifier.overrides, all_checkpoint_formats());
+  add_model_options(sub, options->model, options->classifier, all_checkpoint_formats());
   sub->add_option("--topk", options->topk, "Classes per image")
       ->check(CLI::Range(int64_t{1}, int64_t{1000000}))
       ->capture_default_str();

@@ -116,8 +116,8 @@ int run_encode(EncodeOptions options) {
 Command add_encode_command(CLI::App& app) {
   auto options = std::make_shared<EncodeOptions>();
   auto* sub = app.add_subcommand("encode", "Encode audio files with a Conformer of the zoo");
-  add_model_options(sub, options->model, options->encoder.weights, options->encoder.format,
-                    options->encoder.overrides, {"attnzoo", "torchaudio", "wenet", "espnet"});
+  add_model_options(sub, options->model, options->encoder,
+                    {"attnzoo", "torchaudio", "wenet", "espnet"});
   sub->add_option("--device", options->encoder.device, "cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();

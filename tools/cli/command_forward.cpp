@@ -1,4 +1,5 @@
-// `attnzoo forward`: one model of the zoo (or any YAML config) on a batch from a safetensors file,
+// `attnzoo forward`: one model of the zoo (a YAML config, a model folder) on a batch from a
+// safetensors file,
 // its output written back as safetensors. The debugging door into any model, and the way the
 // parity tests compare a checkpoint's outputs with the reference library's. The input is what
 // the family takes, its outputs what its forward names (configs/model_family.h):
@@ -31,6 +32,7 @@ struct ForwardOptions {
   std::string model;
   std::string weights;
   std::string format;
+  std::string key;
   std::vector<std::string> overrides;
   std::string input;
   std::string output;
@@ -88,12 +90,14 @@ int run_forward(const ForwardOptions& options) {
   torch::manual_seed(0);
   auto model = build_model(config);
   std::string weights = "random weights (seed 0)";
-  if (!options.weights.empty()) {
-    const auto loaded = load_weights(model, options.weights, options.format);
+  // --weights, else the config's own (a model folder's).
+  const std::string& file = options.weights.empty() ? config.checkpoint_file : options.weights;
+  if (!file.empty()) {
+    const auto loaded = load_weights(model, file, options.format, options.key);
     const char* chosen = !options.format.empty()             ? "--format"
                          : !config.checkpoint_format.empty() ? "the config"
                                                              : "detected";
-    weights = options.weights + " (" + loaded.layout + " layout, " + chosen;
+    weights = file + " (" + loaded.layout + " layout, " + chosen;
     for (const auto& note : loaded.notes) weights += "; " + note;
     weights += ")";
   }
@@ -146,8 +150,8 @@ Command add_forward_command(CLI::App& app) {
       "forward",
       "Run a model on a safetensors file ('pixels' for models of images, 'features' and "
       "'lengths' for models of audio); write its outputs");
-  add_model_options(sub, options->model, options->weights, options->format, options->overrides,
-                    all_checkpoint_formats());
+  add_model_options(sub, options->model, options->weights, options->format, options->key,
+                    options->overrides, all_checkpoint_formats());
   sub->add_option("--input", options->input,
                   "safetensors file with 'pixels' [B, C, H, W] (images) or 'features' [B, T, F] "
                   "and optionally 'lengths' [B] (audio)")

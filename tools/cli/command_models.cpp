@@ -2,19 +2,37 @@
 // (configs/model_stats.h: analytic, so listing does not build ViT-H).
 #include "tools/cli/commands.h"
 
+#include <attnzoo/configs/model_source.h>
 #include <attnzoo/configs/model_stats.h>
 #include <attnzoo/configs/registry.h>
 
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <string>
 
 namespace attnzoo::cli {
 
+// `attnzoo models --describe DIR`: a model folder as the attnzoo YAML it is read as
+// (configs/model_source.h), with its size and cost as comments: save it in a zoo folder and the
+// model is a name of the zoo.
+int describe(const std::string& path) {
+  const auto yaml = describe_model_source(path);
+  const auto config = load_model_source(path);
+  const auto stats = model_stats(config);
+  std::cout << yaml << "# " << stats.parameters << " parameters, " << stats.gflops()
+            << " GFLOPs per " << stats.basis << "\n";
+  return 0;
+}
+
 Command add_models_command(CLI::App& app) {
   auto* sub =
       app.add_subcommand("models", "List the models of the zoo, with parameters and GFLOPs");
-  return {sub, [] {
+  auto path = std::make_shared<std::string>();
+  sub->add_option("--describe", *path,
+                  "Print a model folder (Hugging Face, timm) as the attnzoo YAML it is read as");
+  return {sub, [path] {
+            if (!path->empty()) return describe(*path);
             const auto registry = default_registry();
             const auto names = registry.names();
             std::string folders;

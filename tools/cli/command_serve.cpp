@@ -29,6 +29,7 @@ struct ServeFlags {
   std::string model;
   std::string weights;
   std::string format;
+  std::string key;
   std::vector<std::string> overrides;
   int64_t max_batch_size = 8;
   int64_t max_queue_delay_us = -1;  // >= 0: dynamic batching
@@ -55,6 +56,7 @@ ServeConfig config_of(const ServeFlags& f) {
     m.name = resolve_model_config(f.model, f.overrides).name;
     m.weights = f.weights;
     m.format = f.format;
+    m.key = f.key;
     m.overrides = f.overrides;
     m.max_batch_size = f.max_batch_size;
     m.dynamic_batching = f.max_queue_delay_us >= 0;
@@ -153,11 +155,16 @@ Command add_serve_command(CLI::App& app) {
   sub->add_option("--set-config", flags->sets,
                   "Override a serve config value, key.path=value; repeatable")
       ->needs(config);
-  auto* model =
-      sub->add_option("--model", flags->model, "One model to serve: a registered name or a YAML")
-          ->excludes(config);
-  sub->add_option("--weights", flags->weights, "safetensors weights of --model")->needs(model);
+  auto* model = sub->add_option("--model", flags->model,
+                                "One model to serve: a registered name, a YAML or a model folder")
+                    ->excludes(config);
+  sub->add_option("--weights", flags->weights,
+                  "Weights of --model: safetensors, a PyTorch checkpoint or a sharded index "
+                  "(default: the model folder's own)")
+      ->needs(model);
   sub->add_option("--format", flags->format, "Checkpoint layout of --weights")->needs(model);
+  sub->add_option("--key", flags->key, "The state dict of a PyTorch training checkpoint")
+      ->needs(model);
   sub->add_option("--set", flags->overrides, "Override a value of --model's config")->needs(model);
   sub->add_option("--max-batch-size", flags->max_batch_size, "Rows per execution (--model)")
       ->check(CLI::Range(1, 4096))

@@ -11,6 +11,7 @@
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/configs/train_config.h>
 #include <attnzoo/io/safetensors.h>
+#include <attnzoo/io/weights_file.h>
 #include <attnzoo/train/ctc_training.h>
 #include <attnzoo/train/trainer.h>
 
@@ -119,6 +120,7 @@ struct EvalOptions {
   std::string model;
   std::string weights;
   std::string format;
+  std::string key;
   std::vector<std::string> overrides;
   std::string data;
   int64_t batch_size = 64;
@@ -182,12 +184,24 @@ int run_eval_ctc(ZooModel& model, const std::string& format, const EvalOptions& 
   return 0;
 }
 
-int run_eval(const EvalOptions& o) {
+// A weights file's metadata: a safetensors file's (a training run's classes and loss); none for
+// PyTorch checkpoints and indexes.
+std::map<std::string, std::string> weights_metadata(const std::string& file) {
+  if (io::is_weights_index(file) || io::is_torch_checkpoint(io::FileSource(file))) return {};
+  return io::load_safetensors(file).metadata;
+}
+
+int run_eval(EvalOptions o) {
   auto model = build_model(resolve_model_config(o.model, o.overrides));
-  const auto loaded = load_weights(model, o.weights, o.format);
+  if (o.weights.empty()) o.weights = model.config.checkpoint_file;
+  if (o.weights.empty()) {
+    throw Error("eval: give --weights (" + model.config.source +
+                " names no weights of its own, and random weights are not worth evaluating)");
+  }
+  const auto loaded = load_weights(model, o.weights, o.format, o.key);
   const std::string& format = loaded.layout;
   for (const auto& note : loaded.notes) std::cerr << o.weights << ": " << note << "\n";
-  const auto meta = io::load_safetensors(o.weights).metadata;
+  const auto meta = weights_metadata(o.weights);
   const auto loss = meta.find("loss");
   if ((loss != meta.end() && loss->second == "ctc") ||
       (model.family().num_classes(model.config) == 0 &&
@@ -284,8 +298,8 @@ Command add_eval_command(CLI::App& app) {
       "eval",
       "Accuracy (top-1, top-5), loss and confusion matrix of weights on labelled data; for a CTC "
       "model, word and character error rates on transcribed audio");
-  add_model_options(sub, o->model, o->weights, o->format, o->overrides, all_checkpoint_formats(),
-                    /*weights_required=*/true);
+  add_model_options(sub, o->model, o->weights, o->format, o->key, o->overrides,
+                    all_checkpoint_formats());
   sub->add_option("--data", o->data,
                   "an image folder (one subfolder per class), a list of 'PATH LABEL' lines, or "
                   "for a CTC model a list of 'PATH<TAB>TRANSCRIPT' lines")

@@ -173,8 +173,8 @@ Command add_transcribe_command(CLI::App& app) {
   auto o = std::make_shared<TranscribeOptions>();
   auto* sub = app.add_subcommand(
       "transcribe", "Speech to text with a Conformer that has a CTC head (greedy or beam search)");
-  add_model_options(sub, o->model, o->recognizer.encoder.weights, o->recognizer.encoder.format,
-                    o->recognizer.encoder.overrides, {"attnzoo", "torchaudio", "wenet", "espnet"});
+  add_model_options(sub, o->model, o->recognizer.encoder,
+                    {"attnzoo", "torchaudio", "wenet", "espnet"});
   sub->add_option("--units", o->recognizer.units,
                   "Token table (WeNet units.txt, or an ESPnet token list with --set "
                   "decoding.units_format=espnet); default: the config's decoding.units")

@@ -3,6 +3,7 @@
 // into one-line errors.
 #pragma once
 
+#include <attnzoo/api/model_options.h>
 #include <attnzoo/configs/model_family.h>
 
 #include <CLI/CLI.hpp>
@@ -22,24 +23,35 @@ struct Command {
 };
 
 // The options of every command that builds a model of the zoo: --model (required), --weights,
-// --format (one of `formats`: all_checkpoint_formats() of configs/model_family.h) and --set.
+// --format (one of `formats`: all_checkpoint_formats() of configs/model_family.h), --key and
+// --set.
 inline void add_model_options(CLI::App* sub, std::string& model, std::string& weights,
-                              std::string& format, std::vector<std::string>& overrides,
-                              const std::vector<std::string>& formats,
-                              bool weights_required = false) {
-  sub->add_option("--model", model, "A registered name (see attnzoo models) or a YAML file")
+                              std::string& format, std::string& key,
+                              std::vector<std::string>& overrides,
+                              const std::vector<std::string>& formats) {
+  sub->add_option("--model", model,
+                  "A registered name (see attnzoo models), a YAML file, or a model folder as its "
+                  "source ships it (Hugging Face, timm)")
       ->required();
-  auto* w =
-      sub->add_option("--weights", weights,
-                      weights_required ? "safetensors weights (e.g. a run's model.safetensors)"
-                                       : "safetensors checkpoint (default: random weights)");
-  if (weights_required) w->required();
+  sub->add_option("--weights", weights,
+                  "Weights: safetensors, a PyTorch checkpoint (.pt .pth .bin .ckpt) or a sharded "
+                  "index (*.index.json) (default: the model folder's own, else random weights)");
   sub->add_option("--format", format,
                   "Checkpoint layout (default: the config's checkpoint.format, else detected)")
       ->check(CLI::IsMember(formats));
+  sub->add_option("--key", key,
+                  "The state dict of a PyTorch training checkpoint (state_dict, state_dict_ema, "
+                  "...; a/b for a nested one; default: found)");
   sub->add_option("--set", overrides,
                   "Override a config value, key.path=value (YAML value); repeatable")
       ->allow_extra_args(false);
+}
+
+// The same into a task API's options.
+inline void add_model_options(CLI::App* sub, std::string& model, ModelOptions& options,
+                              const std::vector<std::string>& formats) {
+  add_model_options(sub, model, options.weights, options.format, options.key, options.overrides,
+                    formats);
 }
 
 Command add_version_command(CLI::App& app);
@@ -49,6 +61,7 @@ Command add_bench_command(CLI::App& app);
 Command add_forward_command(CLI::App& app);
 Command add_preprocess_command(CLI::App& app);
 Command add_classify_command(CLI::App& app);
+Command add_convert_command(CLI::App& app);
 Command add_features_command(CLI::App& app);
 Command add_encode_command(CLI::App& app);
 Command add_transcribe_command(CLI::App& app);

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
       attnzoo::cli::add_encode_command(app),        attnzoo::cli::add_transcribe_command(app),
       attnzoo::cli::add_attention_map_command(app), attnzoo::cli::add_train_command(app),
       attnzoo::cli::add_eval_command(app),          attnzoo::cli::add_serve_command(app),
+      attnzoo::cli::add_convert_command(app),
   };
 
   // An unknown subcommand gets its own message rather than CLI11's "arguments were not expected".

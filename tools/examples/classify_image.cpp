@@ -2,24 +2,26 @@
 // attnzoo (CMakeLists.txt beside it; README "Use attnzoo from your project").
 //
 //   classify_image vit_digits $PREFIX/share/attnzoo/weights/vit_digits.safetensors digit.png
-//   python tools/scripts/to_safetensors.py vit_base_patch16_224.pth vit_base.safetensors   # once
-//   classify_image vit_base_patch16_224 vit_base.safetensors cat.jpg
+//   classify_image vit_b_16 vit_b_16-c867db91.pth cat.jpg           # torchvision's checkpoint
+//   classify_image ./vit-base-patch16-224/ - cat.jpg                 # a Hugging Face folder
 //
-// The model is a name of the zoo (found at run time: configs/zoo_path.h) or a YAML file; its
-// config brings the preprocessing (resize, crop, mean, std) and the labels.
+// The model is a name of the zoo (found at run time: configs/zoo_path.h), a YAML file or a model
+// folder; its config brings the preprocessing (resize, crop, mean, std) and the labels. WEIGHTS
+// "-" takes the model folder's own weights (random ones for a name or YAML without any).
 #include <attnzoo/api/image_classifier.h>
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s MODEL WEIGHTS.safetensors IMAGE...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL WEIGHTS|- IMAGE...\n", argv[0]);
     return 2;
   }
   try {
     attnzoo::ImageClassifierOptions options;
-    options.weights = argv[2];
+    if (std::string(argv[2]) != "-") options.weights = argv[2];
     const attnzoo::ImageClassifier classifier(argv[1], options);
     for (int i = 3; i < argc; ++i) {
       std::printf("%s\n", argv[i]);

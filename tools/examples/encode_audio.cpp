@@ -2,8 +2,7 @@
 // speech example, built against an installed attnzoo (CMakeLists.txt beside it).
 //
 //   encode_audio conformer_kws $PREFIX/share/attnzoo/weights/conformer_kws.safetensors a.wav
-//   python tools/scripts/to_safetensors.py wenet/final.pt wenet.safetensors   # once
-//   encode_audio wenet_u2pp_conformer_librispeech wenet.safetensors a.wav
+//   encode_audio wenet_u2pp_conformer_librispeech wenet/final.pt a.wav   # WeNet's checkpoint
 //
 // The model is a name of the zoo (configs/conformer/) or a YAML file; its `features:` section
 // brings the frontend (Kaldi fbank, rate). WEIGHTS "-" runs random weights (seed 0). For models

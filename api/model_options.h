@@ -1,0 +1,33 @@
+// What every task API needs to load its model (ImageClassifier, SpeechEncoder and the
+// AudioClassifier and SpeechRecognizer built on it): the weights, how to read them, the config's
+// overrides, where and how the model runs. The task options extend it with their own.
+//
+//   attnzoo::ImageClassifierOptions options;   // a ModelOptions
+//   options.weights = "last.pth";              // a timm training checkpoint...
+//   options.key = "state_dict_ema";            // ...and its EMA weights
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace attnzoo {
+
+struct ModelOptions {
+  // A safetensors file, a PyTorch checkpoint (.pt .pth .bin .ckpt) or a sharded index
+  // (*.index.json); empty: the config's checkpoint.file (a model folder's own weights), else
+  // random weights (seed 0).
+  std::string weights;
+  std::string format;  // checkpoint layout; empty: the config's, else detected
+  std::string key;     // the state dict of a PyTorch training checkpoint; empty: found
+  std::vector<std::string> overrides;  // key.path=value, as the CLI's --set
+  std::string device = "cpu";          // cpu | cuda | cuda:N
+  std::string dtype = "fp32";          // fp32 | bf16 | fp16
+  // "none" | "int8" (layers/int8_inference.h; CPU, fp32 or bf16); empty: the config's
+  // inference.quantize.
+  std::string quantize;
+  // LibTorch's intra-op threads; 0 leaves them as they are. This is process-wide
+  // (torch::set_num_threads): the last model constructed with a value wins.
+  int threads = 0;
+};
+
+}  // namespace attnzoo
