@@ -98,15 +98,23 @@ set(ATTNZOO_PRECOMPILED <torch/torch.h>)
 # Unity builds of the libraries and the CLI: a target's sources are compiled in batches, one
 # translation unit each, so the inline code of LibTorch's, CLI11's and nlohmann-json's headers is
 # generated once per batch rather than once per source (the CLI's 16 sources take 73 s of CPU in
-# two batches against 330 s one by one). The sources of a library therefore share one namespace
-# scope: no helper is defined twice. Tests are compiled one source at a time.
-option(ATTNZOO_UNITY_BUILD "Compile the libraries and the CLI in batches (unity build)" ON)
+# two batches against 330 s one by one). The sources of a target therefore share one namespace
+# scope: no helper is defined twice. Test programs are batched too, in smaller batches (a test
+# file instantiates more templates, and the two cores should each have a batch to compile).
+option(ATTNZOO_UNITY_BUILD "Compile the libraries, the CLI and the tests in batches (unity build)"
+       ON)
 set(ATTNZOO_UNITY_BATCH_SIZE 8)
+set(ATTNZOO_TEST_UNITY_BATCH_SIZE 4)
 
-# attnzoo_unity_build(<target>): the target's sources in batches, under ATTNZOO_UNITY_BUILD.
+# attnzoo_unity_build(<target> [BATCH <n>]): the target's sources in batches, under
+# ATTNZOO_UNITY_BUILD.
 function(attnzoo_unity_build target)
+  cmake_parse_arguments(ARG "" "BATCH" "" ${ARGN})
+  if(NOT ARG_BATCH)
+    set(ARG_BATCH ${ATTNZOO_UNITY_BATCH_SIZE})
+  endif()
   set_target_properties(${target} PROPERTIES
-    UNITY_BUILD ${ATTNZOO_UNITY_BUILD} UNITY_BUILD_BATCH_SIZE ${ATTNZOO_UNITY_BATCH_SIZE})
+    UNITY_BUILD ${ATTNZOO_UNITY_BUILD} UNITY_BUILD_BATCH_SIZE ${ARG_BATCH})
 endfunction()
 
 # attnzoo_pch_owner(<kind> <out-var>): the object library that makes the precompiled header of

@@ -16,7 +16,7 @@
 #include <string>
 
 namespace attnzoo {
-namespace {
+namespace test_ast {
 using test_util::max_abs_diff;
 
 const std::string kReference = ATTNZOO_API_REFERENCE_DIR;
@@ -118,5 +118,5 @@ TEST(AST, RefusesWhatItCannotTake) {
   EXPECT_THROW(model_config_from_yaml(kYaml, {"features.frames=50"}), ConfigError);
 }
 
-}  // namespace
+}  // namespace test_ast
 }  // namespace attnzoo

@@ -18,7 +18,7 @@
 #include <vector>
 
 namespace attnzoo {
-namespace {
+namespace test_audio_classifier {
 using test_util::error_of;
 
 using ::testing::HasSubstr;
@@ -198,5 +198,5 @@ TEST(AudioClassifier, RefusesWhatIsNotAnAudioClassifier) {
   EXPECT_FALSE(is_audio_classifier(resolve_model_config("conformer_s")));
 }
 
-}  // namespace
+}  // namespace test_audio_classifier
 }  // namespace attnzoo

@@ -16,7 +16,7 @@
 #include <typeinfo>
 
 namespace attnzoo {
-namespace {
+namespace test_errors {
 
 using ::testing::HasSubstr;
 
@@ -61,5 +61,5 @@ TEST(Errors, EachKindOfBadInputIsAnAttnzooError) {
               HasSubstr("batch.safetensors: "));
 }
 
-}  // namespace
+}  // namespace test_errors
 }  // namespace attnzoo

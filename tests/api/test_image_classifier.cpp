@@ -15,7 +15,7 @@
 #include <thread>
 
 namespace attnzoo {
-namespace {
+namespace test_image_classifier {
 using test_util::error_of;
 
 using ::testing::HasSubstr;
@@ -172,22 +172,22 @@ TEST(ImageClassifier, Int8StaysCloseToFloat32AndRefusesWhatItCannotRun) {
 
 TEST(ImageClassifier, LabelsOfTheZooAndItsErrors) {
   // labels: imagenet -> the shipped 1000 names.
-  const auto names = load_labels({LabelsConfig::Source::kImageNet, ""}, 1000);
+  const auto names = load_labels({LabelsConfig::Source::kImageNet, "", {}}, 1000);
   ASSERT_EQ(names.size(), 1000u);
   EXPECT_EQ(names[0], "tench");
   EXPECT_EQ(names[999], "toilet tissue");
   EXPECT_THAT(error_of([] {
-                load_labels({LabelsConfig::Source::kImageNet, ""}, 10);
+                load_labels({LabelsConfig::Source::kImageNet, "", {}}, 10);
               }),
               HasSubstr("imagenet1k.txt: 1000 labels for a model of 10 classes"));
   EXPECT_THAT(error_of([] {
-                load_labels({LabelsConfig::Source::kFile, "/nonexistent/l.txt"}, 3);
+                load_labels({LabelsConfig::Source::kFile, "/nonexistent/l.txt", {}}, 3);
               }),
               HasSubstr("/nonexistent/l.txt: cannot read the labels file"));
   const std::string gap = ::testing::TempDir() + "/gap_labels.txt";
   std::ofstream(gap) << "a\n\nc\n";
   EXPECT_THAT(error_of([&] {
-                load_labels({LabelsConfig::Source::kFile, gap}, 3);
+                load_labels({LabelsConfig::Source::kFile, gap, {}}, 3);
               }),
               HasSubstr("gap_labels.txt:2: empty label"));
   EXPECT_TRUE(load_labels({}, 5).empty());
@@ -233,5 +233,5 @@ TEST(ImageClassifier, BadModelsOptionsAndImages) {
   EXPECT_THAT(error_of([&] { classifier.classify(kRef, 1); }), HasSubstr(kRef));
 }
 
-}  // namespace
+}  // namespace test_image_classifier
 }  // namespace attnzoo

@@ -22,7 +22,7 @@
 C10_DECLARE_int32(minloglevel);
 
 namespace attnzoo {
-namespace {
+namespace test_sentencepiece_beside_torch {
 
 TEST(SentencePieceBesideLibTorch, LibTorchStillThrowsOnceTheLibraryIsLoaded) {
 #if !ATTNZOO_SP_DEEPBIND
@@ -45,5 +45,5 @@ TEST(SentencePieceBesideLibTorch, LibTorchStillThrowsOnceTheLibraryIsLoaded) {
   EXPECT_THROW(torch::empty({int64_t{1} << 50}, torch::kByte), c10::Error);
 }
 
-}  // namespace
+}  // namespace test_sentencepiece_beside_torch
 }  // namespace attnzoo

@@ -18,7 +18,7 @@
 #include <thread>
 
 namespace attnzoo {
-namespace {
+namespace test_speech_encoder {
 
 using test_util::error_of;
 using test_util::write_wav16;
@@ -318,5 +318,5 @@ TEST(SpeechEncoder, FourThreadsShareOneEncoder) {
   for (const auto& f : failures) EXPECT_TRUE(f.empty()) << f;
 }
 
-}  // namespace
+}  // namespace test_speech_encoder
 }  // namespace attnzoo

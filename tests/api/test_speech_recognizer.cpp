@@ -28,7 +28,7 @@
 #include <vector>
 
 namespace attnzoo {
-namespace {
+namespace test_speech_recognizer {
 
 using test_util::write_wav16;
 
@@ -750,5 +750,5 @@ TEST(SpeechRecognizerWenet, NbestHypothesesAreDistinct) {
   }
 }
 
-}  // namespace
+}  // namespace test_speech_recognizer
 }  // namespace attnzoo

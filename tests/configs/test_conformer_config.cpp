@@ -10,7 +10,7 @@
 #include <torch/torch.h>
 
 namespace attnzoo {
-namespace {
+namespace test_conformer_config {
 
 using test_util::expect_error;
 using test_util::expect_override_error;
@@ -304,5 +304,5 @@ TEST(ConformerStats, MacsFollowTheConvention) {
   EXPECT_EQ(conformer_macs(sub, 100), 49 * 19 * 8 * 9 + 24 * 9 * 8 * 8 * 9 + 24 * 8 * 9 * 8);
 }
 
-}  // namespace
+}  // namespace test_conformer_config
 }  // namespace attnzoo

@@ -14,7 +14,7 @@
 #include <fstream>
 
 namespace attnzoo {
-namespace {
+namespace test_conformer_zoo {
 
 const nlohmann::json& reference_zoo() {
   static const nlohmann::json zoo = [] {
@@ -135,5 +135,5 @@ TEST(ConformerZooReference, EspnetLibrispeechIsEspnetsEncoderWithCtc) {
             ref.at("flops").get<int64_t>());
 }
 
-}  // namespace
+}  // namespace test_conformer_zoo
 }  // namespace attnzoo

@@ -17,7 +17,7 @@
 #include <vector>
 
 namespace attnzoo {
-namespace {
+namespace test_decoding_config {
 
 using test_util::TempDir;
 using test_util::with;
@@ -390,5 +390,5 @@ TEST(AttentionChunks, EqualTheConfigsChunkMask) {
             1e-4);
 }
 
-}  // namespace
+}  // namespace test_decoding_config
 }  // namespace attnzoo

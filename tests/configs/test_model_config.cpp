@@ -5,7 +5,7 @@
 #include "config_test_util.h"
 
 namespace attnzoo {
-namespace {
+namespace test_model_config {
 
 using test_util::expect_error;
 using test_util::kTinyConfig;
@@ -409,5 +409,5 @@ TEST(ModelConfigOverrides, MalformedOverrides) {
               HasSubstr("override 'architecture.depth=[1, ': malformed YAML value"));
 }
 
-}  // namespace
+}  // namespace test_model_config
 }  // namespace attnzoo

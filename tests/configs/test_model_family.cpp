@@ -16,7 +16,7 @@
 #include <stdexcept>
 
 namespace attnzoo {
-namespace {
+namespace test_model_family {
 using test_util::error_of;
 using test_util::max_abs_diff;
 
@@ -241,5 +241,5 @@ TEST(ModelFamily, HuggingFaceLayoutBringsItsLayerNormEps) {
   EXPECT_TRUE(load_weights(timm, (out.path() / "timm.safetensors").string()).notes.empty());
 }
 
-}  // namespace
+}  // namespace test_model_family
 }  // namespace attnzoo

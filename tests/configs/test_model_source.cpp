@@ -18,7 +18,7 @@
 #include <string>
 
 namespace attnzoo {
-namespace {
+namespace test_model_source {
 
 using test_util::error_of;
 using ::testing::AllOf;
@@ -277,5 +277,5 @@ TEST(ModelSource, TheDescriptionIsTheDocumentThatRuns) {
   EXPECT_EQ(kept.labels.names, direct.labels.names);
 }
 
-}  // namespace
+}  // namespace test_model_source
 }  // namespace attnzoo

@@ -7,7 +7,7 @@
 #include <torch/torch.h>
 
 namespace attnzoo {
-namespace {
+namespace test_model_stats {
 
 int64_t built_parameter_count(const ViTOptions& options) {
   VisionTransformer model(options);
@@ -71,5 +71,5 @@ TEST(ModelStats, MacsFollowTheInputSize) {
   EXPECT_EQ(vit_macs(ViTOptions(o).num_classes(0), 48, 64), vit_macs(o, 48, 64) - 48 * 5);
 }
 
-}  // namespace
+}  // namespace test_model_stats
 }  // namespace attnzoo

@@ -15,7 +15,7 @@
 #include <optional>
 
 namespace attnzoo {
-namespace {
+namespace test_registry {
 
 using test_util::kTinyConfig;
 using test_util::ScopedEnv;
@@ -187,5 +187,5 @@ TEST(CreateModel, LoadWeightsRoundTripsAndIsStrict) {
   }
 }
 
-}  // namespace
+}  // namespace test_registry
 }  // namespace attnzoo

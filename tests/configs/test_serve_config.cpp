@@ -5,7 +5,7 @@
 #include "config_test_util.h"
 
 namespace attnzoo {
-namespace {
+namespace test_serve_config {
 
 using test_util::TempDir;
 using ::testing::HasSubstr;
@@ -135,5 +135,5 @@ TEST(ServeConfig, RefusesMistakesAtTheirKey) {
   EXPECT_THAT(e.what(), HasSubstr("modles"));
 }
 
-}  // namespace
+}  // namespace test_serve_config
 }  // namespace attnzoo

@@ -15,7 +15,7 @@
 #include <map>
 
 namespace attnzoo {
-namespace {
+namespace test_zoo {
 
 const nlohmann::json& timm_zoo() {
   static const nlohmann::json zoo = [] {
@@ -169,5 +169,5 @@ std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
 INSTANTIATE_TEST_SUITE_P(Registered, Zoo, ::testing::ValuesIn(zoo_names()), test_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Zoo);
 
-}  // namespace
+}  // namespace test_zoo
 }  // namespace attnzoo

@@ -14,7 +14,7 @@
 #include <stdexcept>
 
 namespace attnzoo {
-namespace {
+namespace test_zoo_path {
 
 namespace fs = std::filesystem;
 using test_util::ScopedEnv;
@@ -138,5 +138,5 @@ TEST(ZooPath, TheDefaultRegistrySearchesAddedFoldersFirst) {
   EXPECT_TRUE(registry.contains("vit_digits"));
 }
 
-}  // namespace
+}  // namespace test_zoo_path
 }  // namespace attnzoo

@@ -20,7 +20,7 @@
 #include <vector>
 
 namespace attnzoo::decoding {
-namespace {
+namespace test_ctc_decoder {
 
 using ::testing::HasSubstr;
 using json = nlohmann::json;
@@ -356,5 +356,5 @@ TEST(CtcPrefixBeamSearch, ImpossibleFrameGivesNoHypothesis) {
   EXPECT_TRUE(ctc_prefix_beam_search({values.data(), 3, 2}, o).empty());
 }
 
-}  // namespace
+}  // namespace test_ctc_decoder
 }  // namespace attnzoo::decoding

@@ -18,7 +18,7 @@
 #include <vector>
 
 namespace attnzoo::decoding {
-namespace {
+namespace test_ctc_live {
 
 using json = nlohmann::json;
 using test_util::case_options;
@@ -243,5 +243,5 @@ TEST(CtcPrefixBeamSearch, KeepPrefixOfNoHypothesisIsRefused) {
   for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].tokens, before[i].tokens);
 }
 
-}  // namespace
+}  // namespace test_ctc_live
 }  // namespace attnzoo::decoding

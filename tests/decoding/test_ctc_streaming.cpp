@@ -19,7 +19,7 @@
 #include <vector>
 
 namespace attnzoo::decoding {
-namespace {
+namespace test_ctc_streaming {
 
 using ::testing::HasSubstr;
 
@@ -125,5 +125,5 @@ TEST(CtcStreaming, BadBlocksAreRefusedAndChangeNothing) {
   EXPECT_THAT(message, HasSubstr("blank_id: expected a token id in [0, 3), got 3"));
 }
 
-}  // namespace
+}  // namespace test_ctc_streaming
 }  // namespace attnzoo::decoding

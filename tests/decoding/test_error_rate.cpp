@@ -15,7 +15,7 @@
 #include <vector>
 
 namespace attnzoo::decoding {
-namespace {
+namespace test_error_rate {
 
 using json = nlohmann::json;
 
@@ -189,5 +189,5 @@ TEST(ErrorRate, SplitsWordsAndCharacters) {
             (std::vector<std::string>{"\x80", "a"}));
 }
 
-}  // namespace
+}  // namespace test_error_rate
 }  // namespace attnzoo::decoding

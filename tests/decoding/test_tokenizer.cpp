@@ -17,7 +17,7 @@
 #include <vector>
 
 namespace attnzoo::decoding {
-namespace {
+namespace test_tokenizer {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -235,5 +235,5 @@ TEST(Tokenizer, MalformedUtf8StaysInsideTheText) {
   EXPECT_THAT(message, StartsWith("cut.txt:1: '\xE4' is not a token of u.txt"));
 }
 
-}  // namespace
+}  // namespace test_tokenizer
 }  // namespace attnzoo::decoding

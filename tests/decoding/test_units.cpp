@@ -17,7 +17,7 @@
 #include <vector>
 
 namespace attnzoo::decoding {
-namespace {
+namespace test_units {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -201,5 +201,5 @@ TEST_F(BadUnitsFile, FilesThatCannotBeRead) {
   EXPECT_THROW(SentencePieceModel((dir_ / "missing.model").string()), UnitsError);
 }
 
-}  // namespace
+}  // namespace test_units
 }  // namespace attnzoo::decoding

@@ -20,7 +20,7 @@
 #include <vector>
 
 namespace attnzoo::io {
-namespace {
+namespace test_atomic_file {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -117,5 +117,5 @@ TEST(AtomicFile, OnlyTheTemporariesOfWritersThatAreGoneAreRemoved) {
   EXPECT_EQ(remove_abandoned_temporaries((dir / "missing").string()), 0);
 }
 
-}  // namespace
+}  // namespace test_atomic_file
 }  // namespace attnzoo::io

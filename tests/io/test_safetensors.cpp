@@ -13,7 +13,7 @@
 #include <fstream>
 
 namespace attnzoo::io {
-namespace {
+namespace test_safetensors {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -293,5 +293,5 @@ TEST(Safetensors, TheFuzzSeedCorpusParsesOrFailsCleanly) {
   EXPECT_GE(files, 4);
 }
 
-}  // namespace
+}  // namespace test_safetensors
 }  // namespace attnzoo::io

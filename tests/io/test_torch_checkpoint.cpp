@@ -19,7 +19,7 @@
 #include <string>
 
 namespace attnzoo::io {
-namespace {
+namespace test_torch_checkpoint {
 
 using test_util::error_of;
 using ::testing::HasSubstr;
@@ -286,5 +286,5 @@ TEST(Pickle, ReadsWhatCheckpointsCarry) {
   EXPECT_EQ(doc.kind(doc.items(root)[5]), PickleKind::kBigInt);
 }
 
-}  // namespace
+}  // namespace test_torch_checkpoint
 }  // namespace attnzoo::io

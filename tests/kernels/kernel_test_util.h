@@ -7,6 +7,12 @@
 #include <cmath>
 #include <limits>
 
+// Skips a *_CUDA test where no GPU is, saying which of attnzoo's kernels goes untested.
+#define SKIP_WITHOUT_CUDA(kernel)                                                               \
+  if (!torch::cuda::is_available()) {                                                           \
+    GTEST_SKIP() << "no CUDA device: the CUDA kernel of attnzoo::" << kernel << " is untested"; \
+  }
+
 namespace attnzoo::kernel_testing {
 
 // The spacing of `dtype`'s values just above 1.

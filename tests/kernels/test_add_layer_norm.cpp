@@ -22,7 +22,7 @@
 #include <tuple>
 #include <vector>
 
-namespace {
+namespace test_add_layer_norm {
 using attnzoo::test_util::error_of;
 
 using ::testing::HasSubstr;
@@ -30,10 +30,7 @@ using OptTensor = std::optional<at::Tensor>;
 
 constexpr double kEps = 1e-5;
 
-#define SKIP_WITHOUT_CUDA()                                                                   \
-  if (!torch::cuda::is_available()) {                                                         \
-    GTEST_SKIP() << "no CUDA device: the CUDA kernel of attnzoo::add_layer_norm is untested"; \
-  }
+constexpr const char* kKernelName = "add_layer_norm";
 
 // By name through the dispatcher, as torch.ops.attnzoo.add_layer_norm is called.
 std::tuple<at::Tensor, at::Tensor> call_op(const at::Tensor& x, const at::Tensor& residual,
@@ -929,7 +926,7 @@ std::vector<Layout> cuda_layouts() {
 }
 
 TEST(AddLayerNorm, MatchesFloat64_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   torch::manual_seed(20);
   for (const auto dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16}) {
     for (const auto& affine : kAffines) {
@@ -945,7 +942,7 @@ TEST(AddLayerNorm, MatchesFloat64_CUDA) {
 }
 
 TEST(AddLayerNorm, LargeInputsLoopOverTheCappedGrid_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   torch::manual_seed(21);
   // More rows than the launcher's 2^16 blocks x 4 rows: one-element path (fp16, N % 8 != 0) and
   // 16-byte path (bf16, N % 8 == 0).
@@ -960,7 +957,7 @@ TEST(AddLayerNorm, LargeInputsLoopOverTheCappedGrid_CUDA) {
 }
 
 TEST(AddLayerNorm, Float64FallsBackToTheReference_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   torch::manual_seed(22);
   const auto o = torch::dtype(torch::kFloat64).device(torch::kCUDA);
   const auto x = randn({4, 7}, o);
@@ -973,7 +970,7 @@ TEST(AddLayerNorm, Float64FallsBackToTheReference_CUDA) {
 }
 
 TEST(AddLayerNorm, GradientsMatchFloat64_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   torch::manual_seed(23);
   const auto f64 = torch::dtype(torch::kFloat64);
   // The fused backward (N = 768) and its LibTorch fallback (N = 1500).
@@ -1015,7 +1012,7 @@ Grads layer_norm_grads(const at::Tensor& s, const OptTensor& weight, const OptTe
 // forward's rule: each gradient's max error at most twice that of LibTorch's own autograd of
 // layer_norm at the same precision, plus one ulp of the largest; outputs poisoned with NaN first.
 TEST(AddLayerNorm, BackwardKernelIsAsAccurateAsLibTorch_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   torch::manual_seed(25);
   std::vector<Layout> layouts;
   for (const int64_t n : {1, 7, 36, 64, 768, 1000, 1024, 1025, 4099}) {
@@ -1068,7 +1065,7 @@ TEST(AddLayerNorm, BackwardKernelIsAsAccurateAsLibTorch_CUDA) {
 }
 
 TEST(AddLayerNorm, WeightOnTheCpuIsRejected_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   const auto x = torch::randn({4, 7}, torch::kCUDA);
   EXPECT_THAT(error_of<c10::Error>([&] { call_op(x, x, torch::randn({7}), std::nullopt); }),
               HasSubstr("weight must be on x's device cuda:0, got cpu"));
@@ -1077,7 +1074,7 @@ TEST(AddLayerNorm, WeightOnTheCpuIsRejected_CUDA) {
 }
 
 TEST(AddLayerNorm, RunsOnTheDeviceOfItsInputs_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   if (torch::cuda::device_count() < 2) {
     GTEST_SKIP() << "needs two CUDA devices";
   }
@@ -1092,4 +1089,4 @@ TEST(AddLayerNorm, RunsOnTheDeviceOfItsInputs_CUDA) {
   expect_as_accurate_as_libtorch(x, residual, weight, bias);
 }
 
-}  // namespace
+}  // namespace test_add_layer_norm

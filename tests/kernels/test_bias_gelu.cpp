@@ -19,17 +19,14 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace test_bias_gelu {
 using attnzoo::test_util::error_of;
 
 using ::testing::HasSubstr;
 
 const std::vector<std::string> kApproximations = {"none", "tanh"};
 
-#define SKIP_WITHOUT_CUDA()                                                              \
-  if (!torch::cuda::is_available()) {                                                    \
-    GTEST_SKIP() << "no CUDA device: the CUDA kernel of attnzoo::bias_gelu is untested"; \
-  }
+constexpr const char* kKernelName = "bias_gelu";
 
 // By name through the dispatcher, as torch.ops.attnzoo.bias_gelu is called.
 at::Tensor call_op(const at::Tensor& x, const at::Tensor& bias, const std::string& approximate) {
@@ -416,7 +413,7 @@ std::vector<Layout> cuda_layouts() {
 }
 
 TEST(BiasGelu, MatchesReference_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   torch::manual_seed(10);
   for (const auto dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16}) {
     for (const auto& approximate : kApproximations) {
@@ -431,7 +428,7 @@ TEST(BiasGelu, MatchesReference_CUDA) {
 }
 
 TEST(BiasGelu, LargeInputsLoopOverTheCappedGrid_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   torch::manual_seed(11);
   // More packs than the launcher's 2^16 blocks x 256 threads: one-element path (fp16, N % 8 != 0)
   // and 16-byte path (fp32, N % 4 == 0).
@@ -445,7 +442,7 @@ TEST(BiasGelu, LargeInputsLoopOverTheCappedGrid_CUDA) {
 }
 
 TEST(BiasGelu, Float64FallsBackToTheReference_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   torch::manual_seed(12);
   const auto options = torch::dtype(torch::kFloat64).device(torch::kCUDA);
   const auto x = randn({4, 7}, options);
@@ -454,7 +451,7 @@ TEST(BiasGelu, Float64FallsBackToTheReference_CUDA) {
 }
 
 TEST(BiasGelu, GradientsMatchTheReference_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   torch::manual_seed(13);
   const auto f64 = torch::dtype(torch::kFloat64);
   for (const auto& approximate : kApproximations) {
@@ -475,7 +472,7 @@ TEST(BiasGelu, GradientsMatchTheReference_CUDA) {
 }
 
 TEST(BiasGelu, BiasOnTheCpuIsRejected_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   EXPECT_THAT(error_of<c10::Error>([] {
                 call_op(torch::randn({4, 7}, torch::kCUDA), torch::randn({7}), "none");
               }),
@@ -483,7 +480,7 @@ TEST(BiasGelu, BiasOnTheCpuIsRejected_CUDA) {
 }
 
 TEST(BiasGelu, RunsOnTheDeviceOfItsInputs_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   if (torch::cuda::device_count() < 2) {
     GTEST_SKIP() << "needs two CUDA devices";
   }
@@ -496,4 +493,4 @@ TEST(BiasGelu, RunsOnTheDeviceOfItsInputs_CUDA) {
   expect_as_accurate_as_libtorch(x, bias, "none");
 }
 
-}  // namespace
+}  // namespace test_bias_gelu

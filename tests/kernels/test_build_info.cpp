@@ -3,7 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-namespace {
+namespace test_build_info {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -18,4 +18,4 @@ TEST(BuildInfo, SaysWhetherAndForWhichArchitecturesTheKernelsWereBuilt) {
 #endif
 }
 
-}  // namespace
+}  // namespace test_build_info

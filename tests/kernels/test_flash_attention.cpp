@@ -9,6 +9,8 @@
 
 #include <torch/torch.h>
 
+#include "kernel_test_util.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -18,16 +20,13 @@
 #include <sstream>
 #include <string>
 
-namespace {
+namespace test_flash_attention {
 
 using attnzoo::kernels::flash_attention;
 using attnzoo::kernels::flash_attention_backward;
 using ::testing::HasSubstr;
 
-#define SKIP_WITHOUT_CUDA()                                                                    \
-  if (!torch::cuda::is_available()) {                                                          \
-    GTEST_SKIP() << "no CUDA device: the CUDA kernel of attnzoo::flash_attention is untested"; \
-  }
+constexpr const char* kKernelName = "flash_attention";
 
 struct Case {
   int64_t batch, q_len, k_len, heads, head_dim;
@@ -481,7 +480,7 @@ std::vector<Case> cuda_cases() {
 }
 
 TEST(FlashAttention, KernelIsAsAccurateAsLibTorch_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   int64_t seed = 10;
   for (const auto dtype : {torch::kBFloat16, torch::kFloat16}) {
     for (const auto& c : cuda_cases()) expect_as_accurate_as_libtorch(c, dtype, ++seed);
@@ -489,7 +488,7 @@ TEST(FlashAttention, KernelIsAsAccurateAsLibTorch_CUDA) {
 }
 
 TEST(FlashAttention, GradientsMatchFloat64_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   // float32 inputs: the forward and flash_attention_backward both take the LibTorch reference on
   // CUDA (the fused kernels are bf16 and fp16 only).
   for (const auto& c :
@@ -587,7 +586,7 @@ std::vector<Case> backward_cuda_cases() {
 }
 
 TEST(FlashAttention, BackwardKernelIsAsAccurateAsLibTorch_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   int64_t seed = 100;
   for (const auto dtype : {torch::kBFloat16, torch::kFloat16}) {
     for (const auto& c : backward_cuda_cases()) {
@@ -597,7 +596,7 @@ TEST(FlashAttention, BackwardKernelIsAsAccurateAsLibTorch_CUDA) {
 }
 
 TEST(FlashAttention, BackwardKernelThroughAutograd_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   int64_t seed = 200;
   for (const auto dtype : {torch::kBFloat16, torch::kFloat16}) {
     for (const auto& c : {Case{2, 197, 197, 3, 64, true, true},
@@ -612,7 +611,7 @@ TEST(FlashAttention, BackwardKernelThroughAutograd_CUDA) {
 // for its time budget, yet through every part of both kernels (key lengths with a row of no
 // visible key, a per-head bias and its gradient, a partial last tile of rows and of keys).
 TEST(FlashAttention, SanitizerCase_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   for (const int64_t n : {197, 1000}) {
     const Case c{2, n, n, 2, 64, /*lengths=*/true, /*bias=*/true};
     expect_as_accurate_as_libtorch(c, torch::kBFloat16, 400 + n);
@@ -622,7 +621,7 @@ TEST(FlashAttention, SanitizerCase_CUDA) {
 
 // More than 65535 (batch, head) pairs: the grid is one-dimensional (grid.y stops at 65535).
 TEST(FlashAttention, MoreThan65535BatchHeadPairs_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   const Case c{32800, 3, 3, 2, 32, /*lengths=*/true, /*bias=*/true};  // B·H = 65600
   expect_as_accurate_as_libtorch(c, torch::kBFloat16, 300);
   expect_backward_as_accurate_as_libtorch(c, torch::kBFloat16, 301);
@@ -632,7 +631,7 @@ TEST(FlashAttention, MoreThan65535BatchHeadPairs_CUDA) {
 // float32 math: a row masked only by such values gets the average of the values (float32 cannot
 // tell the scores apart next to -1e9), not zeros; a row partly masked by them ignores those keys.
 TEST(FlashAttention, FiniteBiasBelowTheHalfRangeIsFloat32Math_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   const int64_t B = 2, L = 40, H = 2, E = 64;
   const float lowest = std::numeric_limits<float>::lowest();
   auto bias = torch::zeros({B, H, L, L});
@@ -702,7 +701,7 @@ TEST(FlashAttention, FiniteBiasBelowTheHalfRangeIsFloat32Math_CUDA) {
 }
 
 TEST(FlashAttention, Float32AndWideHeadsTakeTheReference_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   for (const auto& c : {Case{2, 33, 33, 2, 64, true, true}, Case{1, 17, 17, 2, 160}}) {
     const auto dtype = c.head_dim > 128 ? torch::kFloat16 : torch::kFloat32;
     const auto in = make_inputs(c, torch::dtype(dtype).device(torch::kCUDA), 5);
@@ -715,4 +714,4 @@ TEST(FlashAttention, Float32AndWideHeadsTakeTheReference_CUDA) {
   }
 }
 
-}  // namespace
+}  // namespace test_flash_attention

@@ -26,16 +26,13 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace test_glu_dwconv {
 using attnzoo::test_util::error_of;
 
 using ::testing::HasSubstr;
 using OptTensor = std::optional<at::Tensor>;
 
-#define SKIP_WITHOUT_CUDA()                                                                     \
-  if (!torch::cuda::is_available()) {                                                           \
-    GTEST_SKIP() << "no CUDA device: the CUDA kernel of attnzoo::glu_dwconv_swish is untested"; \
-  }
+constexpr const char* kKernelName = "glu_dwconv_swish";
 
 // By name through the dispatcher, as torch.ops.attnzoo.glu_dwconv_swish is called.
 at::Tensor call_op(const at::Tensor& x, const at::Tensor& weight, const OptTensor& bias,
@@ -662,7 +659,7 @@ std::vector<CudaCase> cuda_cases() {
 }
 
 TEST(GluDwConv, MatchesReference_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   torch::manual_seed(20);
   for (const auto dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16}) {
     for (const auto& c : cuda_cases()) {
@@ -684,7 +681,7 @@ TEST(GluDwConv, MatchesReference_CUDA) {
 }
 
 TEST(GluDwConv, BatchesBeyondTheGridLoop_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   torch::manual_seed(21);
   const auto options = torch::dtype(torch::kFloat32).device(torch::kCUDA);
   const auto f64 = torch::dtype(torch::kFloat64);
@@ -697,7 +694,7 @@ TEST(GluDwConv, BatchesBeyondTheGridLoop_CUDA) {
 }
 
 TEST(GluDwConv, Float64FallsBackToTheReference_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   torch::manual_seed(22);
   const auto options = torch::dtype(torch::kFloat64).device(torch::kCUDA);
   const auto x = torch::randn({2, 9, 12}, options);
@@ -709,7 +706,7 @@ TEST(GluDwConv, Float64FallsBackToTheReference_CUDA) {
 }
 
 TEST(GluDwConv, GradientsMatchTheReference_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   torch::manual_seed(23);
   const auto f64 = torch::dtype(torch::kFloat64);
   const auto x = torch::randn({2, 2 * 36, 40}, f64).transpose(1, 2);
@@ -736,7 +733,7 @@ TEST(GluDwConv, GradientsMatchTheReference_CUDA) {
 }
 
 TEST(GluDwConv, LengthsOnTheCpuAreRejected_CUDA) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kKernelName);
   const auto options = torch::dtype(torch::kFloat32).device(torch::kCUDA);
   EXPECT_THAT(error_of<c10::Error>([&] {
                 call_op(torch::randn({2, 5, 8}, options), torch::randn({4, 3}, options),
@@ -746,4 +743,4 @@ TEST(GluDwConv, LengthsOnTheCpuAreRejected_CUDA) {
               HasSubstr("lengths must be on x's device cuda:0, got cpu"));
 }
 
-}  // namespace
+}  // namespace test_glu_dwconv

@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-namespace {
+namespace test_registration {
 
 TEST(BiasGeluRegistration, OpIsRegisteredInAProgramThatUsesOnlyItsName) {
   const auto op = c10::Dispatcher::singleton().findSchema({"attnzoo::bias_gelu", ""});
@@ -26,4 +26,4 @@ TEST(BiasGeluRegistration, OpIsRegisteredInAProgramThatUsesOnlyItsName) {
   EXPECT_TRUE(torch::equal(y, torch::gelu(x + bias, "tanh")));
 }
 
-}  // namespace
+}  // namespace test_registration

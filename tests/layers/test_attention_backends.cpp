@@ -10,7 +10,7 @@
 #include <limits>
 
 namespace attnzoo {
-namespace {
+namespace test_attention_backends {
 
 using testing::max_abs_diff;
 using testing::Qkv;
@@ -257,5 +257,5 @@ TEST_F(Backends, DropoutActsInTrainingOnlyAndWeightsArePreDropout) {
   EXPECT_LE(max_abs_diff(sums, torch::ones_like(sums)), 1e-5);
 }
 
-}  // namespace
+}  // namespace test_attention_backends
 }  // namespace attnzoo

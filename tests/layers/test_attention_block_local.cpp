@@ -13,7 +13,7 @@
 #include <vector>
 
 namespace attnzoo {
-namespace {
+namespace test_attention_block_local {
 
 using testing::error_of;
 using testing::max_abs_diff;
@@ -394,5 +394,5 @@ TEST_F(BlockLocal, EqualsMathOnTheGpu_CUDA) {
   }
 }
 
-}  // namespace
+}  // namespace test_attention_block_local
 }  // namespace attnzoo

@@ -10,7 +10,7 @@
 #include <limits>
 
 namespace attnzoo {
-namespace {
+namespace test_attention_chunked {
 
 using testing::error_of;
 using testing::max_abs_diff;
@@ -345,5 +345,5 @@ TEST_F(Chunked, PeakMemoryStaysFarBelowTheScoreMatrix) {
   }
 }
 
-}  // namespace
+}  // namespace test_attention_chunked
 }  // namespace attnzoo

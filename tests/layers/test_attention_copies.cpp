@@ -16,7 +16,7 @@
 #include <string>
 
 namespace attnzoo {
-namespace {
+namespace test_attention_copies {
 
 TEST(AttentionCopies, SelfAttentionAtCpuInferenceSplitsAndMergesHeadsWithoutACopy) {
   struct Case {
@@ -44,5 +44,5 @@ TEST(AttentionCopies, SelfAttentionAtCpuInferenceSplitsAndMergesHeadsWithoutACop
   }
 }
 
-}  // namespace
+}  // namespace test_attention_copies
 }  // namespace attnzoo

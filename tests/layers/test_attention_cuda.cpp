@@ -3,7 +3,7 @@
 #include "attention_test_util.h"
 
 namespace attnzoo {
-namespace {
+namespace test_attention_cuda {
 
 using testing::max_abs_diff;
 
@@ -60,5 +60,5 @@ TEST(AttentionCuda, LayerRunsInHalfPrecisionWithGradients_CUDA) {
   EXPECT_TRUE(torch::isfinite(x_cuda.grad()).all().item<bool>());
 }
 
-}  // namespace
+}  // namespace test_attention_cuda
 }  // namespace attnzoo

@@ -5,7 +5,7 @@
 #include <gmock/gmock.h>
 
 namespace attnzoo {
-namespace {
+namespace test_attention_errors {
 
 using ::testing::AllOf;
 using testing::error_of;
@@ -133,5 +133,5 @@ TEST(AttentionErrors, FunctionalInputs) {
               AllOf(HasSubstr("backend 'sdpa' cannot run"), HasSubstr("need_weights")));
 }
 
-}  // namespace
+}  // namespace test_attention_errors
 }  // namespace attnzoo

@@ -13,7 +13,7 @@
 #include <vector>
 
 namespace attnzoo {
-namespace {
+namespace test_attention_flash {
 
 using testing::max_abs_diff;
 
@@ -149,5 +149,5 @@ TEST(FlashBackend, KernelThroughTheBackendWithinTwiceLibTorchsError_CUDA) {
   }
 }
 
-}  // namespace
+}  // namespace test_attention_flash
 }  // namespace attnzoo

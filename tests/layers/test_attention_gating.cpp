@@ -3,7 +3,7 @@
 #include "attention_test_util.h"
 
 namespace attnzoo {
-namespace {
+namespace test_attention_gating {
 
 using testing::max_abs_diff;
 
@@ -109,5 +109,5 @@ TEST(HeadGating, GatesReceiveGradients) {
   EXPECT_GT(layer->head_gate->weight.grad().abs().max().item<double>(), 0.0);
 }
 
-}  // namespace
+}  // namespace test_attention_gating
 }  // namespace attnzoo

@@ -3,7 +3,7 @@
 #include "attention_test_util.h"
 
 namespace attnzoo {
-namespace {
+namespace test_attention_grad {
 
 using testing::max_abs_diff;
 
@@ -126,5 +126,5 @@ TEST_F(Gradients, FullyMaskedRowsHaveFiniteZeroGradients) {
   }
 }
 
-}  // namespace
+}  // namespace test_attention_grad
 }  // namespace attnzoo

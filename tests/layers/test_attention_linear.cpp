@@ -13,7 +13,7 @@
 #include <vector>
 
 namespace attnzoo {
-namespace {
+namespace test_attention_linear {
 
 using testing::error_of;
 using testing::max_abs_diff;
@@ -334,5 +334,5 @@ TEST_F(Linear, CausalPeakMemoryHoldsNeitherScoresNorPerPositionStates) {
   }
 }
 
-}  // namespace
+}  // namespace test_attention_linear
 }  // namespace attnzoo

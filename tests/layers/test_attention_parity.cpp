@@ -5,7 +5,7 @@
 #include <cmath>
 
 namespace attnzoo {
-namespace {
+namespace test_attention_parity {
 
 using testing::max_abs_diff;
 
@@ -141,5 +141,5 @@ TEST_P(ParityWithTorchMha, CausalEqualsTriangularMask) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, ParityWithTorchMha, ::testing::Values("math", "sdpa", "auto"));
 
-}  // namespace
+}  // namespace test_attention_parity
 }  // namespace attnzoo

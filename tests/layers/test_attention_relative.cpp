@@ -17,7 +17,7 @@
 #include <vector>
 
 namespace attnzoo {
-namespace {
+namespace test_attention_relative {
 
 using testing::all_mask_cases;
 using testing::error_of;
@@ -283,5 +283,5 @@ TEST(RelativeAttention, RefusalsNameTheArgument) {
   EXPECT_NE(message.find("double backward"), std::string::npos) << message;
 }
 
-}  // namespace
+}  // namespace test_attention_relative
 }  // namespace attnzoo

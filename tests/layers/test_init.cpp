@@ -6,7 +6,7 @@
 #include <cmath>
 
 namespace attnzoo {
-namespace {
+namespace test_init {
 
 double std_of(const torch::Tensor& t) { return t.std().item<double>(); }
 
@@ -65,5 +65,5 @@ TEST(Init, JaxDrawsEachProjectionLikeASeparateLayer) {
   EXPECT_EQ(layer->kv->bias.abs().max().item<double>(), 0.0);
 }
 
-}  // namespace
+}  // namespace test_init
 }  // namespace attnzoo

@@ -9,7 +9,7 @@
 #include <thread>
 
 namespace attnzoo {
-namespace {
+namespace test_packed_linear {
 
 torch::Tensor reference(const torch::nn::Linear& linear, const torch::Tensor& x,
                         Activation activation) {
@@ -139,5 +139,5 @@ TEST(PackedLinear, FourThreadsAtOnce) {
   for (double e : errors) EXPECT_LE(e, 1e-5);
 }
 
-}  // namespace
+}  // namespace test_packed_linear
 }  // namespace attnzoo

@@ -18,7 +18,7 @@
 #include <string>
 
 namespace attnzoo {
-namespace {
+namespace test_quantized_linear {
 
 using test_util::error_of;
 using test_util::max_abs_diff;
@@ -166,5 +166,5 @@ TEST(Int8Linear, AWholeModelSwitchedStaysCloseToFloat) {
   EXPECT_LE(max_abs_diff(model.forward(x), fp32), 1e-6);
 }
 
-}  // namespace
+}  // namespace test_quantized_linear
 }  // namespace attnzoo

@@ -15,7 +15,7 @@
 #include <set>
 
 namespace attnzoo {
-namespace {
+namespace test_conformer {
 using test_util::error_of;
 using test_util::max_abs_diff;
 
@@ -817,5 +817,5 @@ TEST(ConformerEncoder, WenetLayoutIncompleteQkvIsReportedByTheStrictLoader) {
   EXPECT_EQ(renamed.ignored, (std::set<std::string>{"encoder.embed.pos_enc.pe"}));
 }
 
-}  // namespace
+}  // namespace test_conformer
 }  // namespace attnzoo

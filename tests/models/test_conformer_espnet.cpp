@@ -16,7 +16,7 @@
 #include <string>
 
 namespace attnzoo {
-namespace {
+namespace test_conformer_espnet {
 using test_util::max_abs_diff;
 
 // Sizes shared with make_espnet_reference.py; ESPnet's LayerNorm eps is 1e-12, its BatchNorm's
@@ -93,5 +93,5 @@ TEST(ConformerEncoder, BareEspnetEncoderStateDictLoadsTheSameWeights) {
   }
 }
 
-}  // namespace
+}  // namespace test_conformer_espnet
 }  // namespace attnzoo

@@ -13,7 +13,7 @@
 #include <vector>
 
 namespace attnzoo {
-namespace {
+namespace test_conformer_streaming {
 using test_util::error_of;
 using test_util::max_abs_diff;
 
@@ -263,5 +263,5 @@ TEST(ConformerEncoder, StreamingRefusesWhatCannotStream) {
   }
 }
 
-}  // namespace
+}  // namespace test_conformer_streaming
 }  // namespace attnzoo

@@ -11,7 +11,7 @@
 #include <torch/torch.h>
 
 namespace attnzoo {
-namespace {
+namespace test_cuda_graph {
 using test_util::error_of;
 using test_util::max_abs_diff;
 
@@ -72,5 +72,5 @@ TEST(CudaGraph, ReplaysEqualTheEagerConformer_CUDA) {
   EXPECT_LE(max_abs_diff(graph(a), forward(a)), 1e-2);
 }
 
-}  // namespace
+}  // namespace test_cuda_graph
 }  // namespace attnzoo

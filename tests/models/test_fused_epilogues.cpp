@@ -23,7 +23,7 @@
 #include <vector>
 
 namespace attnzoo {
-namespace {
+namespace test_fused_epilogues {
 
 // Sets the switch for a scope and restores it afterwards.
 class FusedEpilogues {
@@ -235,5 +235,5 @@ TEST(FusedEpilogues, KernelsStayWithinFloat32RoundingOfTheUnfusedModels_CUDA) {
       *model, [&] { return std::get<0>(model->forward(x, lengths)); }, 1e-4, false);
 }
 
-}  // namespace
+}  // namespace test_fused_epilogues
 }  // namespace attnzoo

@@ -9,7 +9,7 @@
 #include <torch/torch.h>
 
 namespace attnzoo {
-namespace {
+namespace test_vit {
 using test_util::max_abs_diff;
 
 using ::testing::AllOf;
@@ -286,5 +286,5 @@ TEST(ViT, BadConfigurationsAndInputs) {
   }
 }
 
-}  // namespace
+}  // namespace test_vit
 }  // namespace attnzoo

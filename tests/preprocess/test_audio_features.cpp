@@ -14,7 +14,7 @@
 #include <chrono>
 
 namespace attnzoo {
-namespace {
+namespace test_audio_features {
 
 using ::testing::HasSubstr;
 using testing::manifest;
@@ -196,5 +196,5 @@ TEST(AudioFeatures, OptionsFromConfig) {
               ::testing::ThrowsMessage<c10::ValueError>(HasSubstr("no features section")));
 }
 
-}  // namespace
+}  // namespace test_audio_features
 }  // namespace attnzoo

@@ -14,7 +14,7 @@
 #include <sstream>
 
 namespace attnzoo {
-namespace {
+namespace test_audio_read {
 
 using ::testing::HasSubstr;
 using testing::manifest;
@@ -282,5 +282,5 @@ TEST(AudioRead, FuzzSeedCorpusDecodes) {
   EXPECT_GE(files, 5);
 }
 
-}  // namespace
+}  // namespace test_audio_read
 }  // namespace attnzoo

@@ -20,7 +20,7 @@
 #include <random>
 
 namespace attnzoo {
-namespace {
+namespace test_fbank {
 using test_util::error_of;
 
 using ::testing::HasSubstr;
@@ -340,5 +340,5 @@ TEST(Fbank, RefusesBadOptions) {
               ::testing::ThrowsMessage<c10::ValueError>(HasSubstr("window 'hann'")));
 }
 
-}  // namespace
+}  // namespace test_fbank
 }  // namespace attnzoo

@@ -12,7 +12,7 @@
 #include <cmath>
 
 namespace attnzoo {
-namespace {
+namespace test_image_augment {
 using test_util::error_of;
 
 using ::testing::HasSubstr;
@@ -374,5 +374,5 @@ TEST(Augment, Validation) {
               HasSubstr("the input size must be at least 1x1, got 224x0"));
 }
 
-}  // namespace
+}  // namespace test_image_augment
 }  // namespace attnzoo

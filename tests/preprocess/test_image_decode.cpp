@@ -13,7 +13,7 @@
 #include <filesystem>
 
 namespace attnzoo {
-namespace {
+namespace test_image_decode {
 
 using ::testing::HasSubstr;
 using testing::image_file;
@@ -195,5 +195,5 @@ TEST(ImageDecode, FuzzSeedCorpus) {
   EXPECT_GE(valid, 10);
 }
 
-}  // namespace
+}  // namespace test_image_decode
 }  // namespace attnzoo

@@ -9,7 +9,7 @@
 #include <string>
 
 namespace attnzoo {
-namespace {
+namespace test_image_header {
 
 using ::testing::HasSubstr;
 using testing::image_file;
@@ -218,5 +218,5 @@ TEST(ImageHeader, FormatNames) {
   EXPECT_STREQ(image_format_name(ImageFormat::kTiff), "TIFF");
 }
 
-}  // namespace
+}  // namespace test_image_header
 }  // namespace attnzoo

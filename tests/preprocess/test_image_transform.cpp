@@ -13,7 +13,7 @@
 #include <cstdio>
 
 namespace attnzoo {
-namespace {
+namespace test_image_transform {
 using test_util::error_of;
 
 using ::testing::HasSubstr;
@@ -230,5 +230,5 @@ TEST(EvalTransform, FromZooConfig) {
                         "the config asks for 1"));
 }
 
-}  // namespace
+}  // namespace test_image_transform
 }  // namespace attnzoo

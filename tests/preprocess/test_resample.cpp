@@ -10,7 +10,7 @@
 #include <random>
 
 namespace attnzoo {
-namespace {
+namespace test_resample {
 
 torch::Tensor sine(double hz, double rate, int64_t n, double amplitude = 0.5) {
   return (amplitude * torch::sin(torch::arange(n, torch::kDouble) * (2.0 * M_PI * hz / rate)))
@@ -87,5 +87,5 @@ TEST(Resample, RefusesBadUse) {
               ::testing::ThrowsMessage<c10::ValueError>(HasSubstr("after flush()")));
 }
 
-}  // namespace
+}  // namespace test_resample
 }  // namespace attnzoo

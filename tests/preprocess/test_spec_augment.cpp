@@ -7,7 +7,7 @@
 #include <torch/torch.h>
 
 namespace attnzoo {
-namespace {
+namespace test_spec_augment {
 
 torch::Tensor features(int64_t frames = 300, int64_t bins = 80) {
   torch::manual_seed(3);
@@ -132,5 +132,5 @@ TEST(SpecAugment, RefusesBadOptions) {
               ::testing::ThrowsMessage<c10::ValueError>(::testing::HasSubstr("must be >= 0")));
 }
 
-}  // namespace
+}  // namespace test_spec_augment
 }  // namespace attnzoo

@@ -11,7 +11,7 @@
 #include <thread>
 
 namespace attnzoo::serve {
-namespace {
+namespace test_dynamic_batcher {
 
 using namespace std::chrono_literals;
 
@@ -220,5 +220,5 @@ TEST(DynamicBatcher, SeveralInstancesRunBatchesAtOnce) {
   for (auto& job : jobs) job->done.get_future().wait();
 }
 
-}  // namespace
+}  // namespace test_dynamic_batcher
 }  // namespace attnzoo::serve

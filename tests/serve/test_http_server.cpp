@@ -19,7 +19,7 @@
 #include <thread>
 
 namespace attnzoo::serve {
-namespace {
+namespace test_http_server {
 
 using namespace std::chrono_literals;
 
@@ -226,5 +226,5 @@ TEST(HttpServer, ShutdownAnswersWhatWasReceivedAndClosesIdleConnections) {
   EXPECT_FALSE(late.connected());
 }
 
-}  // namespace
+}  // namespace test_http_server
 }  // namespace attnzoo::serve

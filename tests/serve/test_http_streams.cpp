@@ -17,7 +17,7 @@
 #include <thread>
 
 namespace attnzoo::serve {
-namespace {
+namespace test_http_streams {
 
 namespace net = boost::asio;
 namespace beast = boost::beast;
@@ -225,5 +225,5 @@ TEST(HttpStreams, StopAcceptingClosesStreamsWithGoingAway) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
 }
 
-}  // namespace
+}  // namespace test_http_streams
 }  // namespace attnzoo::serve

@@ -15,7 +15,7 @@
 #include <thread>
 
 namespace attnzoo::serve {
-namespace {
+namespace test_inference_server {
 
 using nlohmann::json;
 
@@ -213,5 +213,5 @@ TEST(InferenceServer, AnswersRequestsItCannotTakeWith4xxAndJsonErrors) {
       << metrics;
 }
 
-}  // namespace
+}  // namespace test_inference_server
 }  // namespace attnzoo::serve

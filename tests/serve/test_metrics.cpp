@@ -10,7 +10,7 @@
 #include <sstream>
 
 namespace attnzoo::serve {
-namespace {
+namespace test_metrics {
 
 bool has_line(const std::string& text, const std::string& line) {
   std::istringstream in(text);
@@ -92,5 +92,5 @@ TEST(ServerMetrics, CountsByModelStatusAndBatchSize) {
   }
 }
 
-}  // namespace
+}  // namespace test_metrics
 }  // namespace attnzoo::serve

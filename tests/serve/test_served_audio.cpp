@@ -25,7 +25,7 @@
 #include <iterator>
 
 namespace attnzoo::serve {
-namespace {
+namespace test_served_audio {
 
 using nlohmann::json;
 using test_util::error_of;
@@ -488,5 +488,5 @@ TEST(SpeechStream, AnEncoderStreamsItsFramesAsTheLibrarysStream) {
   EXPECT_TRUE(torch::equal(torch::cat(got), all));
 }
 
-}  // namespace
+}  // namespace test_served_audio
 }  // namespace attnzoo::serve

@@ -11,7 +11,7 @@
 #include <thread>
 
 namespace attnzoo::serve {
-namespace {
+namespace test_task_pool {
 
 TEST(TaskPool, RunsEveryQueuedTaskOnItsThreadsBeforeStopReturns) {
   TaskPool pool(3);
@@ -45,5 +45,5 @@ TEST(TaskPool, OneThreadRunsTasksInOrder) {
   for (int i = 0; i < 20; ++i) EXPECT_EQ(order[i], i);
 }
 
-}  // namespace
+}  // namespace test_task_pool
 }  // namespace attnzoo::serve

@@ -14,7 +14,7 @@
 #include <random>
 
 namespace attnzoo::serve {
-namespace {
+namespace test_v2_protocol {
 
 using nlohmann::json;
 
@@ -250,5 +250,5 @@ TEST(V2Protocol, ErrorBodiesAreJsonEvenForInvalidUtf8) {
   EXPECT_NE(body["error"].get<std::string>().find("input \"x\""), std::string::npos);
 }
 
-}  // namespace
+}  // namespace test_v2_protocol
 }  // namespace attnzoo::serve

@@ -36,7 +36,7 @@
 #include <sstream>
 
 namespace attnzoo {
-namespace {
+namespace test_ctc_training {
 
 using test_util::error_of;
 using ::testing::HasSubstr;
@@ -729,5 +729,5 @@ TEST(CtcTraining, SpeedPerturbationPlaysTheUtteranceAtADrawnSpeed) {
       HasSubstr("a non-empty sequence of numbers"));
 }
 
-}  // namespace
+}  // namespace test_ctc_training
 }  // namespace attnzoo

@@ -14,7 +14,7 @@
 #include <set>
 
 namespace attnzoo {
-namespace {
+namespace test_data {
 using test_util::error_of;
 
 using ::testing::HasSubstr;
@@ -163,5 +163,5 @@ TEST(Data, PaddedBatchesAndWorkerErrors) {
               HasSubstr("5: not an image"));
 }
 
-}  // namespace
+}  // namespace test_data
 }  // namespace attnzoo

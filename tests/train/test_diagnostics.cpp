@@ -16,7 +16,7 @@
 #include <limits>
 
 namespace attnzoo {
-namespace {
+namespace test_diagnostics {
 using test_util::error_of;
 using test_util::max_abs_diff;
 
@@ -372,5 +372,5 @@ TEST(GradientNorms, EqualTheHandComputation) {
   EXPECT_EQ(model_norms.parameters[0].first, vit->named_parameters().begin()->key());
 }
 
-}  // namespace
+}  // namespace test_diagnostics
 }  // namespace attnzoo

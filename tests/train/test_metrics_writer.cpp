@@ -17,7 +17,7 @@
 #include <vector>
 
 namespace attnzoo {
-namespace {
+namespace test_metrics_writer {
 
 using ::testing::HasSubstr;
 
@@ -181,5 +181,5 @@ TEST(Metrics, AnUnwritableFileIsNamed) {
   }
 }
 
-}  // namespace
+}  // namespace test_metrics_writer
 }  // namespace attnzoo

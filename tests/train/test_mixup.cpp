@@ -12,7 +12,7 @@
 #include <random>
 
 namespace attnzoo {
-namespace {
+namespace test_mixup {
 
 constexpr int64_t kClasses = 5;
 
@@ -193,5 +193,5 @@ TEST(Mixup, RefusesBadOptionsAndInputs) {
   EXPECT_LE(max_diff(r.inputs, r.lambda * f + (1.0 - r.lambda) * f.flip(0)), 1e-6);
 }
 
-}  // namespace
+}  // namespace test_mixup
 }  // namespace attnzoo

@@ -14,7 +14,7 @@
 #include <cmath>
 
 namespace attnzoo {
-namespace {
+namespace test_optimizer {
 using test_util::error_of;
 
 using ::testing::HasSubstr;
@@ -214,5 +214,5 @@ TEST(WarmupCosineSchedule, RisesLinearlyThenFollowsAHalfCosine) {
   EXPECT_DOUBLE_EQ(none.factor(0), 1.0);
 }
 
-}  // namespace
+}  // namespace test_optimizer
 }  // namespace attnzoo

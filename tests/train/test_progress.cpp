@@ -9,7 +9,7 @@
 #include <sstream>
 
 namespace attnzoo {
-namespace {
+namespace test_progress {
 
 using ::testing::MatchesRegex;
 
@@ -69,5 +69,5 @@ TEST(Progress, DurationText) {
   EXPECT_EQ(duration_text(std::numeric_limits<double>::quiet_NaN()), "?");
 }
 
-}  // namespace
+}  // namespace test_progress
 }  // namespace attnzoo

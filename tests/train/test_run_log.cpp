@@ -14,7 +14,7 @@
 #include <string>
 
 namespace attnzoo {
-namespace {
+namespace test_run_log {
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -74,5 +74,5 @@ TEST(RunLog, AnUnwritableFolderIsAnErrorNamingTheFile) {
   }
 }
 
-}  // namespace
+}  // namespace test_run_log
 }  // namespace attnzoo

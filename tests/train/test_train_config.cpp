@@ -13,7 +13,7 @@
 #include <fstream>
 
 namespace attnzoo {
-namespace {
+namespace test_train_config {
 using test_util::error_of;
 
 using ::testing::HasSubstr;
@@ -270,5 +270,5 @@ TEST(TrainConfig, CtcObjectiveRefusalsNameTheirKey) {
           "override 'train.dynamic_chunk=3'", {"train.dynamic_chunk=3"});
 }
 
-}  // namespace
+}  // namespace test_train_config
 }  // namespace attnzoo

@@ -19,7 +19,7 @@
 #include <sstream>
 
 namespace attnzoo {
-namespace {
+namespace test_trainer {
 
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
@@ -335,5 +335,5 @@ TEST(Trainer, RefusesDataThatDoesNotFitTheModel) {
       HasSubstr("48 examples do not fill one step of 1 x 64"));
 }
 
-}  // namespace
+}  // namespace test_trainer
 }  // namespace attnzoo

@@ -16,7 +16,7 @@
 #include <string>
 
 namespace attnzoo {
-namespace {
+namespace test_training_checkpoint {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -191,5 +191,5 @@ TEST(TrainingCheckpoint, RestoreRefusesWhatDoesNotFit) {
   EXPECT_THAT(restore_error(bad_moments), StartsWith(bad_moments + " (optimizer.*): "));
 }
 
-}  // namespace
+}  // namespace test_training_checkpoint
 }  // namespace attnzoo

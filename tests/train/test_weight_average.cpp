@@ -15,7 +15,7 @@
 #include <vector>
 
 namespace attnzoo {
-namespace {
+namespace test_weight_average {
 
 using ::testing::HasSubstr;
 
@@ -162,5 +162,5 @@ TEST(WeightAverage, RefusesBadOptionsAndModules) {
   EXPECT_THROW(WeightAverage(*a, *b, {0.9, 0}), c10::ValueError);
 }
 
-}  // namespace
+}  // namespace test_weight_average
 }  // namespace attnzoo
