@@ -13,8 +13,6 @@
 #include <attnzoo/decoding/ctc_decoder.h>
 #include <attnzoo/decoding/units.h>
 #include <attnzoo/io/error.h>
-#include <attnzoo/models/conformer.h>
-#include <attnzoo/models/vit.h>
 
 #include <any>
 #include <array>

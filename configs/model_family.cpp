@@ -25,6 +25,16 @@ const std::map<std::string, std::unique_ptr<ModelFamily>>& families() {
 
 }  // namespace
 
+int64_t ModelFamily::ctc_vocab(const ModelConfig&) const { return 0; }
+
+int64_t ModelFamily::min_frames(const ModelConfig&) const { return 1; }
+
+double ModelFamily::frame_ms(const ModelConfig&) const { return 0.0; }
+
+void ModelFamily::check_stream(const ModelConfig&, const ModelInput&) const {
+  throw InputError("a " + name() + " model does not stream");
+}
+
 const char* input_kind_name(InputKind kind) {
   return kind == InputKind::kImages ? "images" : "audio";
 }

@@ -8,7 +8,9 @@
 //   auto logits = family.classify(*model.module, config, input);
 //
 // A new family is its own files (its Options, module and checkpoint layouts in models/, a
-// ModelFamily here) plus one line in model_family.cpp's list.
+// ModelFamily here) plus one line in model_family.cpp's list; the capabilities it lacks (a CTC
+// head, frames along time, streaming) have defaults. tests/configs/test_family_conformance.cpp
+// holds every family to the same checks.
 #pragma once
 
 #include <attnzoo/configs/model_config.h>
@@ -99,25 +101,25 @@ class ModelFamily {
   // The classification head's classes; 0 when the model has none.
   virtual int64_t num_classes(const ModelConfig& config) const = 0;
   // The CTC head's outputs (blank included), which forward() names "logits" beside "encoded";
-  // 0 when the model has none.
-  virtual int64_t ctc_vocab(const ModelConfig& config) const = 0;
+  // 0 (the default) when the model has none.
+  virtual int64_t ctc_vocab(const ModelConfig& config) const;
   // The attention layers a forward records (AttentionRecorder), and their backend.
   virtual int64_t attention_layers(const ModelConfig& config) const = 0;
   virtual std::string attention_backend(const ModelConfig& config) const = 0;
 
-  // The shortest input along time a model takes (audio features; 1 for images).
-  virtual int64_t min_frames(const ModelConfig& config) const = 0;
+  // The shortest input along time a model takes (audio features; the default, 1, for images).
+  virtual int64_t min_frames(const ModelConfig& config) const;
   // The period in ms of the frames forward() names "encoded", when they are frames along time
-  // (a speech encoder's); 0 otherwise.
-  virtual double frame_ms(const ModelConfig& config) const = 0;
+  // (a speech encoder's); 0 (the default) otherwise.
+  virtual double frame_ms(const ModelConfig& config) const;
   // Checks a batch against what the model takes (its rank, channels or feature bins, sizes,
   // lengths). Throws InputError beginning with `what` (where the batch came from,
   // e.g. "x.safetensors: "), then the tensor: "tensor 'pixels' must be [B, 3, H, W] ...".
   virtual void check_input(const ModelConfig& config, const ModelInput& input,
                            const std::string& what) const = 0;
   // Checks that a checked batch can go through forward(..., stream = true); throws
-  // InputError saying why not.
-  virtual void check_stream(const ModelConfig& config, const ModelInput& input) const = 0;
+  // InputError saying why not (the default: the family does not stream).
+  virtual void check_stream(const ModelConfig& config, const ModelInput& input) const;
   // A batch of `batch` random inputs of the config's size (`frames` long for audio), for
   // benchmarks.
   virtual ModelInput random_input(const ModelConfig& config, int64_t batch,

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <attnzoo/configs/model_config.h>
+#include <attnzoo/models/conformer.h>
+#include <attnzoo/models/vit.h>
 
 #include <cstdint>
 #include <string>

@@ -182,10 +182,6 @@ std::string ViTFamily::attention_backend(const ModelConfig& config) const {
   return config.options<ViTOptions>().attention_backend();
 }
 
-int64_t ViTFamily::min_frames(const ModelConfig&) const { return 1; }
-
-double ViTFamily::frame_ms(const ModelConfig&) const { return 0.0; }
-
 // [B, C, H, W] with C = in_chans and H, W multiples of the patch size (at least the patch size
 // when patches overlap); other sizes than the config's are fine: the position embedding is
 // resampled.
@@ -208,10 +204,6 @@ void ViTFamily::check_input(const ModelConfig& config, const ModelInput& input,
                             : ": H and W must be at least the patch size ") +
                      std::to_string(patch));
   }
-}
-
-void ViTFamily::check_stream(const ModelConfig&, const ModelInput&) const {
-  throw InputError("a vit model does not stream");
 }
 
 ModelInput ViTFamily::random_input(const ModelConfig& config, int64_t batch, int64_t) const {

@@ -28,17 +28,13 @@ class ViTFamily : public ModelFamily {
                              const std::string& source) const override;
   ModelStats stats(const ModelConfig& config) const override;
   int64_t num_classes(const ModelConfig& config) const override;
-  int64_t ctc_vocab(const ModelConfig&) const override { return 0; }
   int64_t attention_layers(const ModelConfig& config) const override;
   std::string attention_backend(const ModelConfig& config) const override;
-  int64_t min_frames(const ModelConfig&) const override;
-  double frame_ms(const ModelConfig&) const override;
   // [B, C, H, W] with C = in_chans and H, W multiples of the patch size (at least the patch size
   // when patches overlap); other sizes than the config's are fine: the position embedding is
   // resampled.
   void check_input(const ModelConfig& config, const ModelInput& input,
                    const std::string& what) const override;
-  void check_stream(const ModelConfig&, const ModelInput&) const override;
   ModelInput random_input(const ModelConfig& config, int64_t batch, int64_t) const override;
   torch::Tensor classify(torch::nn::Module& module, const ModelConfig&,
                          const ModelInput& input) const override;

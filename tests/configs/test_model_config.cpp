@@ -1,6 +1,8 @@
 // YAML model configs: every field read into the Options, and every kind of mistake reported with
 // the file, the key path, the line and the column.
 #include <attnzoo/configs/model_config.h>
+#include <attnzoo/models/conformer.h>
+#include <attnzoo/models/vit.h>
 
 #include "config_test_util.h"
 

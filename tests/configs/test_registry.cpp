@@ -5,6 +5,7 @@
 #include <attnzoo/configs/zoo_path.h>
 
 #include <attnzoo/models/checkpoint.h>
+#include <attnzoo/models/vit.h>
 #include "config_test_util.h"
 
 #include <torch/torch.h>

@@ -7,6 +7,8 @@
 #include "common/test_util.h"
 
 #include <attnzoo/layers/conformer_parts.h>
+#include <attnzoo/models/conformer.h>
+#include <attnzoo/models/vit.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

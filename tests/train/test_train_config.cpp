@@ -5,6 +5,7 @@
 
 #include <attnzoo/configs/model_config.h>
 #include <attnzoo/configs/train_config.h>
+#include <attnzoo/models/vit.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
