@@ -27,11 +27,6 @@ using config_detail::flow_list;
 using config_detail::number_text;
 using config_detail::SourceJson;
 
-bool is_file(const fs::path& path) {
-  std::error_code error;
-  return fs::is_regular_file(path, error);
-}
-
 // The defaults of ViTConfig, DeiTConfig and ASTConfig (transformers), for keys save_pretrained
 // leaves out because they equal them.
 struct TransformerDefaults {
@@ -248,14 +243,8 @@ class HfSource final : public ModelSource {
   const char* name() const override { return "hf"; }
 
   bool detect(const std::string& path) const override {
-    const fs::path config = fs::path(path) / "config.json";
-    std::error_code error;
-    if (!fs::is_directory(path, error) || !is_file(config)) return false;
-    try {
-      return SourceJson::read(config.string()).has("model_type");
-    } catch (const ConfigError&) {
-      return false;
-    }
+    const auto config = config_detail::folder_config(path);
+    return config && config->has("model_type");
   }
 
   std::string document(const std::string& path) const override {
@@ -324,11 +313,7 @@ class HfSource final : public ModelSource {
     }
     YAML::Node checkpoint;
     checkpoint["format"] = "hf";
-    checkpoint["file"] =
-        config_detail::source_file(path,
-                                   {"model.safetensors", "model.safetensors.index.json",
-                                    "pytorch_model.bin", "pytorch_model.bin.index.json"},
-                                   "weights");
+    checkpoint["file"] = config_detail::folder_weights(path);
     doc["checkpoint"] = checkpoint;
     const std::string version = c.string("transformers_version", "an unknown version");
     return config_detail::emit_document(

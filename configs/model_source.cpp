@@ -76,6 +76,24 @@ std::string source_model_name(const std::string& path) {
   return name.empty() || name == "." || name == ".." ? "model" : name;
 }
 
+std::optional<SourceJson> folder_config(const std::string& path) {
+  const auto config = fs::path(path) / "config.json";
+  std::error_code error;
+  if (!fs::is_directory(path, error) || !fs::is_regular_file(config, error)) return std::nullopt;
+  try {
+    return SourceJson::read(config.string());
+  } catch (const ConfigError&) {
+    return std::nullopt;
+  }
+}
+
+std::string folder_weights(const std::string& dir) {
+  return source_file(dir,
+                     {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                      "pytorch_model.bin.index.json"},
+                     "weights");
+}
+
 std::string source_file(const std::string& dir, const std::vector<std::string>& names,
                         const std::string& what) {
   std::error_code error;

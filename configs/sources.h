@@ -4,10 +4,12 @@
 #pragma once
 
 #include <attnzoo/configs/model_source.h>
+#include <attnzoo/configs/source_json.h>
 
 #include <yaml-cpp/yaml.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,10 +23,17 @@ namespace config_detail {
 // A model name (letters, digits, _ - .) from a folder's name: "vit-base-patch16-224/".
 std::string source_model_name(const std::string& path);
 
+// The config.json of the folder `path`, when it is a folder holding one that reads as a JSON
+// object; std::nullopt otherwise (the sources' detect()).
+std::optional<SourceJson> folder_config(const std::string& path);
+
 // The first of `names` that is a file in `dir`, as an absolute path; ConfigError naming the
 // folder and the names looked for when there is none.
 std::string source_file(const std::string& dir, const std::vector<std::string>& names,
                         const std::string& what);
+// The weights of a Hugging Face style folder: model.safetensors, else its sharded index, else
+// pytorch_model.bin, else its index (source_file's error when none is there).
+std::string folder_weights(const std::string& dir);
 
 // `document` as YAML text, after a comment block of `header` lines; sequences marked flow stay
 // flow ([3, 224, 224]).

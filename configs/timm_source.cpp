@@ -132,15 +132,8 @@ class TimmSource final : public ModelSource {
   const char* name() const override { return "timm"; }
 
   bool detect(const std::string& path) const override {
-    const fs::path config = fs::path(path) / "config.json";
-    std::error_code error;
-    if (!fs::is_directory(path, error) || !fs::is_regular_file(config, error)) return false;
-    try {
-      const auto c = SourceJson::read(config.string());
-      return c.has("architecture") && c.has("pretrained_cfg");
-    } catch (const ConfigError&) {
-      return false;
-    }
+    const auto config = config_detail::folder_config(path);
+    return config && config->has("architecture") && config->has("pretrained_cfg");
   }
 
   std::string document(const std::string& path) const override {
@@ -187,11 +180,7 @@ class TimmSource final : public ModelSource {
     }
     YAML::Node checkpoint;
     checkpoint["format"] = "timm";
-    checkpoint["file"] =
-        config_detail::source_file(path,
-                                   {"model.safetensors", "model.safetensors.index.json",
-                                    "pytorch_model.bin", "pytorch_model.bin.index.json"},
-                                   "weights");
+    checkpoint["file"] = config_detail::folder_weights(path);
     doc["checkpoint"] = checkpoint;
     return config_detail::emit_document(
         doc, {"Read from " + fs::absolute(dir).lexically_normal().string() + ":",

@@ -148,6 +148,21 @@ def hf_image_reference(model, processor) -> dict:
     return out
 
 
+def check_hf_image_folder(binary: str, work: Path, folder: Path, model, processor,
+                          expect: dict) -> dict:
+    """The processor saved beside the model's folder, then steps 1 to 3 on 64 x 64 inputs; the
+    library's probabilities on the photos."""
+    processor.save_pretrained(folder)
+    pixels = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        logits = model(pixel_values=pixels).logits
+    compare_forward(binary, folder, work, pixels, "pixels", logits)
+    reference = hf_image_reference(model, processor)
+    compare_classify(binary, str(folder), PHOTOS, reference)
+    check_described(binary, folder, work, PHOTOS, reference, expect)
+    return reference
+
+
 def compare_served(binary: str, work: Path, folder: Path, reference: dict) -> None:
     """`attnzoo serve --config` with the folder as the model, its file route against the library."""
     sys.path.insert(0, str(REPO / "tools" / "scripts"))
@@ -199,17 +214,10 @@ def hf_vit(binary: str, work: Path, variant: str) -> None:
             fail(f"save_pretrained wrote no index: {sorted(os.listdir(folder))}")
     else:
         model.save_pretrained(folder)
-    processor = ViTImageProcessor(size={"height": 64, "width": 64})
-    processor.save_pretrained(folder)
-    pixels = torch.randn(2, 3, 64, 64)
-    with torch.no_grad():
-        logits = model(pixel_values=pixels).logits
-    compare_forward(binary, folder, work, pixels, "pixels", logits)
-    reference = hf_image_reference(model, processor)
-    compare_classify(binary, str(folder), PHOTOS, reference)
-    check_described(binary, folder, work, PHOTOS, reference,
-                    {"architecture.norm_eps": 1e-12, "preprocess.crop_mode": "squash",
-                     "preprocess.interpolation": "bilinear", "labels": list(labels.values())})
+    reference = check_hf_image_folder(
+        binary, work, folder, model, ViTImageProcessor(size={"height": 64, "width": 64}),
+        {"architecture.norm_eps": 1e-12, "preprocess.crop_mode": "squash",
+         "preprocess.interpolation": "bilinear", "labels": list(labels.values())})
     if variant == "safetensors":
         compare_served(binary, work, folder, reference)
 
@@ -223,18 +231,11 @@ def hf_deit(binary: str, work: Path) -> None:
     scale_head(model.cls_classifier, model.distillation_classifier)
     folder = work / "deit-tiny-hf"
     model.save_pretrained(folder)
-    processor = DeiTImageProcessor(size={"height": 73, "width": 73},
-                                   crop_size={"height": 64, "width": 64})
-    processor.save_pretrained(folder)
-    pixels = torch.randn(2, 3, 64, 64)
-    with torch.no_grad():
-        logits = model(pixel_values=pixels).logits
-    compare_forward(binary, folder, work, pixels, "pixels", logits)
-    reference = hf_image_reference(model, processor)
-    compare_classify(binary, str(folder), PHOTOS, reference)
-    check_described(binary, folder, work, PHOTOS, reference,
-                    {"architecture.dist_token": True, "architecture.dist_head": True,
-                     "preprocess.interpolation": "bicubic"})
+    check_hf_image_folder(
+        binary, work, folder, model,
+        DeiTImageProcessor(size={"height": 73, "width": 73}, crop_size={"height": 64, "width": 64}),
+        {"architecture.dist_token": True, "architecture.dist_head": True,
+         "preprocess.interpolation": "bicubic"})
 
 
 def speech_clips(work: Path) -> list:

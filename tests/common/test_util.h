@@ -43,6 +43,12 @@ std::string error_of(F&& f) {
   return "(no error)";
 }
 
+// The whole of a file, as bytes (empty when it cannot be read).
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 // An empty folder of the temp dir, private to this process: CTest runs each case as its own
 // process, several at a time (-j), and two cases must not clear each other's files.
 inline std::string fresh_dir(const std::string& name) {

@@ -48,25 +48,32 @@ def vit(out: Path) -> None:
     seed(out, "vit_hf", 2, {hf_v4_name(k): v for k, v in hf.state_dict().items()})
 
 
+def espnet_state_dict(num_blocks: int) -> dict:
+    """ESPnet's Conformer Encoder (conv2d subsampling, rel_pos, macaron, kernel 5) with GlobalMVN's
+    and a CTC head's names, as an ESPnet ASR model's state dict has them."""
+    from espnet.nets.pytorch_backend.conformer.encoder import Encoder
+    encoder = Encoder(idim=20, attention_dim=16, attention_heads=4, linear_units=32,
+                      num_blocks=num_blocks, input_layer="conv2d", normalize_before=True,
+                      macaron_style=True, pos_enc_layer_type="rel_pos",
+                      selfattention_layer_type="rel_selfattn", activation_type="swish",
+                      use_cnn_module=True, cnn_module_kernel=5)
+    state = {f"encoder.{k}": v for k, v in encoder.state_dict().items()}
+    state["normalize.mean"] = torch.zeros(20)
+    state["normalize.std"] = torch.ones(20)
+    state["ctc.ctc_lo.weight"] = torch.randn(7, 16)
+    state["ctc.ctc_lo.bias"] = torch.randn(7)
+    return state
+
+
 def conformer(out: Path) -> None:
     import torchaudio
-    from espnet.nets.pytorch_backend.conformer.encoder import Encoder
     from make_wenet_reference import synthetic_state_dict
 
     seed(out, "conformer_torchaudio", 4, torchaudio.models.Conformer(
         input_dim=16, num_heads=2, ffn_dim=32, num_layers=1, depthwise_conv_kernel_size=3,
         dropout=0.0).state_dict())
     seed(out, "conformer_wenet", 7, synthetic_state_dict())
-    encoder = Encoder(idim=20, attention_dim=16, attention_heads=4, linear_units=32, num_blocks=2,
-                      input_layer="conv2d", normalize_before=True, macaron_style=True,
-                      pos_enc_layer_type="rel_pos", selfattention_layer_type="rel_selfattn",
-                      activation_type="swish", use_cnn_module=True, cnn_module_kernel=5)
-    state = {f"encoder.{k}": v for k, v in encoder.state_dict().items()}
-    state["normalize.mean"] = torch.zeros(20)
-    state["normalize.std"] = torch.ones(20)
-    state["ctc.ctc_lo.weight"] = torch.randn(7, 16)
-    state["ctc.ctc_lo.bias"] = torch.randn(7)
-    seed(out, "conformer_espnet", 8, state)
+    seed(out, "conformer_espnet", 8, espnet_state_dict(num_blocks=2))
 
 
 def ast(out: Path) -> None:

@@ -39,7 +39,7 @@ def main() -> None:
     torch.manual_seed(0)
     import timm
     import torchvision
-    from espnet.nets.pytorch_backend.conformer.encoder import Encoder
+    from make_checkpoint_seeds import espnet_state_dict
     from make_wenet_reference import synthetic_state_dict
     from transformers import ViTConfig, ViTForImageClassification
 
@@ -54,14 +54,7 @@ def main() -> None:
         image_size=16, patch_size=8, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
         intermediate_size=32, num_labels=3)).state_dict())
     save(out, "conformer_wenet", synthetic_state_dict())
-    encoder = Encoder(idim=20, attention_dim=16, attention_heads=4, linear_units=32, num_blocks=1,
-                      input_layer="conv2d", normalize_before=True, macaron_style=True,
-                      pos_enc_layer_type="rel_pos", selfattention_layer_type="rel_selfattn",
-                      activation_type="swish", use_cnn_module=True, cnn_module_kernel=5)
-    espnet = {f"encoder.{k}": v for k, v in encoder.state_dict().items()}
-    espnet["normalize.mean"] = torch.zeros(20)
-    espnet["ctc.ctc_lo.weight"] = torch.randn(7, 16)
-    save(out, "conformer_espnet", espnet)
+    save(out, "conformer_espnet", espnet_state_dict(num_blocks=1))
     optimizer = torch.optim.AdamW(timm_vit.parameters())
     timm_vit(torch.randn(1, 3, 16, 16)).sum().backward()
     optimizer.step()

@@ -37,6 +37,7 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostile_checkpoints  # noqa: E402
+from make_reference import every_dtype  # noqa: E402
 
 
 def expected(out: Path, name: str, state: dict) -> None:
@@ -44,21 +45,7 @@ def expected(out: Path, name: str, state: dict) -> None:
 
 
 def dtypes_state(g: torch.Generator) -> dict:
-    return {
-        "f32": torch.randn(3, 5, generator=g),
-        "f64": torch.randn(2, 2, 2, generator=g, dtype=torch.float64),
-        "f16": torch.randn(7, generator=g).half(),
-        "bf16": torch.randn(4, 3, generator=g).bfloat16(),
-        "i64": torch.arange(-5, 5, dtype=torch.int64),
-        "i32": torch.arange(6, dtype=torch.int32).reshape(2, 3),
-        "i16": torch.tensor([-3, 0, 3], dtype=torch.int16),
-        "i8": torch.tensor([-128, 0, 127], dtype=torch.int8),
-        "u8": torch.tensor([0, 1, 255], dtype=torch.uint8),
-        "bool": torch.tensor([True, False, True]),
-        "scalar": torch.tensor(3.5),
-        "empty": torch.zeros(0, 4),
-        "param": torch.nn.Parameter(torch.randn(2, 2, generator=g)),
-    }
+    return {**every_dtype(g), "param": torch.nn.Parameter(torch.randn(2, 2, generator=g))}
 
 
 def views_state(g: torch.Generator) -> dict:

@@ -11,11 +11,10 @@ import torch
 from safetensors.torch import save_file
 
 
-def main() -> None:
-    out = Path(sys.argv[1])
-    out.mkdir(parents=True, exist_ok=True)
-    g = torch.Generator().manual_seed(0)
-    tensors = {
+def every_dtype(g: torch.Generator) -> dict:
+    """A tensor of every dtype both formats hold, a scalar and an empty one (also the PyTorch
+    checkpoints' tests: make_checkpoint_reference.py)."""
+    return {
         "f32": torch.randn(3, 5, generator=g),
         "f64": torch.randn(2, 2, 2, generator=g, dtype=torch.float64),
         "f16": torch.randn(7, generator=g).half(),
@@ -28,8 +27,14 @@ def main() -> None:
         "bool": torch.tensor([True, False, True]),
         "scalar": torch.tensor(3.5),
         "empty": torch.zeros(0, 4),
-        "blocks.0.attn.qkv.weight": torch.randn(12, 4, generator=g),
     }
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(0)
+    tensors = {**every_dtype(g), "blocks.0.attn.qkv.weight": torch.randn(12, 4, generator=g)}
     metadata = {"format": "pt", "note": "made by tests/io/make_reference.py"}
     save_file(tensors, str(out / "reference.safetensors"), metadata=metadata)
     # The expected values, as plain JSON (float64 values, exact for every dtype above).

@@ -16,6 +16,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/test_util.h"
+
 #include <algorithm>
 #include <functional>
 #include <string>
@@ -50,9 +52,7 @@ void randomize(torch::nn::Module& module, int64_t seed) {
   }
 }
 
-double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
-}
+constexpr auto max_diff = test_util::max_abs_diff;
 
 // run() with the switch off and on: outputs, and gradients of every parameter through
 // sum(output * weights), within tol.

@@ -9,6 +9,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/test_util.h"
+
 #include <cmath>
 #include <fstream>
 #include <iterator>
@@ -21,10 +23,7 @@ namespace test_metrics_writer {
 
 using ::testing::HasSubstr;
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using test_util::read_text;
 
 TrainMetrics row_at(int64_t step, bool evaluated = false) {
   TrainMetrics r;

@@ -6,7 +6,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
 #include <torch/torch.h>
+#include "common/test_util.h"
 
 #include <cmath>
 #include <random>
@@ -29,9 +31,7 @@ torch::Tensor one_hot64(const torch::Tensor& labels) {
   return t;
 }
 
-double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
+constexpr auto max_diff = test_util::max_abs_diff;
 
 TEST(Mixup, MixedBatchIsTheDefinition) {
   torch::manual_seed(1);

@@ -9,6 +9,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/test_util.h"
+
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -16,10 +18,7 @@
 namespace attnzoo {
 namespace test_run_log {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using test_util::read_text;
 
 TEST(RunLog, DiagnosticsLineStep) {
   EXPECT_EQ(diagnostics_line_step(R"({"step": 12, "gradients": {}})"), 12);
