@@ -9,9 +9,9 @@
 // problem's own bias. A query that sees no key gets zeros, as on every backend.
 //
 // It runs on CUDA when the kernels are built, for bf16 and fp16 with head dims up to 128 and no
-// dropout. `auto` prefers it there only with ATTNZOO_FLASH_AUTO=1 in the environment, until the
-// kernel has passed its *_CUDA tests on a GPU (tools/device_check.sh sets it): an unverified
-// kernel is not made every GPU user's default. Asked for by name, it always runs.
+// dropout. `auto` prefers it there only with ATTNZOO_FLASH_AUTO=1 in the environment
+// (FlashAttention::chosen_by_auto; tools/device_check.sh sets it); asked for by name, it always
+// runs.
 #include <attnzoo/kernels/ops.h>
 #include <attnzoo/layers/attention_backend.h>
 

@@ -19,8 +19,8 @@ Command add_bench_command(CLI::App& app) {
   auto o = std::make_shared<AttentionBenchOptions>();
   auto* attention = bench->add_subcommand(
       "attention",
-      "Time and peak memory of each attention backend against sequence length N, next to the "
-      "project's original cost estimates, with fitted N^k exponents");
+      "Time and peak memory of each attention backend against sequence length N, next to "
+      "reference cost estimates of standard attention, with fitted N^k exponents");
   attention
       ->add_option("--backends", o->backends,
                    "comma-separated backends to measure (default: every registered backend)")
