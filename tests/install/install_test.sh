@@ -36,12 +36,13 @@ fail() {
   exit 1
 }
 
-# readme_block MARKER: the fenced code block that follows the line "<!-- MARKER -->" in README.md.
+# readme_block MARKER [FILE]: the fenced code block that follows the line "<!-- MARKER -->" in
+# FILE (relative to the repository; default README.md).
 readme_block() {
   awk -v marker="<!-- $1 -->" '
     $0 == marker { found = 1; next }
     found && /^```/ { if (inside) exit; inside = 1; next }
-    inside { print }' "$source/README.md"
+    inside { print }' "$source/${2:-README.md}"
 }
 
 # top_of_json FILE: "label probability" of the first prediction in attnzoo classify --json's line.
@@ -172,8 +173,8 @@ PY
     ;;
 
   transcribe_consumer)
-    readme_block "tests/install: transcribe.cpp" >"$out/transcribe.cpp"
-    [ -s "$out/transcribe.cpp" ] || fail "README.md lacks the block marked tests/install: transcribe.cpp"
+    readme_block "tests/install: transcribe.cpp" docs/speech.md >"$out/transcribe.cpp"
+    [ -s "$out/transcribe.cpp" ] || fail "docs/speech.md lacks the block marked tests/install: transcribe.cpp"
     line=$(readme_block "tests/install: pkg-config" | grep -v '^#' | grep -v '^$')
     line=${line//top1/transcribe}
     cd "$out"
