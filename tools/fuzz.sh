@@ -7,7 +7,7 @@
 # Targets: safetensors, pickle, image, audio, config, checkpoint, units, v2_request. New inputs found go to a scratch
 # corpus under build-asan/fuzz/, not into the repository; a crash leaves its reproducer (crash-*)
 # there: fix it, then add it to tests/fuzz/corpus/TARGET/ as a regression seed. CI runs every
-# target for 30 s (.ci/run).
+# target for 20 s (.ci/run).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 all=(safetensors pickle image audio config checkpoint units v2_request)
