@@ -2,13 +2,13 @@
 """ViT-B/16 bf16 inference on a GPU: attnzoo (tools/bench/bench_vit_cuda.cpp) against PyTorch eager and
 torch.compile of timm's VisionTransformer, in one run, alternating round by round.
 
-The peer is timm's vit_base_patch16_224 when timm can be imported. The lent GPU machine has torch
-but no timm (and no network), so there the peer is `TimmViT` below: timm's module structure and
+The peer is timm's vit_base_patch16_224 when timm can be imported (the lent GPU machine's image
+has it); without timm, the peer is `TimmViT` below: timm's module structure and
 forward, op for op (fused qkv Linear, F.scaled_dot_product_attention as timm's fused_attn path,
 LayerNorm eps 1e-6, exact GELU, class token, pre-logits from the token). `--check-replica`
 (CTest bench.vit_replica_equals_timm) loads timm's weights into it and compares the outputs.
 
-    bench_vit_cuda.py --ours build-device/build/bin/bench_vit_cuda [--batches 1,64,256]
+    bench_vit_cuda.py --ours build/bin/bench_vit_cuda [--batches 1,64,256]
                       [--compile-batches 256] [--rounds 3] [--iterations 20] [--json FILE]
     bench_vit_cuda.py --check-replica
 """
