@@ -12,6 +12,7 @@
 #include <limits>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 
 namespace attnzoo::cli {
 namespace {
@@ -155,22 +156,6 @@ void draw_dashed(cv::Mat& canvas, const std::vector<cv::Point2d>& points, cv::Sc
   }
 }
 
-}  // namespace
-
-cv::Scalar plot_color(size_t index) {
-  // Okabe–Ito's colour-blind safe palette (BGR), without its yellow (poor on white).
-  static const cv::Scalar kPalette[] = {
-      {178, 114, 0},    // blue
-      {0, 94, 213},     // vermillion
-      {115, 158, 0},    // bluish green
-      {167, 121, 204},  // reddish purple
-      {0, 159, 230},    // orange
-      {233, 180, 86},   // sky blue
-      {40, 40, 40},     // near black
-  };
-  return kPalette[index % (sizeof(kPalette) / sizeof(kPalette[0]))];
-}
-
 // Where the legend goes: inside the frame, in a corner that hides no line, when there is one;
 // otherwise in a grid below the axis, so that it never covers data.
 struct LegendLayout {
@@ -179,34 +164,39 @@ struct LegendLayout {
   std::vector<cv::Point> items;  // top left of each entry
 };
 
-cv::Mat render_log_log_panel(const PlotPanel& panel, int width, int height) {
-  cv::Mat canvas(height, width, CV_8UC3, cv::Scalar(255, 255, 255));
-  const int left = 86, right = 18, top = 40, bottom = 58;
+constexpr int kLegendRow = 20, kLegendSample = 34;
 
-  std::vector<double> xs, ys;
-  std::set<double> distinct_x;
-  const auto visible = [&](double x, double y) { return drawable(x, y, panel.x_log, panel.y_log); };
-  for (const auto& s : panel.series) {
-    for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i) {
-      if (!visible(s.x[i], s.y[i])) continue;
-      xs.push_back(s.x[i]);
-      ys.push_back(s.y[i]);
-      distinct_x.insert(s.x[i]);
+// A panel's visible points, their bounds, and the axes that map them into a frame.
+class PanelData {
+ public:
+  explicit PanelData(const PlotPanel& panel) : panel_(panel) {
+    std::vector<double> xs, ys;
+    for (const auto& s : panel.series) {
+      for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i) {
+        if (!visible(s.x[i], s.y[i])) continue;
+        xs.push_back(s.x[i]);
+        ys.push_back(s.y[i]);
+        distinct_x_.insert(s.x[i]);
+      }
     }
+    std::tie(xlo_, xhi_) = panel.x_log ? log_bounds(xs) : linear_bounds(xs);
+    std::tie(ylo_, yhi_) = panel.y_log ? log_bounds(ys) : linear_bounds(ys);
   }
-  const auto [xlo, xhi] = panel.x_log ? log_bounds(xs) : linear_bounds(xs);
-  const auto [ylo, yhi] = panel.y_log ? log_bounds(ys) : linear_bounds(ys);
-  const auto axes = [&, xlo = xlo, xhi = xhi, ylo = ylo, yhi = yhi](const cv::Rect& f) {
-    return std::make_pair(LogAxis{xlo, xhi, static_cast<double>(f.x),
-                                  static_cast<double>(f.x + f.width), panel.x_log},
-                          LogAxis{ylo, yhi, static_cast<double>(f.y + f.height),
-                                  static_cast<double>(f.y), panel.y_log});
-  };
-  // Each series in canvas pixels; points off the log scale are dropped.
-  const auto project = [&](const cv::Rect& f) {
+
+  bool visible(double x, double y) const { return drawable(x, y, panel_.x_log, panel_.y_log); }
+
+  std::pair<LogAxis, LogAxis> axes(const cv::Rect& f) const {
+    return {LogAxis{xlo_, xhi_, static_cast<double>(f.x), static_cast<double>(f.x + f.width),
+                    panel_.x_log},
+            LogAxis{ylo_, yhi_, static_cast<double>(f.y + f.height), static_cast<double>(f.y),
+                    panel_.y_log}};
+  }
+
+  // Each series in canvas pixels of frame `f`; points off the log scale are dropped.
+  std::vector<std::vector<cv::Point2d>> project(const cv::Rect& f) const {
     const auto [xa, ya] = axes(f);
     std::vector<std::vector<cv::Point2d>> lines;
-    for (const auto& s : panel.series) {
+    for (const auto& s : panel_.series) {
       std::vector<cv::Point2d> points;
       for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i) {
         if (visible(s.x[i], s.y[i])) points.emplace_back(xa(s.x[i]), ya(s.y[i]));
@@ -214,79 +204,87 @@ cv::Mat render_log_log_panel(const PlotPanel& panel, int width, int height) {
       lines.push_back(std::move(points));
     }
     return lines;
-  };
-
-  // Legend size, then its place.
-  std::vector<const PlotSeries*> shown;
-  int label_width = 0;
-  for (const auto& s : panel.series) {
-    if (s.label.empty()) continue;
-    shown.push_back(&s);
-    label_width = std::max(label_width, text_size(s.label).width);
   }
-  const int row = 20, sample = 34, item_width = label_width + sample + 22;
-  cv::Rect frame(left, top, width - left - right, height - top - bottom);
+
+  // The major and minor ticks of each axis.
+  void ticks(std::vector<double>& x_major, std::vector<double>& x_minor,
+             std::vector<double>& y_major, std::vector<double>& y_minor) const {
+    if (panel_.x_ticks_at_data && !distinct_x_.empty() && distinct_x_.size() <= 12) {
+      x_major.assign(distinct_x_.begin(), distinct_x_.end());
+    } else if (panel_.x_log) {
+      decade_ticks(xlo_, xhi_, x_major, x_minor);
+    } else {
+      x_major = linear_ticks(xlo_, xhi_);
+    }
+    if (panel_.y_log) {
+      decade_ticks(ylo_, yhi_, y_major, y_minor);
+    } else {
+      y_major = linear_ticks(ylo_, yhi_);
+    }
+  }
+
+ private:
+  const PlotPanel& panel_;
+  std::set<double> distinct_x_;
+  double xlo_ = 0, xhi_ = 1, ylo_ = 0, yhi_ = 1;
+};
+
+// Places the legend of the `shown` series: in the first corner of `frame` that hides no line,
+// else below the axis, shrinking `frame` to make room.
+LegendLayout place_legend(const PanelData& data, const std::vector<const PlotSeries*>& shown,
+                          int width, int left, int right, int bottom, cv::Rect& frame) {
   LegendLayout legend;
-  if (!shown.empty()) {
-    const cv::Size size(item_width, row * static_cast<int>(shown.size()) + 10);
-    const int x0 = frame.x + 10, x1 = frame.x + frame.width - 10 - size.width;
-    const int y0 = frame.y + 10, y1 = frame.y + frame.height - 10 - size.height;
-    const auto lines = project(frame);
-    legend.inside = false;
-    for (const cv::Point corner :
-         {cv::Point(x0, y0), cv::Point(x1, y1), cv::Point(x1, y0), cv::Point(x0, y1)}) {
-      const cv::Rect candidate(corner, size);
-      bool hides = false;
-      for (const auto& points : lines) {
-        // Samples along each segment, so a line crossing the box counts, not only its markers.
-        for (size_t i = 0; i < points.size() && !hides; ++i) {
-          const auto& from = i ? points[i - 1] : points[i];
-          for (int k = 0; k <= 24 && !hides; ++k) {
-            hides = candidate.contains(from + (points[i] - from) * (k / 24.0));
-          }
+  if (shown.empty()) return legend;
+  int label_width = 0;
+  for (const auto* s : shown) label_width = std::max(label_width, text_size(s->label).width);
+  const cv::Size size(label_width + kLegendSample + 22,
+                      kLegendRow * static_cast<int>(shown.size()) + 10);
+  const int x0 = frame.x + 10, x1 = frame.x + frame.width - 10 - size.width;
+  const int y0 = frame.y + 10, y1 = frame.y + frame.height - 10 - size.height;
+  const auto lines = data.project(frame);
+  for (const cv::Point corner :
+       {cv::Point(x0, y0), cv::Point(x1, y1), cv::Point(x1, y0), cv::Point(x0, y1)}) {
+    const cv::Rect candidate(corner, size);
+    bool hides = false;
+    for (const auto& points : lines) {
+      // Samples along each segment, so a line crossing the box counts, not only its markers.
+      for (size_t i = 0; i < points.size() && !hides; ++i) {
+        const auto& from = i ? points[i - 1] : points[i];
+        for (int k = 0; k <= 24 && !hides; ++k) {
+          hides = candidate.contains(from + (points[i] - from) * (k / 24.0));
         }
-      }
-      if (!hides) {
-        legend.inside = true;
-        legend.box = candidate;
-        for (size_t i = 0; i < shown.size(); ++i) {
-          legend.items.push_back(corner + cv::Point(0, row * static_cast<int>(i)));
-        }
-        break;
       }
     }
-    if (!legend.inside) {
-      // Entries flow left to right below the axis label, wrapping at the panel's width.
-      std::vector<cv::Point> flow;
-      int x = 0, y = 0;
-      for (const auto* entry : shown) {
-        const int w = text_size(entry->label).width + sample + 30;
-        if (x > 0 && x + w > width - left - right) x = 0, y += row;
-        flow.emplace_back(x, y);
-        x += w;
+    if (!hides) {
+      legend.box = candidate;
+      for (size_t i = 0; i < shown.size(); ++i) {
+        legend.items.push_back(corner + cv::Point(0, kLegendRow * static_cast<int>(i)));
       }
-      const int legend_height = y + row + 6;
-      frame.height -= legend_height + 4;
-      const cv::Point origin(left, frame.y + frame.height + bottom - 4);
-      for (const auto& p : flow) legend.items.push_back(origin + p);
+      return legend;
     }
   }
-  const auto [x_axis, y_axis] = axes(frame);
+  // Entries flow left to right below the axis label, wrapping at the panel's width.
+  legend.inside = false;
+  std::vector<cv::Point> flow;
+  int x = 0, y = 0;
+  for (const auto* entry : shown) {
+    const int w = text_size(entry->label).width + kLegendSample + 30;
+    if (x > 0 && x + w > width - left - right) x = 0, y += kLegendRow;
+    flow.emplace_back(x, y);
+    x += w;
+  }
+  const int legend_height = y + kLegendRow + 6;
+  frame.height -= legend_height + 4;
+  const cv::Point origin(left, frame.y + frame.height + bottom - 4);
+  for (const auto& p : flow) legend.items.push_back(origin + p);
+  return legend;
+}
 
-  // Ticks and grid.
+// The grid, the ticks and their labels, and the frame.
+void draw_axes(cv::Mat& canvas, const PanelData& data, const cv::Rect& frame) {
+  const auto [x_axis, y_axis] = data.axes(frame);
   std::vector<double> x_major, x_minor, y_major, y_minor;
-  if (panel.x_ticks_at_data && !distinct_x.empty() && distinct_x.size() <= 12) {
-    x_major.assign(distinct_x.begin(), distinct_x.end());
-  } else if (panel.x_log) {
-    decade_ticks(xlo, xhi, x_major, x_minor);
-  } else {
-    x_major = linear_ticks(xlo, xhi);
-  }
-  if (panel.y_log) {
-    decade_ticks(ylo, yhi, y_major, y_minor);
-  } else {
-    y_major = linear_ticks(ylo, yhi);
-  }
+  data.ticks(x_major, x_minor, y_major, y_minor);
   const int x_base = frame.y + frame.height, y_base = frame.x;
   for (const double v : x_major) {
     const int px = cvRound(x_axis(v));
@@ -313,11 +311,14 @@ cv::Mat render_log_log_panel(const PlotPanel& panel, int width, int height) {
     cv::line(canvas, {y_base - 3, py}, {y_base, py}, kAxis, 1);
   }
   cv::rectangle(canvas, frame, kAxis, 1);
+}
 
-  // Series, clipped to the frame.
+// The series' lines and markers, clipped to the frame.
+void draw_series(cv::Mat& canvas, const PlotPanel& panel, const PanelData& data,
+                 const cv::Rect& frame) {
   cv::Mat plot_area = canvas(frame);
   const cv::Point2d offset(frame.x, frame.y);
-  const auto lines = project(frame);
+  const auto lines = data.project(frame);
   for (size_t j = 0; j < panel.series.size(); ++j) {
     const auto& s = panel.series[j];
     std::vector<cv::Point2d> points;
@@ -334,10 +335,12 @@ cv::Mat render_log_log_panel(const PlotPanel& panel, int width, int height) {
       for (const auto& p : points) cv::circle(plot_area, p, 4, s.color, cv::FILLED, cv::LINE_AA);
     }
   }
+}
 
-  // Title, axis labels (y rotated).
+// The title, the x label, and the y label rotated.
+void draw_labels(cv::Mat& canvas, const PlotPanel& panel, const cv::Rect& frame, int bottom) {
   const auto title_size = text_size(panel.title, 0.6, 1);
-  put_text(canvas, panel.title, {(width - title_size.width) / 2, 26}, 0.6, 1);
+  put_text(canvas, panel.title, {(canvas.cols - title_size.width) / 2, 26}, 0.6, 1);
   const auto x_label_size = text_size(panel.x_label);
   put_text(
       canvas, panel.x_label,
@@ -349,31 +352,64 @@ cv::Mat render_log_log_panel(const PlotPanel& panel, int width, int height) {
     cv::Mat rotated;
     cv::rotate(label, rotated, cv::ROTATE_90_COUNTERCLOCKWISE);
     const int y0 = std::max(0, frame.y + (frame.height - rotated.rows) / 2);
-    const int rows = std::min(rotated.rows, height - y0);
+    const int rows = std::min(rotated.rows, canvas.rows - y0);
     rotated(cv::Rect(0, 0, rotated.cols, rows)).copyTo(canvas(cv::Rect(6, y0, rotated.cols, rows)));
   }
+}
 
-  if (!shown.empty()) {
-    const cv::Rect& box = legend.box;
-    if (legend.inside) {
-      cv::rectangle(canvas, box, cv::Scalar(255, 255, 255), cv::FILLED);
-      cv::rectangle(canvas, box, kAxis, 1);
-    }
-    for (size_t i = 0; i < shown.size(); ++i) {
-      const int x = legend.items[i].x, y = legend.items[i].y + 15;
-      const cv::Point2d a(x + 8, y), b(x + 8 + sample, y);
-      if (shown[i]->dashed) {
-        draw_dashed(canvas, {a, b}, shown[i]->color, 2);
-      } else {
-        cv::line(canvas, a, b, shown[i]->color, 2, cv::LINE_AA);
-      }
-      if (shown[i]->markers) {
-        cv::circle(canvas, (a + b) * 0.5, 4, shown[i]->color, cv::FILLED, cv::LINE_AA);
-      }
-      put_text(canvas, shown[i]->label, {x + 14 + sample, y + 5});
-    }
+void draw_legend(cv::Mat& canvas, const LegendLayout& legend,
+                 const std::vector<const PlotSeries*>& shown) {
+  if (shown.empty()) return;
+  if (legend.inside) {
+    cv::rectangle(canvas, legend.box, cv::Scalar(255, 255, 255), cv::FILLED);
+    cv::rectangle(canvas, legend.box, kAxis, 1);
   }
+  for (size_t i = 0; i < shown.size(); ++i) {
+    const int x = legend.items[i].x, y = legend.items[i].y + 15;
+    const cv::Point2d a(x + 8, y), b(x + 8 + kLegendSample, y);
+    if (shown[i]->dashed) {
+      draw_dashed(canvas, {a, b}, shown[i]->color, 2);
+    } else {
+      cv::line(canvas, a, b, shown[i]->color, 2, cv::LINE_AA);
+    }
+    if (shown[i]->markers) {
+      cv::circle(canvas, (a + b) * 0.5, 4, shown[i]->color, cv::FILLED, cv::LINE_AA);
+    }
+    put_text(canvas, shown[i]->label, {x + 14 + kLegendSample, y + 5});
+  }
+}
+
+}  // namespace
+
+cv::Mat render_log_log_panel(const PlotPanel& panel, int width, int height) {
+  cv::Mat canvas(height, width, CV_8UC3, cv::Scalar(255, 255, 255));
+  const int left = 86, right = 18, top = 40, bottom = 58;
+  const PanelData data(panel);
+  std::vector<const PlotSeries*> shown;
+  for (const auto& s : panel.series) {
+    if (!s.label.empty()) shown.push_back(&s);
+  }
+  cv::Rect frame(left, top, width - left - right, height - top - bottom);
+  const LegendLayout legend = place_legend(data, shown, width, left, right, bottom, frame);
+  draw_axes(canvas, data, frame);
+  draw_series(canvas, panel, data, frame);
+  draw_labels(canvas, panel, frame, bottom);
+  draw_legend(canvas, legend, shown);
   return canvas;
+}
+
+cv::Scalar plot_color(size_t index) {
+  // Okabe–Ito's colour-blind safe palette (BGR), without its yellow (poor on white).
+  static const cv::Scalar kPalette[] = {
+      {178, 114, 0},    // blue
+      {0, 94, 213},     // vermillion
+      {115, 158, 0},    // bluish green
+      {167, 121, 204},  // reddish purple
+      {0, 159, 230},    // orange
+      {233, 180, 86},   // sky blue
+      {40, 40, 40},     // near black
+  };
+  return kPalette[index % (sizeof(kPalette) / sizeof(kPalette[0]))];
 }
 
 void write_log_log_plot(const std::vector<PlotPanel>& panels, const std::string& path,
