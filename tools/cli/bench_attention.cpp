@@ -522,7 +522,8 @@ void print_table(const Results& r, const std::string& header) {
   std::cout << "\nms: median of the timed calls; MiB: peak allocated during a call above the "
                "inputs (* fewer timed calls than asked, see above); fit: least-squares slope of "
                "log cost against log N over the measured points; last2: the slope between the two "
-               "largest measured N; notes: the project's original estimates (forward, d_model 512, "
+               "largest measured N; notes: reference estimates of standard attention (forward, "
+               "d_model 512, "
                "8 heads).\n";
 }
 
@@ -577,7 +578,7 @@ void write_json(const Results& r, const AttentionBenchOptions& o, const std::str
                       {"time_ms", json_number(p.time_ms)}});
   }
   d["reference"] = {
-      {"source", "original estimates, standard multi-head attention, d_model 512, 8 heads"},
+      {"source", "reference estimates, standard multi-head attention, d_model 512, 8 heads"},
       {"points", points}};
   json measurements = json::array();
   for (const auto& b : r.backends) {
@@ -636,7 +637,8 @@ void write_plot(const Results& r, const AttentionBenchOptions& o) {
     time.series.push_back(t);
     memory.series.push_back(m);
   }
-  PlotSeries notes_time{"original estimates (D=512, H=8)", {}, {}, cv::Scalar(130, 130, 130), true},
+  PlotSeries notes_time{
+      "reference estimates (D=512, H=8)", {}, {}, cv::Scalar(130, 130, 130), true},
       notes_memory = notes_time;
   for (const auto& p : kNotes) {
     notes_time.x.push_back(static_cast<double>(p.length));
