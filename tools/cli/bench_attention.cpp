@@ -5,27 +5,18 @@
 #include <attnzoo/layers/attention_backend.h>
 #include "tools/bench/memory_tracking.h"
 #include "tools/bench/timing.h"
+#include "tools/cli/bench_machine.h"
 #include "tools/cli/plot.h"
+#include "tools/cli/progress_line.h"
 
 #include <torch/cuda.h>
-#include <torch/headeronly/version.h>
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
-
-#if ATTNZOO_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAGuard.h>
-#endif
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <iterator>
@@ -112,84 +103,6 @@ std::string first_line(std::string text) {
   return text;
 }
 
-// ---- machine description (JSON and the docs) ----
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) {
-        auto name = line.substr(colon + 1);
-        name.erase(0, name.find_first_not_of(" \t"));
-        return name;
-      }
-    }
-  }
-  return "unknown";
-}
-
-int64_t cpu_count() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  int64_t n = 0;
-  while (std::getline(in, line)) n += line.rfind("processor", 0) == 0;
-  return n;
-}
-
-// The 1-minute load average: on a shared machine, the context every timing needs.
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double load = NAN;
-  in >> load;
-  return load;
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buffer;
-}
-
-// A JSON number, or null when non-finite or absent (nlohmann writes non-finite numbers as null).
-nlohmann::json json_number(std::optional<double> v) {
-  return v && std::isfinite(*v) ? nlohmann::json(*v) : nlohmann::json(nullptr);
-}
-
-// ---- progress on stderr ----
-
-// On a terminal, one line rewritten in place; otherwise one plain line per finished measurement,
-// which is what logs and CI keep.
-class Progress {
- public:
-  Progress() : tty_(isatty(fileno(stderr)) != 0) {}
-  ~Progress() { clear(); }
-  void status(const std::string& text) {
-    if (!tty_) return;
-    std::cerr << "\r\033[K" << text << std::flush;
-    shown_ = true;
-  }
-  void done(const std::string& text) {
-    if (tty_) {
-      status(text);
-    } else {
-      std::cerr << text << "\n";
-    }
-  }
-  void clear() {
-    if (tty_ && shown_) std::cerr << "\r\033[K" << std::flush;
-    shown_ = false;
-  }
-
- private:
-  bool tty_;
-  bool shown_ = false;
-};
-
 std::string format_value(double v) {
   if (!std::isfinite(v)) return "-";
   char buffer[32];
@@ -223,24 +136,14 @@ void synchronize(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
 
-// Milliseconds of `call`: CUDA events on the current stream (the device is synchronised first, so
-// no earlier work is counted), a steady clock on the CPU.
+// Milliseconds of `call`, on the steady clock with the device synchronised before and after, as
+// tools/bench/timing.h times every benchmark.
 template <typename F>
 double time_call_ms(const torch::Device& device, F&& call) {
-#if ATTNZOO_WITH_CUDA
-  if (device.is_cuda()) {
-    synchronize(device);
-    c10::cuda::CUDAEvent start(cudaEventDefault), stop(cudaEventDefault);
-    const auto stream = c10::cuda::getCurrentCUDAStream(device.index());
-    start.record(stream);
-    call();
-    stop.record(stream);
-    stop.synchronize();
-    return static_cast<double>(start.elapsed_time(stop));
-  }
-#endif
+  synchronize(device);
   const bench::Stopwatch watch;
   call();
+  synchronize(device);
   return watch.elapsed_ms();
 }
 
@@ -529,12 +432,6 @@ void print_table(const Results& r, const std::string& header) {
 
 void write_json(const Results& r, const AttentionBenchOptions& o, const std::string& command,
                 const torch::Device& device, int64_t memory_check_bytes) {
-  std::string device_name = "cpu";
-#if ATTNZOO_WITH_CUDA
-  if (device.is_cuda()) device_name = at::cuda::getDeviceProperties(device.index())->name;
-#else
-  (void)device;
-#endif
   using nlohmann::json;
   json d;
   d["benchmark"] = "attention";
@@ -556,15 +453,9 @@ void write_json(const Results& r, const AttentionBenchOptions& o, const std::str
                    {"block_size", o.block_size},
                    {"window", o.window},
                    {"seed", o.seed}};
-  d["machine"] = {{"cpu_model", cpu_model()},
-                  {"cpu_count", cpu_count()},
-                  {"threads", torch::get_num_threads()},
-                  {"load_average_1min_start", json_number(r.load_at_start)},
-                  {"load_average_1min_end", json_number(load_average())},
-                  {"device_name", device_name},
-                  {"libtorch", TORCH_VERSION},
-                  {"attnzoo", ATTNZOO_VERSION},
-                  {"date", utc_now()}};
+  d["machine"] = machine_json(device);
+  d["machine"]["load_average_1min_start"] = json_number(r.load_at_start);
+  d["machine"]["load_average_1min_end"] = json_number(load_average());
   d["memory_measurement"] = {
       {"method", device.is_cpu() ? "tracking wrapper around c10's CPU allocator: peak live bytes "
                                    "during the call minus live bytes at its start"
@@ -684,7 +575,7 @@ int run_attention_bench(const AttentionBenchOptions& o) {
   std::vector<BackendState> states;
   for (const auto& b : results.backends) states.push_back({b, {}, {}, {}, {}});
 
-  Progress progress;
+  ProgressLine progress;
   for (const auto n : results.lengths) {
     // Decide, before drawing inputs, which backends run at this N.
     std::vector<BackendState*> active;
@@ -827,34 +718,6 @@ int run_attention_bench(const AttentionBenchOptions& o) {
     write_plot(results, o);
     std::cout << "plot written to " << o.plot << "\n";
   }
-  return 0;
-}
-
-int run_memory_tracking_check(int64_t megabytes) {
-  TORCH_CHECK_VALUE(megabytes >= 1, "--mb must be >= 1, got ", megabytes);
-  install_cpu_memory_tracking();
-  const int64_t bytes = megabytes * 1024 * 1024;
-  const int64_t seen = check_cpu_memory_tracking(bytes);
-  std::cout << "tensor of " << bytes << " bytes: tracked peak rose by " << seen << " bytes\n";
-
-  // An attention call: math materialises the [B, H, L, S] scores, so its peak must reach at least
-  // that buffer; a tracker that saw only the output would report far less.
-  const int64_t length = 1024, heads = 2, head_dim = 16;
-  const auto q = torch::randn({1, heads, length, head_dim});
-  AttentionProblem problem;
-  problem.query = q;
-  problem.key = torch::randn_like(q);
-  problem.value = torch::randn_like(q);
-  torch::NoGradGuard no_grad;
-  PeakMemoryScope scope(torch::kCPU);
-  { const auto out = scaled_dot_product_attention(problem, "math").output; }
-  const int64_t peak = scope.peak_above_start();
-  const int64_t scores = heads * length * length * 4;
-  std::cout << "math attention, B=1 H=" << heads << " N=" << length << " fp32: tracked peak "
-            << peak << " bytes; one [B, H, N, N] float buffer is " << scores << " bytes\n";
-  TORCH_CHECK(peak >= scores, "memory tracking: math attention's peak ", peak,
-              " bytes is below its score buffer of ", scores, " bytes");
-  std::cout << "memory tracking ok\n";
   return 0;
 }
 

@@ -1,7 +1,7 @@
 // `attnzoo bench attention`: time and peak memory of each attention backend against the sequence
-// length N, next to the cost estimates the project started from (standard multi-head attention at
-// d_model 512, 8 heads), with the scaling exponent of each backend fitted on a log-log scale so
-// that N² and N growth read directly off the table.
+// length N, next to reference cost estimates (standard multi-head attention at d_model 512, 8
+// heads), with the scaling exponent of each backend fitted on a log-log scale so that N² and N
+// growth read directly off the table.
 #pragma once
 
 #include <cstdint>
@@ -38,9 +38,5 @@ struct AttentionBenchOptions {
 // Runs the benchmark, prints the table on stdout and progress on stderr; returns the exit status.
 // Throws (one-line messages naming the flag) on invalid options.
 int run_attention_bench(const AttentionBenchOptions& options);
-
-// `attnzoo bench memcheck`: checks that the peak-memory tracker sees LibTorch's CPU allocations
-// (a tensor of `megabytes` MiB must raise the tracked peak by its size); returns the exit status.
-int run_memory_tracking_check(int64_t megabytes);
 
 }  // namespace attnzoo::cli

@@ -1,5 +1,7 @@
 #include "tools/cli/bench_features.h"
+
 #include "tools/bench/timing.h"
+#include "tools/cli/bench_machine.h"
 
 #include <attnzoo/api/frontend_options.h>
 #include <attnzoo/configs/registry.h>
@@ -61,7 +63,9 @@ int run_feature_bench(const FeatureBenchOptions& o) {
                         {"memory_ms", memory.ms},
                         {"file_ms", file.ms},
                         {"memory_median_ms", memory.median()},
-                        {"file_median_ms", file.median()}};
+                        {"file_median_ms", file.median()},
+                        {"machine", machine_json(torch::kCPU)}};
+    j["machine"]["load_average_1min"] = json_number(load_average());
     io::write_file_atomically(o.json, j.dump(1) + "\n");
   }
   if (!o.output.empty()) {

@@ -1,5 +1,7 @@
 #include "tools/cli/bench_model.h"
+
 #include "tools/bench/timing.h"
+#include "tools/cli/bench_machine.h"
 
 #include <attnzoo/api/inference.h>
 #include <attnzoo/configs/registry.h>
@@ -69,7 +71,9 @@ int run_model_bench(const ModelBenchOptions& o) {
                         {"input", input.sizes().vec()},
                         {"times_ms", timings.ms},
                         {"median_ms", med},
-                        {"min_ms", best}};
+                        {"min_ms", best},
+                        {"machine", machine_json(device)}};
+    j["machine"]["load_average_1min"] = json_number(load_average());
     io::write_file_atomically(o.json, j.dump(1) + "\n");
   }
   if (!o.output.empty()) {

@@ -4,6 +4,7 @@
 // is really measured.
 #include "tools/cli/bench_attention.h"
 #include "tools/cli/bench_features.h"
+#include "tools/cli/bench_memcheck.h"
 #include "tools/cli/bench_model.h"
 #include "tools/cli/commands.h"
 

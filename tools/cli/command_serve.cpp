@@ -5,6 +5,7 @@
 #include "tools/cli/commands.h"
 
 #include <attnzoo/api/intra_op_threads.h>
+#include <attnzoo/configs/registry.h>
 #include <attnzoo/configs/serve_config.h>
 #include <attnzoo/serve/endpoints.h>
 #include <attnzoo/serve/http_server.h>
