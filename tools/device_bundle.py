@@ -102,10 +102,10 @@ def system_libraries() -> dict:
 
 def closure(roots: list, cache: dict) -> tuple:
     """The Debian libraries `roots` load: {soname: path}, and {stubbed soname: [its importers]}."""
-    libraries, stubs, todo = {}, {}, [(r, n) for r in roots for n in needed(r)]
+    libraries, stubs, pending = {}, {}, [(r, n) for r in roots for n in needed(r)]
     searched = {r: runpath(r) for r in roots}
-    while todo:
-        importer, name = todo.pop()
+    while pending:
+        importer, name = pending.pop()
         if name in SYSTEM:
             continue
         if name in STUBBED:
@@ -124,7 +124,7 @@ def closure(roots: list, cache: dict) -> tuple:
             continue
         libraries[name] = real
         searched[real] = runpath(real)
-        todo += [(real, n) for n in needed(real)]
+        pending += [(real, n) for n in needed(real)]
     return libraries, stubs
 
 
