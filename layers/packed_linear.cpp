@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/cpu/Utils.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/torch.h>
 
@@ -36,6 +37,21 @@ const OneDnnOps& onednn_ops() {
   return ops;
 }
 
+// Whether oneDNN reorders and multiplies bfloat16 weights on this CPU: it asks for AVX-512 (BW, VL
+// and DQ) or AVX-NE-CONVERT, and refuses otherwise (mkldnn_reorder_linear_weight: "bf16 path needs
+// the cpu support ..."). Elsewhere bfloat16 takes LibTorch's own linear.
+bool onednn_bf16_supported() {
+  static const bool supported = [] {
+    const auto capabilities = at::cpu::get_cpu_capabilities();
+    const auto has = [&](const char* name) {
+      const auto found = capabilities.find(name);
+      return found != capabilities.end() && found->second.isBool() && found->second.toBool();
+    };
+    return (has("avx512_bw") && has("avx512_vl") && has("avx512_dq")) || has("avx_ne_convert");
+  }();
+  return supported;
+}
+
 // Whether autograd records a call with x and weight.
 bool recording(const torch::Tensor& x, const torch::Tensor& weight) {
   return torch::GradMode::is_enabled() && !c10::InferenceMode::is_enabled() &&
@@ -52,8 +68,8 @@ bool PackedLinear::applies(const torch::Tensor& x, const torch::Tensor& weight) 
   if (!ops.linear || !ops.reorder) return false;
   const auto dtype = x.scalar_type();
   return !recording(x, weight) && x.device().is_cpu() && weight.device().is_cpu() && x.dim() >= 2 &&
-         (dtype == torch::kFloat || dtype == torch::kBFloat16) && weight.scalar_type() == dtype &&
-         x.numel() > 0;
+         (dtype == torch::kFloat || (dtype == torch::kBFloat16 && onednn_bf16_supported())) &&
+         weight.scalar_type() == dtype && x.numel() > 0;
 }
 
 bool PackedLinear::cached(const torch::Tensor& weight) const {

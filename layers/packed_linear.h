@@ -5,7 +5,8 @@
 // CPU this halves the time of a ViT-B MLP's first projection (docs/benchmarks.md).
 //
 // The fast path is taken only where nothing can observe the difference: CPU tensors of float32 or
-// bfloat16, no autograd recording (torch::InferenceMode or NoGradGuard), a LibTorch with oneDNN.
+// bfloat16 (bfloat16 where oneDNN has the instructions for it: AVX-512 BW/VL/DQ or AVX-NE-CONVERT),
+// no autograd recording (torch::InferenceMode or NoGradGuard), a LibTorch with oneDNN.
 // Everywhere else (training, CUDA, float64, half) it is torch::linear and the activation. The
 // results equal those up to the matrix product's summation order (~1e-6 relative).
 //
