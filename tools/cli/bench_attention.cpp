@@ -1,133 +1,31 @@
 #include "tools/cli/bench_attention.h"
 
 #include <attnzoo/api/inference.h>
-#include <attnzoo/io/atomic_file.h>
 #include <attnzoo/layers/attention_backend.h>
 #include "tools/bench/memory_tracking.h"
 #include "tools/bench/timing.h"
+#include "tools/cli/bench_attention_report.h"
 #include "tools/cli/bench_machine.h"
-#include "tools/cli/plot.h"
+#include "tools/cli/bench_scaling.h"
 #include "tools/cli/progress_line.h"
 
 #include <torch/cuda.h>
 #include <torch/torch.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdio>
 #include <iomanip>
 #include <iostream>
-#include <iterator>
-#include <map>
-#include <optional>
 #include <sstream>
-#include <tuple>
+#include <string>
+#include <vector>
 
 namespace attnzoo::cli {
 namespace {
-
-constexpr double kMiB = 1024.0 * 1024.0;
-
-// Reference cost estimates of standard multi-head attention at d_model 512, 8 heads, forward,
-// printed beside the measurements at the same lengths.
-struct NotesPoint {
-  int64_t length;
-  double memory_mb;
-  double time_ms;
-};
-constexpr NotesPoint kNotes[] = {
-    {512, 125, 15}, {1024, 500, 58}, {2048, 2000, 230}, {4096, 8000, 920}};
-
-const NotesPoint* notes_at(int64_t length) {
-  for (const auto& p : kNotes) {
-    if (p.length == length) return &p;
-  }
-  return nullptr;
-}
-
-enum class Status { kOk, kUnsupported, kSkipped };
-
-const char* status_name(Status s) {
-  switch (s) {
-    case Status::kOk:
-      return "ok";
-    case Status::kUnsupported:
-      return "n/a";
-    case Status::kSkipped:
-      return "skip";
-  }
-  return "?";
-}
-
-struct Measurement {
-  std::string backend;
-  int64_t length = 0;
-  Status status = Status::kOk;
-  std::string reason;            // why n/a or skip; why fewer repeats than asked
-  std::vector<double> times_ms;  // timed calls (warm-up excluded unless it was the only call)
-  int64_t peak_bytes = -1;       // max over the timed calls, above the live bytes at call start
-  double predicted_bytes = 0;
-  bool truncated = false;  // a call exceeded --max-seconds: fewer samples than --repeats
-
-  double median_ms() const { return times_ms.empty() ? NAN : bench::median(times_ms); }
-  double min_ms() const {
-    return times_ms.empty() ? NAN : *std::min_element(times_ms.begin(), times_ms.end());
-  }
-};
-
-// Least-squares slope of log y against log x: the k of y ∝ N^k. Empty with fewer than two
-// distinct x.
-std::optional<double> loglog_slope(const std::vector<double>& x, const std::vector<double>& y) {
-  std::vector<std::pair<double, double>> points;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (x[i] > 0 && y[i] > 0 && std::isfinite(y[i])) {
-      points.emplace_back(std::log(x[i]), std::log(y[i]));
-    }
-  }
-  if (points.size() < 2) return std::nullopt;
-  double mx = 0, my = 0;
-  for (const auto& [a, b] : points) mx += a, my += b;
-  mx /= static_cast<double>(points.size());
-  my /= static_cast<double>(points.size());
-  double sxx = 0, sxy = 0;
-  for (const auto& [a, b] : points) sxx += (a - mx) * (a - mx), sxy += (a - mx) * (b - my);
-  if (sxx <= 0) return std::nullopt;
-  return sxy / sxx;
-}
 
 std::string first_line(std::string text) {
   const auto end = text.find('\n');
   if (end != std::string::npos) text.resize(end);
   return text;
-}
-
-std::string format_value(double v) {
-  if (!std::isfinite(v)) return "-";
-  char buffer[32];
-  if (v < 1) {
-    std::snprintf(buffer, sizeof(buffer), "%.3f", v);
-  } else if (v < 10) {
-    std::snprintf(buffer, sizeof(buffer), "%.2f", v);
-  } else if (v < 1000) {
-    std::snprintf(buffer, sizeof(buffer), "%.1f", v);
-  } else {
-    std::snprintf(buffer, sizeof(buffer), "%.0f", v);
-  }
-  return buffer;
-}
-
-std::string describe(const Measurement& m) {
-  std::ostringstream out;
-  out << "bench: " << m.backend << " N=" << m.length << " ... ";
-  if (m.status == Status::kOk) {
-    out << format_value(m.median_ms()) << " ms, " << format_value(m.peak_bytes / kMiB) << " MiB";
-    if (m.truncated) out << " (" << m.reason << ")";
-  } else {
-    out << status_name(m.status) << " (" << m.reason << ")";
-  }
-  return out.str();
 }
 
 // ---- timing of one call ----
@@ -186,7 +84,8 @@ Inputs draw_inputs(const AttentionBenchOptions& o, int64_t length, torch::Scalar
 // math materialises scores and probabilities (and their gradients in the backward), about three
 // [B, H, N, N] buffers forward and five with the backward. The others are O(N) by design; their
 // estimate is the O(N) buffers plus any [N, N] mask the mask kinds need. Backends not listed here
-// are assumed O(N); the extrapolation in predicted_bytes() catches any that are not.
+// are assumed O(N); the extrapolation from the measured points (extrapolate_cost) catches any
+// that are not.
 double model_bytes(const std::string& backend, const AttentionBenchOptions& o, int64_t n,
                    size_t element) {
   const double bh = static_cast<double>(o.batch * o.heads), nn = static_cast<double>(n);
@@ -210,25 +109,6 @@ struct BackendState {
   std::string stop_reason;  // set once a call exceeded --max-seconds: larger N are skipped
   std::vector<double> lengths, medians, peaks;  // measured points so far
 };
-
-// From the last two measured points, the cost at `n` with the local exponent clamped to [1, 2]
-// (exact attention is at most quadratic in both time and memory; at least linear). With one point,
-// exponent 2, the cautious choice.
-std::optional<double> extrapolate(const std::vector<double>& xs, const std::vector<double>& ys,
-                                  int64_t n) {
-  std::vector<std::pair<double, double>> points;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    if (ys[i] > 0 && std::isfinite(ys[i])) points.emplace_back(xs[i], ys[i]);
-  }
-  if (points.empty()) return std::nullopt;
-  double k = 2.0;
-  const auto [x1, y1] = points.back();
-  if (points.size() >= 2) {
-    const auto [x0, y0] = points[points.size() - 2];
-    if (x1 > x0) k = std::clamp(std::log(y1 / y0) / std::log(x1 / x0), 1.0, 2.0);
-  }
-  return y1 * std::pow(static_cast<double>(n) / x1, k);
-}
 
 void validate(const AttentionBenchOptions& o, const std::vector<std::string>& registered) {
   TORCH_CHECK_VALUE(!o.lengths.empty(), "--lengths: give at least one length");
@@ -283,265 +163,6 @@ std::string command_line(const AttentionBenchOptions& o, const std::vector<std::
   return out.str();
 }
 
-struct Results {
-  std::vector<std::string> backends;
-  std::vector<int64_t> lengths;
-  std::map<std::pair<std::string, int64_t>, Measurement> table;
-  double load_at_start = NAN;
-  const Measurement& at(const std::string& b, int64_t n) const { return table.at({b, n}); }
-};
-
-// Exponents k of cost ∝ N^k: least squares over every measured point, and the slope between the
-// two largest measured N, which is closer to the asymptote when small N are dominated by fixed
-// costs (a chunked backend's per-chunk buffers, thread start-up).
-struct Fit {
-  std::optional<double> time, memory;
-  std::optional<double> time_last2, memory_last2;
-};
-
-std::optional<double> last2(const std::vector<double>& x, const std::vector<double>& y) {
-  if (x.size() < 2) return std::nullopt;
-  return loglog_slope({x[x.size() - 2], x.back()}, {y[y.size() - 2], y.back()});
-}
-
-Fit fit(const Results& r, const std::string& backend) {
-  std::vector<double> x, t, x_mem, m;
-  for (const auto n : r.lengths) {
-    const auto& meas = r.at(backend, n);
-    if (meas.status != Status::kOk) continue;
-    x.push_back(static_cast<double>(n));
-    t.push_back(meas.median_ms());
-    if (meas.peak_bytes > 0) {
-      x_mem.push_back(static_cast<double>(n));
-      m.push_back(static_cast<double>(meas.peak_bytes));
-    }
-  }
-  return {loglog_slope(x, t), loglog_slope(x_mem, m), last2(x, t), last2(x_mem, m)};
-}
-
-Fit notes_fit() {
-  std::vector<double> x, t, m;
-  for (const auto& p : kNotes) {
-    x.push_back(static_cast<double>(p.length));
-    t.push_back(p.time_ms);
-    m.push_back(p.memory_mb);
-  }
-  return {loglog_slope(x, t), loglog_slope(x, m), last2(x, t), last2(x, m)};
-}
-
-std::string cell(const Measurement& m, bool time) {
-  if (m.status == Status::kUnsupported) return "n/a";
-  if (m.status == Status::kSkipped) return "skip";
-  const std::string v =
-      time ? format_value(m.median_ms()) : format_value(static_cast<double>(m.peak_bytes) / kMiB);
-  return m.truncated && time ? v + "*" : v;
-}
-
-std::string exponent_cell(std::optional<double> k) {
-  if (!k) return "-";
-  char buffer[16];
-  std::snprintf(buffer, sizeof(buffer), "N^%.2f", *k);
-  return buffer;
-}
-
-void print_table(const Results& r, const std::string& header) {
-  std::cout << header << "\n";
-  std::vector<std::string> columns = {"N", "notes ms", "notes MB"};
-  for (const auto& b : r.backends) {
-    columns.push_back(b + " ms");
-    columns.push_back(b + " MiB");
-  }
-  std::vector<size_t> widths;
-  for (const auto& c : columns) widths.push_back(std::max<size_t>(c.size(), 9));
-  widths[0] = 8;
-  const auto row = [&](const std::vector<std::string>& cells) {
-    std::ostringstream line;
-    for (size_t i = 0; i < cells.size(); ++i) {
-      if (i == 1 || (i >= 3 && i % 2 == 1)) line << " |";
-      line << " " << std::setw(static_cast<int>(widths[i])) << cells[i];
-    }
-    std::cout << line.str() << "\n";
-  };
-  row(columns);
-  size_t total = 0;
-  for (const auto w : widths) total += w + 1;
-  std::cout << std::string(total + 2 * (r.backends.size() + 1), '-') << "\n";
-  for (const auto n : r.lengths) {
-    std::vector<std::string> cells = {std::to_string(n)};
-    const auto* notes = notes_at(n);
-    cells.push_back(notes ? format_value(notes->time_ms) : "");
-    cells.push_back(notes ? format_value(notes->memory_mb) : "");
-    for (const auto& b : r.backends) {
-      cells.push_back(cell(r.at(b, n), true));
-      cells.push_back(cell(r.at(b, n), false));
-    }
-    row(cells);
-  }
-  std::cout << std::string(total + 2 * (r.backends.size() + 1), '-') << "\n";
-  const auto nf = notes_fit();
-  std::vector<std::string> fits = {"fit", exponent_cell(nf.time), exponent_cell(nf.memory)};
-  for (const auto& b : r.backends) {
-    const auto f = fit(r, b);
-    fits.push_back(exponent_cell(f.time));
-    fits.push_back(exponent_cell(f.memory));
-  }
-  row(fits);
-  std::vector<std::string> ends = {"last2", exponent_cell(nf.time_last2),
-                                   exponent_cell(nf.memory_last2)};
-  for (const auto& b : r.backends) {
-    const auto f = fit(r, b);
-    ends.push_back(exponent_cell(f.time_last2));
-    ends.push_back(exponent_cell(f.memory_last2));
-  }
-  row(ends);
-
-  // Why cells are n/a, skipped or starred: one line per (backend, status, reason), listing the N,
-  // in table order.
-  using Key = std::tuple<std::string, std::string, std::string>;
-  std::vector<std::pair<Key, std::vector<int64_t>>> notes;
-  const auto note = [&](Key key, int64_t n) {
-    auto it =
-        std::find_if(notes.begin(), notes.end(), [&](const auto& e) { return e.first == key; });
-    if (it == notes.end()) it = notes.insert(notes.end(), {key, {}});
-    it->second.push_back(n);
-  };
-  for (const auto& b : r.backends) {
-    for (const auto n : r.lengths) {
-      const auto& m = r.at(b, n);
-      if (m.status != Status::kOk) {
-        note({b, status_name(m.status), m.reason}, n);
-      } else if (m.truncated) {
-        note({b, "*", m.reason}, n);
-      }
-    }
-  }
-  if (!notes.empty()) std::cout << "\n";
-  for (const auto& [key, ns] : notes) {
-    const auto& [b, what, reason] = key;
-    std::cout << "  " << b << " " << what << " at N=";
-    for (size_t i = 0; i < ns.size(); ++i) std::cout << (i ? "," : "") << ns[i];
-    std::cout << ": " << reason << "\n";
-  }
-  std::cout << "\nms: median of the timed calls; MiB: peak allocated during a call above the "
-               "inputs (* fewer timed calls than asked, see above); fit: least-squares slope of "
-               "log cost against log N over the measured points; last2: the slope between the two "
-               "largest measured N; notes: reference estimates of standard attention (forward, "
-               "d_model 512, "
-               "8 heads).\n";
-}
-
-void write_json(const Results& r, const AttentionBenchOptions& o, const std::string& command,
-                const torch::Device& device, int64_t memory_check_bytes) {
-  using nlohmann::json;
-  json d;
-  d["benchmark"] = "attention";
-  d["command"] = command;
-  d["settings"] = {{"batch", o.batch},
-                   {"heads", o.heads},
-                   {"dim", o.dim},
-                   {"head_dim", o.dim / o.heads},
-                   {"dtype", o.dtype},
-                   {"device", o.device},
-                   {"backward", o.backward},
-                   {"causal", o.causal},
-                   {"padding", o.padding},
-                   {"repeats", o.repeats},
-                   {"warmup", o.warmup},
-                   {"max_memory_gb", json_number(o.max_memory_gb)},
-                   {"max_seconds", json_number(o.max_seconds)},
-                   {"chunk_size", o.chunk_size},
-                   {"block_size", o.block_size},
-                   {"window", o.window},
-                   {"seed", o.seed}};
-  d["machine"] = machine_json(device);
-  d["machine"]["load_average_1min_start"] = json_number(r.load_at_start);
-  d["machine"]["load_average_1min_end"] = json_number(load_average());
-  d["memory_measurement"] = {
-      {"method", device.is_cpu() ? "tracking wrapper around c10's CPU allocator: peak live bytes "
-                                   "during the call minus live bytes at its start"
-                                 : "CUDA caching allocator allocated_bytes peak minus current at "
-                                   "call start"},
-      {"self_check_bytes_for_16MiB_tensor", memory_check_bytes}};
-  json points = json::array();
-  for (const auto& p : kNotes) {
-    points.push_back({{"length", p.length},
-                      {"memory_mb", json_number(p.memory_mb)},
-                      {"time_ms", json_number(p.time_ms)}});
-  }
-  d["reference"] = {
-      {"source", "reference estimates, standard multi-head attention, d_model 512, 8 heads"},
-      {"points", points}};
-  json measurements = json::array();
-  for (const auto& b : r.backends) {
-    for (const auto n : r.lengths) {
-      const auto& m = r.at(b, n);
-      const bool ok = m.status == Status::kOk;
-      json times = json::array();
-      for (const double t : m.times_ms) times.push_back(json_number(t));
-      measurements.push_back(
-          {{"backend", b},
-           {"length", n},
-           {"status", status_name(m.status)},
-           {"reason", m.reason},
-           {"time_ms_median", json_number(m.median_ms())},
-           {"time_ms_min", json_number(m.min_ms())},
-           {"times_ms", times},
-           {"peak_bytes", ok ? json(m.peak_bytes) : json(nullptr)},
-           {"peak_mib", ok ? json_number(static_cast<double>(m.peak_bytes) / kMiB) : json(nullptr)},
-           {"predicted_bytes", json_number(m.predicted_bytes)},
-           {"truncated", m.truncated}});
-    }
-  }
-  d["measurements"] = measurements;
-  json fits = json::array();
-  for (const auto& b : r.backends) {
-    const auto f = fit(r, b);
-    fits.push_back({{"backend", b},
-                    {"time_exponent", json_number(f.time)},
-                    {"memory_exponent", json_number(f.memory)},
-                    {"time_exponent_last2", json_number(f.time_last2)},
-                    {"memory_exponent_last2", json_number(f.memory_last2)}});
-  }
-  d["fits"] = fits;
-  io::write_file_atomically(o.json, d.dump(1) + "\n");
-}
-
-void write_plot(const Results& r, const AttentionBenchOptions& o) {
-  const std::string config = std::string(o.backward ? "forward+backward" : "forward") +
-                             ", B=" + std::to_string(o.batch) + " H=" + std::to_string(o.heads) +
-                             " D=" + std::to_string(o.dim) + " " + o.dtype + " " + o.device;
-  PlotPanel time{"time per call (" + config + ")", "sequence length N", "time (ms), median", {}};
-  PlotPanel memory{"peak memory per call (" + config + ")",
-                   "sequence length N",
-                   "peak memory above inputs (MiB)",
-                   {}};
-  for (size_t i = 0; i < r.backends.size(); ++i) {
-    PlotSeries t{r.backends[i], {}, {}, plot_color(i)}, m = t;
-    for (const auto n : r.lengths) {
-      const auto& meas = r.at(r.backends[i], n);
-      if (meas.status != Status::kOk) continue;
-      t.x.push_back(static_cast<double>(n));
-      t.y.push_back(meas.median_ms());
-      m.x.push_back(static_cast<double>(n));
-      m.y.push_back(static_cast<double>(meas.peak_bytes) / kMiB);
-    }
-    time.series.push_back(t);
-    memory.series.push_back(m);
-  }
-  PlotSeries notes_time{
-      "reference estimates (D=512, H=8)", {}, {}, cv::Scalar(130, 130, 130), true},
-      notes_memory = notes_time;
-  for (const auto& p : kNotes) {
-    notes_time.x.push_back(static_cast<double>(p.length));
-    notes_time.y.push_back(p.time_ms);
-    notes_memory.x.push_back(static_cast<double>(p.length));
-    notes_memory.y.push_back(p.memory_mb);
-  }
-  time.series.push_back(notes_time);
-  memory.series.push_back(notes_memory);
-  write_log_log_plot({time, memory}, o.plot);
-}
-
 }  // namespace
 
 int run_attention_bench(const AttentionBenchOptions& o) {
@@ -558,7 +179,7 @@ int run_attention_bench(const AttentionBenchOptions& o) {
     memory_check_bytes = check_cpu_memory_tracking(16 * 1024 * 1024);
   }
 
-  Results results;
+  AttentionResults results;
   results.load_at_start = load_average();
   results.backends = o.backends.empty() ? registered : o.backends;
   results.lengths = o.lengths;
@@ -580,13 +201,14 @@ int run_attention_bench(const AttentionBenchOptions& o) {
     // Decide, before drawing inputs, which backends run at this N.
     std::vector<BackendState*> active;
     for (auto& state : states) {
-      Measurement m;
+      AttentionMeasurement m;
       m.backend = state.name;
       m.length = n;
       const auto from_model = model_bytes(state.name, o, n, element);
-      const auto from_trend = extrapolate(state.lengths, state.peaks, n);
+      const auto from_trend = extrapolate_cost(state.lengths, state.peaks, static_cast<double>(n));
       m.predicted_bytes = std::max(from_model, from_trend.value_or(0.0));
-      const auto predicted_ms = extrapolate(state.lengths, state.medians, n);
+      const auto predicted_ms =
+          extrapolate_cost(state.lengths, state.medians, static_cast<double>(n));
       std::ostringstream why;
       if (!state.stop_reason.empty()) {
         why << state.stop_reason;
@@ -599,8 +221,8 @@ int run_attention_bench(const AttentionBenchOptions& o) {
       }
       m.reason = why.str();
       if (!m.reason.empty()) {
-        m.status = Status::kSkipped;
-        progress.done(describe(m));
+        m.status = MeasurementStatus::kSkipped;
+        progress.done(describe_measurement(m));
       } else {
         active.push_back(&state);
       }
@@ -659,16 +281,16 @@ int run_attention_bench(const AttentionBenchOptions& o) {
         try {
           ms = call(state.name, peak);
         } catch (const c10::Error& e) {
-          m.status = Status::kUnsupported;
+          m.status = MeasurementStatus::kUnsupported;
           m.reason = first_line(e.what_without_backtrace());
         } catch (const std::exception& e) {
-          m.status = Status::kUnsupported;
+          m.status = MeasurementStatus::kUnsupported;
           m.reason = first_line(e.what());
         }
-        if (m.status == Status::kUnsupported) {
+        if (m.status == MeasurementStatus::kUnsupported) {
           m.times_ms.clear();
           finished[i] = true;
-          progress.done(describe(m));
+          progress.done(describe_measurement(m));
           continue;
         }
         const bool too_slow = ms > o.max_seconds * 1e3;
@@ -691,31 +313,22 @@ int run_attention_bench(const AttentionBenchOptions& o) {
     for (size_t i = 0; i < active.size(); ++i) {
       auto& state = *active[i];
       const auto& m = results.table[{state.name, n}];
-      if (m.status != Status::kOk) continue;
+      if (m.status != MeasurementStatus::kOk) continue;
       state.lengths.push_back(static_cast<double>(n));
       state.medians.push_back(m.median_ms());
       state.peaks.push_back(static_cast<double>(m.peak_bytes));
-      progress.done(describe(m));
+      progress.done(describe_measurement(m));
     }
   }
   progress.clear();
 
-  std::ostringstream header;
-  header << "attention cost, " << (o.backward ? "forward+backward" : "forward") << ": B=" << o.batch
-         << " H=" << o.heads << " D=" << o.dim << " (head_dim " << o.dim / o.heads << ") "
-         << o.dtype << " on " << (device.is_cpu() ? cpu_model() : o.device) << ", "
-         << torch::get_num_threads() << " threads (load average " << std::setprecision(3)
-         << results.load_at_start << " at start)" << (o.causal ? ", causal" : "")
-         << (o.padding ? ", padded keys" : "") << "; median of " << o.repeats << " after "
-         << o.warmup << " warm-up\n"
-         << command;
-  print_table(results, header.str());
+  print_attention_table(results, o, device, command);
   if (!o.json.empty()) {
-    write_json(results, o, command, device, memory_check_bytes);
+    write_attention_json(results, o, command, device, memory_check_bytes);
     std::cout << "measurements written to " << o.json << "\n";
   }
   if (!o.plot.empty()) {
-    write_plot(results, o);
+    write_attention_plot(results, o);
     std::cout << "plot written to " << o.plot << "\n";
   }
   return 0;
