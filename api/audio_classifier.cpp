@@ -13,7 +13,7 @@ struct AudioClassifier::State {
 
 bool is_audio_classifier(const ModelConfig& config) {
   const auto& family = model_family(config.family);
-  return family.input_kind() == InputKind::kAudioFeatures && config.features.kind != "none" &&
+  return family.input_kind() == InputKind::kAudioFeatures && config.features.has_value() &&
          family.num_classes(config) > 0;
 }
 

@@ -1,7 +1,7 @@
 #include <attnzoo/api/image_classifier.h>
 
 #include <attnzoo/api/frontend_options.h>
-#include <attnzoo/api/inference.h>
+#include <attnzoo/api/model_setup.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/models/cuda_graph.h>
 
@@ -68,22 +68,19 @@ ImageClassifier::ImageClassifier(const std::string& model, ImageClassifierOption
   auto& s = *state_;
   TORCH_CHECK_VALUE(options.batch_size >= 1, "ImageClassifier: batch_size must be >= 1, got ",
                     options.batch_size);
-  auto setup = api_detail::model_setup("ImageClassifier", model, options);
+  auto setup = detail::model_setup("ImageClassifier", model, options, InputKind::kImages,
+                                   "an image classifier needs images");
   s.device = setup.device;
   s.dtype = setup.dtype;
   s.config = setup.config;
-  const auto& family = model_family(s.config.family);
-  TORCH_CHECK_VALUE(family.input_kind() == InputKind::kImages, "ImageClassifier: ", s.config.source,
-                    " is a ", s.config.family, " model, which takes ",
-                    input_kind_name(family.input_kind()), "; an image classifier needs images");
-  const int64_t classes = family.num_classes(s.config);
+  const int64_t classes = setup.family->num_classes(s.config);
   TORCH_CHECK_VALUE(classes > 0, "ImageClassifier: ", s.config.source,
                     " has no classifier (architecture.num_classes 0)");
   TORCH_CHECK_VALUE(!options.cuda_graph || s.device.is_cuda(),
                     "ImageClassifier: cuda_graph needs device cuda, got ", options.device);
   s.labels = load_labels(s.config.labels, classes);
   s.transform = std::make_unique<EvalImageTransform>(image_transform_options(s.config.image));
-  s.model = api_detail::setup_model(setup, options, s.weights);
+  s.model = detail::setup_model(setup, options, s.weights);
   s.options = std::move(options);
 }
 

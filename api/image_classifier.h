@@ -14,9 +14,9 @@
 // options.
 #pragma once
 
-#include <attnzoo/api/model_options.h>
 #include <attnzoo/api/prediction.h>
 #include <attnzoo/configs/model_config.h>
+#include <attnzoo/configs/model_options.h>
 #include <attnzoo/preprocess/image/decode.h>
 #include <attnzoo/preprocess/image/transform.h>
 

@@ -1,29 +1,20 @@
-// What the task-level APIs (ImageClassifier, SpeechEncoder) and the CLI share: the names of
-// devices and dtypes in options and flags, and building a model of the zoo ready for inference.
+// A model of the zoo ready for inference: built from its config, its weights loaded, in eval mode
+// on the device and in the dtype asked for. What the task APIs (api/model_setup.h) and the CLI's
+// commands that run a bare model (forward, attention-map) share.
+//
+//   const auto config = attnzoo::resolve_model_config("vit_digits");
+//   std::string weights;
+//   auto model = attnzoo::inference_model(config, "vit_digits.safetensors", "", "",
+//                                         torch::kCPU, torch::kFloat, weights);
 #pragma once
 
-#include <attnzoo/api/model_options.h>
 #include <attnzoo/configs/registry.h>
 
 #include <torch/types.h>
 
-#include <chrono>
 #include <string>
-#include <vector>
 
-namespace attnzoo::api_detail {
-
-// "fp32" | "bf16" | "fp16", and "fp64" where `accept_fp64`. Anything else is a c10::ValueError
-// beginning with `who`, the option or flag: "--dtype must be fp32, bf16 or fp16, got 'int8'".
-torch::Dtype parse_dtype(const std::string& who, const std::string& name, bool accept_fp64 = false);
-// "cpu" | "cuda" | "cuda:N", checked against the devices this process sees; c10::ValueError
-// beginning with `who` otherwise: "--device cuda: no CUDA device is available to this process".
-torch::Device parse_device(const std::string& who, const std::string& name);
-
-// `overrides` with inference.quantize set to `quantize` when that is not empty; c10::ValueError
-// beginning with `who` for a value other than none and int8.
-std::vector<std::string> with_quantize(const std::string& who, std::vector<std::string> overrides,
-                                       const std::string& quantize);
+namespace attnzoo {
 
 // The config's model with `weights` loaded (layout `format`, else the config's, else detected;
 // `key`: the state dict of a training checkpoint), or the config's checkpoint.file when
@@ -33,24 +24,4 @@ ZooModel inference_model(const ModelConfig& config, const std::string& weights,
                          const std::string& format, const std::string& key, torch::Device device,
                          torch::Dtype dtype, std::string& description);
 
-// The first half of a task API's constructor: the options checked and the config resolved
-// (`model`: a name, a YAML file or a model folder), before the task checks the config and the
-// weights load. c10::ValueError beginning with `who` for an option out of range.
-struct ModelSetup {
-  torch::Device device{torch::kCPU};
-  torch::Dtype dtype = torch::kFloat;
-  ModelConfig config;
-};
-ModelSetup model_setup(const std::string& who, const std::string& model,
-                       const ModelOptions& options);
-// The second half: the threads set and the model loaded for inference (inference_model).
-ZooModel setup_model(const ModelSetup& setup, const ModelOptions& options,
-                     std::string& description);
-
-// Milliseconds of wall time since `start` (the *_ms fields of results).
-inline double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-      .count();
-}
-
-}  // namespace attnzoo::api_detail
+}  // namespace attnzoo

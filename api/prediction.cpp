@@ -1,7 +1,7 @@
 #include <attnzoo/api/prediction.h>
 
 #include <attnzoo/configs/zoo_path.h>
-#include <attnzoo/io/error.h>
+#include <attnzoo/core/error.h>
 
 #include <torch/torch.h>
 

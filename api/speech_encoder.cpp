@@ -1,7 +1,7 @@
 #include <attnzoo/api/speech_encoder.h>
 
 #include <attnzoo/api/frontend_options.h>
-#include <attnzoo/api/inference.h>
+#include <attnzoo/api/model_setup.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/models/conformer_frontend.h>
 #include <attnzoo/preprocess/audio/error.h>
@@ -73,7 +73,7 @@ void fill_outputs(EncodedSpeech& out, const NamedTensors& outputs) {
 static void check_long_enough(const ModelConfig& config, int64_t min_frames,
                               const std::string& source, double seconds, int64_t frames) {
   if (frames >= min_frames) return;
-  const double shift = config.features.frame_shift_ms / 1000.0;
+  const double shift = config.frame_shift_ms() / 1000.0;
   throw AudioError(source + ": too short: " + seconds_text(seconds) + " gives " +
                    std::to_string(frames) + " feature frames; " + config.name + " needs at least " +
                    std::to_string(min_frames) + " (about " +
@@ -87,22 +87,19 @@ SpeechEncoder::SpeechEncoder(const std::string& model, SpeechEncoderOptions opti
                     options.stream_chunk);
   TORCH_CHECK_VALUE(options.batch_size >= 1, "SpeechEncoder: batch_size must be >= 1, got ",
                     options.batch_size);
-  auto setup = api_detail::model_setup("SpeechEncoder", model, options);
+  auto setup = detail::model_setup("SpeechEncoder", model, options, InputKind::kAudioFeatures,
+                                   "a speech encoder needs audio");
   s.device = setup.device;
   s.dtype = setup.dtype;
   s.config = setup.config;
-  const auto& family = model_family(s.config.family);
-  TORCH_CHECK_VALUE(family.input_kind() == InputKind::kAudioFeatures,
-                    "SpeechEncoder: ", s.config.source, " is a ", s.config.family,
-                    " model, which takes ", input_kind_name(family.input_kind()),
-                    "; a speech encoder needs audio");
-  TORCH_CHECK_VALUE(s.config.features.kind != "none", "SpeechEncoder: ", s.config.source,
+  const auto& family = *setup.family;
+  TORCH_CHECK_VALUE(s.config.features.has_value(), "SpeechEncoder: ", s.config.source,
                     " has no features section: the model takes features made elsewhere (use "
                     "ConformerEncoder directly)");
   s.extractor = std::make_unique<FeatureExtractor>(audio_feature_options(s.config.features));
   s.min_frames = family.min_frames(s.config);
   s.frame_ms = family.frame_ms(s.config);
-  s.model = api_detail::setup_model(setup, options, s.weights);
+  s.model = detail::setup_model(setup, options, s.weights);
   s.conformer = s.model.as<ConformerEncoder>();
   TORCH_CHECK_VALUE(options.stream_chunk == 0 || !s.conformer.is_empty(),
                     "SpeechEncoder: ", s.config.source, " is a ", s.config.family,
@@ -164,7 +161,7 @@ EncodedSpeech SpeechEncoder::encode_file_streaming(const std::string& path) cons
     encoded.push_back(stream.push(frames.unsqueeze(0).to(s.device, s.dtype)));
   });
   const double seconds =
-      static_cast<double>(audio.samples) / static_cast<double>(s.config.features.sample_rate);
+      static_cast<double>(audio.samples) / static_cast<double>(s.config.features->sample_rate);
   check_long_enough(s.config, s.min_frames, path, seconds, feature_frames);
   encoded.push_back(stream.finish());
   EncodedSpeech out;
@@ -194,7 +191,7 @@ std::vector<EncodedSpeech> SpeechEncoder::encode_features(
     for (const auto& u : utterances) {
       const auto start = std::chrono::steady_clock::now();
       results.push_back(encode_one(u));
-      results.back().encode_ms = u.features_ms + api_detail::ms_since(start);
+      results.back().encode_ms = u.features_ms + detail::ms_since(start);
     }
     return results;
   }
@@ -214,7 +211,7 @@ std::vector<EncodedSpeech> SpeechEncoder::encode_features(
   // Without lengths every output row is whole (AST's tokens of a fixed-length clip).
   if (!lengths.defined()) lengths = torch::full({encoded.size(0)}, encoded.size(1), torch::kLong);
   const auto valid = lengths.accessor<int64_t, 1>();
-  const double batch_ms = api_detail::ms_since(start);
+  const double batch_ms = detail::ms_since(start);
   const double total_frames = static_cast<double>(padded.lengths.sum().item<int64_t>());
   for (size_t i = 0; i < utterances.size(); ++i) {
     const auto& u = utterances[i];
@@ -241,7 +238,7 @@ SpeechFeatures SpeechEncoder::checked_features(const std::string& source, torch:
                                                std::chrono::steady_clock::time_point start) const {
   const auto& s = *state_;
   check_long_enough(s.config, s.min_frames, source, seconds, features.size(0));
-  return {source, std::move(features), seconds, api_detail::ms_since(start)};
+  return {source, std::move(features), seconds, detail::ms_since(start)};
 }
 
 SpeechFeatures SpeechEncoder::features(const std::string& path) const {
@@ -250,7 +247,7 @@ SpeechFeatures SpeechEncoder::features(const std::string& path) const {
   auto audio = audio_file_features(path, *s.extractor, s.options.read);
   return checked_features(
       path, std::move(audio.features),
-      static_cast<double>(audio.samples) / static_cast<double>(s.config.features.sample_rate),
+      static_cast<double>(audio.samples) / static_cast<double>(s.config.features->sample_rate),
       start);
 }
 
@@ -261,7 +258,7 @@ SpeechFeatures SpeechEncoder::features_from_memory(const void* data, size_t size
   auto audio = audio_memory_features(data, size, source, *s.extractor, s.options.read);
   return checked_features(
       source, std::move(audio.features),
-      static_cast<double>(audio.samples) / static_cast<double>(s.config.features.sample_rate),
+      static_cast<double>(audio.samples) / static_cast<double>(s.config.features->sample_rate),
       start);
 }
 
@@ -282,7 +279,7 @@ EncodedSpeech SpeechEncoder::encode(const std::string& path) const {
   if (state_->options.stream_chunk > 0) {
     const auto start = std::chrono::steady_clock::now();
     auto out = encode_file_streaming(path);
-    out.encode_ms = api_detail::ms_since(start);
+    out.encode_ms = detail::ms_since(start);
     return out;
   }
   return encode_features({features(path)}).front();

@@ -15,8 +15,8 @@
 // key.
 #pragma once
 
-#include <attnzoo/api/model_options.h>
 #include <attnzoo/configs/model_config.h>
+#include <attnzoo/configs/model_options.h>
 #include <attnzoo/preprocess/audio/read.h>
 
 #include <torch/types.h>

@@ -1,7 +1,7 @@
 #include <attnzoo/api/speech_recognizer.h>
 
 #include <attnzoo/api/ctc_search.h>
-#include <attnzoo/api/inference.h>
+#include <attnzoo/api/model_setup.h>
 #include <attnzoo/api/model_tokenizer.h>
 #include <attnzoo/configs/registry.h>
 
@@ -120,7 +120,7 @@ Transcript SpeechRecognizer::decode(const EncodedSpeech& encoded) const {
     out.hypotheses.clear();
     out.error = encoded.audio + ": " + e.what();
   }
-  out.decode_ms = api_detail::ms_since(start);
+  out.decode_ms = detail::ms_since(start);
   return out;
 }
 
@@ -155,10 +155,10 @@ struct SpeechRecognizer::Stream::Impl {
   void advance(const torch::Tensor& frames) {
     auto start = std::chrono::steady_clock::now();
     const auto log_probs = state->encoder.ctc_log_probs(frames);
-    encode_ms += api_detail::ms_since(start);
+    encode_ms += detail::ms_since(start);
     start = std::chrono::steady_clock::now();
     search.advance(log_probs);
-    decode_ms += api_detail::ms_since(start);
+    decode_ms += detail::ms_since(start);
   }
 
   std::shared_ptr<const State> state;
@@ -184,7 +184,7 @@ PartialTranscript SpeechRecognizer::Stream::push(const torch::Tensor& samples) {
   TORCH_CHECK_VALUE(!m.finished, "SpeechRecognizer::Stream(", m.source, "): push after finish()");
   const auto start = std::chrono::steady_clock::now();
   const auto frames = m.encoder.push(samples);
-  m.encode_ms += api_detail::ms_since(start);
+  m.encode_ms += detail::ms_since(start);
   m.advance(frames);
   PartialTranscript out;
   // First the stable tokens (which may drop hypotheses that disagree with them), then the best
@@ -203,7 +203,7 @@ Transcript SpeechRecognizer::Stream::finish() {
   m.finished = true;
   const auto start = std::chrono::steady_clock::now();
   const auto frames = m.encoder.finish();
-  m.encode_ms += api_detail::ms_since(start);
+  m.encode_ms += detail::ms_since(start);
   m.advance(frames);
   Transcript out;
   out.audio = m.source;

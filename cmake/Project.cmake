@@ -79,7 +79,7 @@ set(CMAKE_INSTALL_RPATH_USE_LINK_PATH ON)
 # The source folders stay at the top level; the build tree's include/attnzoo/<folder> are links
 # to them, and that include/ is the only include root libraries export to the build tree.
 set(ATTNZOO_INCLUDE_TREE ${PROJECT_BINARY_DIR}/include)
-set(ATTNZOO_SOURCE_FOLDERS api configs decoding io kernels layers models preprocess serve train)
+set(ATTNZOO_SOURCE_FOLDERS api configs core decoding io kernels layers models preprocess serve train)
 foreach(folder ${ATTNZOO_SOURCE_FOLDERS})
   attnzoo_link_source_folder(${folder} ${ATTNZOO_INCLUDE_TREE}/attnzoo/${folder})
 endforeach()

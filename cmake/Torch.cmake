@@ -11,6 +11,8 @@
 # (docs/reliability.md). CUDA devices are then unavailable to attnzoo and to LibTorch.
 # Sets: ATTNZOO_TORCH_FOUND, ATTNZOO_TORCH_DIR (that folder), ATTNZOO_TORCH_INCLUDE_DIRS,
 # ATTNZOO_TORCH_LIBRARY_DIR, ATTNZOO_TORCH_HAS_CUDA, Torch_VERSION.
+# Also attnzoo::c10: LibTorch's base library alone (devices, scalar types, the c10::Error of
+# TORCH_CHECK), for core/, which every library links, the torch-free ones included.
 if(TARGET attnzoo::torch)
   return()
 endif()
@@ -81,3 +83,8 @@ endif()
 # library puts the system's implementation first.
 target_link_options(attnzoo::torch INTERFACE
                     "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
+
+find_library(ATTNZOO_TORCH_C10_LIBRARY c10 PATHS ${ATTNZOO_TORCH_LIBRARY_DIR} NO_DEFAULT_PATH)
+add_library(attnzoo::c10 INTERFACE IMPORTED)
+target_include_directories(attnzoo::c10 SYSTEM INTERFACE ${ATTNZOO_TORCH_INCLUDE_DIRS})
+target_link_libraries(attnzoo::c10 INTERFACE ${ATTNZOO_TORCH_C10_LIBRARY})

@@ -24,7 +24,7 @@
 namespace attnzoo {
 namespace {
 
-using namespace config_detail;
+using namespace detail;
 
 // `architecture:` of family ast: the spectrogram's size and the transformer's, by ViT's names
 // where they are the same thing. Absent keys take ASTConfig's defaults (the AudioSet models:
@@ -92,9 +92,9 @@ class ASTFamily final : public ViTFamily {
         .attention_options(attention.options)
         .head_gating(attention.head_gating);
     config.features = read_audio_features(root, o.img_size(), "architecture.num_mel_bins");
-    if (config.features.kind != "none" && config.features.frames != o.img_width()) {
+    if (config.features && config.features->fixed_frames != o.img_width()) {
       root.map("features", true)
-          .fail("frames", "frames " + std::to_string(config.features.frames) +
+          .fail("frames", "frames " + std::to_string(config.features->fixed_frames) +
                               " must equal architecture.max_length " +
                               std::to_string(o.img_width()) + " (the position embedding's length)");
     }

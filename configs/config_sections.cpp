@@ -4,7 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
-namespace attnzoo::config_detail {
+namespace attnzoo::detail {
 
 AttentionSection read_attention(MapReader attention) {
   AttentionSection section;
@@ -31,59 +31,62 @@ AttentionSection read_attention(MapReader attention) {
 ImagePreprocessConfig read_image_preprocess(MapReader pre, int64_t in_chans, int64_t height,
                                             int64_t width, int64_t patch_size, bool tiled) {
   ImagePreprocessConfig p;
+  auto& t = p.transform;
   const auto size = pre.integer_list("input_size", 3, 1, kMaxImageSize);
-  p.input_size = size ? std::array<int64_t, 3>{(*size)[0], (*size)[1], (*size)[2]}
-                      : std::array<int64_t, 3>{in_chans, height, width};
-  p.crop_pct = pre.number("crop_pct", std::nullopt, 0.0, 1.0, /*min_exclusive=*/true);
-  p.interpolation = pre.choice("interpolation", std::nullopt, {"bicubic", "bilinear"});
-  p.crop_mode = pre.choice("crop_mode", p.crop_mode, {"center", "squash"});
+  p.channels = size ? (*size)[0] : in_chans;
+  t.height = size ? (*size)[1] : height;
+  t.width = size ? (*size)[2] : width;
+  t.crop_pct = pre.number("crop_pct", std::nullopt, 0.0, 1.0, /*min_exclusive=*/true);
+  t.interpolation = pre.enumeration("interpolation", std::nullopt,
+                                    {Interpolation::kBicubic, Interpolation::kBilinear});
+  t.crop_mode = pre.enumeration("crop_mode", t.crop_mode, {CropMode::kCenter, CropMode::kSquash});
   const auto channels = static_cast<size_t>(in_chans);
   const auto mean = pre.number_list("mean", channels, 0.0, 1.0);
   const auto stdev = pre.number_list("std", channels, 0.0, 10.0, /*min_exclusive=*/true);
   if (!mean) pre.fail("mean", "required key is missing");
   if (!stdev) pre.fail("std", "required key is missing");
-  p.mean = *mean;
-  p.std = *stdev;
+  t.mean = *mean;
+  t.std = *stdev;
   pre.finish();
 
-  if (p.input_size[0] != in_chans) {
-    pre.fail("input_size", "input_size has " + std::to_string(p.input_size[0]) +
+  if (p.channels != in_chans) {
+    pre.fail("input_size", "input_size has " + std::to_string(p.channels) +
                                " channels, architecture.in_chans is " + std::to_string(in_chans));
   }
   // Other sizes than img_size are fine (the position embedding is resampled), but the patches
   // must tile the image.
-  if (p.input_size[1] < patch_size || p.input_size[2] < patch_size ||
-      (tiled && (p.input_size[1] % patch_size != 0 || p.input_size[2] % patch_size != 0))) {
-    pre.fail("input_size", "input_size " + std::to_string(p.input_size[1]) + "x" +
-                               std::to_string(p.input_size[2]) +
-                               " is not divisible by architecture.patch_size " +
-                               std::to_string(patch_size));
+  if (t.height < patch_size || t.width < patch_size ||
+      (tiled && (t.height % patch_size != 0 || t.width % patch_size != 0))) {
+    pre.fail("input_size",
+             "input_size " + std::to_string(t.height) + "x" + std::to_string(t.width) +
+                 " is not divisible by architecture.patch_size " + std::to_string(patch_size));
   }
   return p;
 }
 
-AudioFeaturesConfig read_audio_features(MapReader& root, int64_t input_dim,
-                                        const std::string& input_key) {
-  AudioFeaturesConfig f;
-  if (!root.has("features")) {
-    f.kind = "none";
-    return f;
-  }
+std::optional<AudioFeatureOptions> read_audio_features(MapReader& root, int64_t input_dim,
+                                                       const std::string& input_key) {
+  if (!root.has("features")) return std::nullopt;
+  AudioFeatureOptions f;
   auto features = root.map("features", true);
-  f.kind = features.choice("kind", std::nullopt, {"fbank", "whisper_log_mel"});
+  f.kind = features.enumeration("kind", std::nullopt,
+                                {AudioFeatureKind::kFbank, AudioFeatureKind::kWhisperLogMel});
   f.sample_rate = features.integer("sample_rate", f.sample_rate, 1000, kMaxSampleRate);
   f.num_mel_bins = features.integer("num_mel_bins", f.num_mel_bins, 1, kMaxFeatures);
   f.frame_length_ms = features.number("frame_length_ms", f.frame_length_ms, 0.0, 1000.0, true);
   f.frame_shift_ms = features.number("frame_shift_ms", f.frame_shift_ms, 0.0, 1000.0, true);
-  f.frames = features.integer("frames", f.frames, 0, kMaxFrames);
-  f.mean = features.number("mean", f.mean, -1e6, 1e6);
-  f.std = features.number("std", f.std, 0.0, 1e6, /*min_exclusive=*/true);
-  if (f.kind == "fbank") {
+  f.fixed_frames = features.integer("frames", f.fixed_frames, 0, kMaxFrames);
+  f.normalize_mean = features.number("mean", f.normalize_mean, -1e6, 1e6);
+  f.normalize_std = features.number("std", f.normalize_std, 0.0, 1e6, /*min_exclusive=*/true);
+  const bool fbank = f.kind == AudioFeatureKind::kFbank;
+  if (fbank) {
     f.dither = features.number("dither", f.dither, 0.0, 100.0);
     f.preemphasis = features.number("preemphasis", f.preemphasis, 0.0, 1.0);
     f.remove_dc_offset = features.boolean("remove_dc_offset", f.remove_dc_offset);
-    f.window = features.choice("window", f.window,
-                               {"povey", "hamming", "hanning", "rectangular", "blackman"});
+    f.window =
+        features.enumeration("window", f.window,
+                             {FrameWindow::kPovey, FrameWindow::kHamming, FrameWindow::kHanning,
+                              FrameWindow::kRectangular, FrameWindow::kBlackman});
     f.snip_edges = features.boolean("snip_edges", f.snip_edges);
     f.energy_floor = features.number("energy_floor", f.energy_floor, 0.0, 1e10);
     f.low_freq = features.number("low_freq", f.low_freq, 0.0, kMaxSampleRate / 2.0);
@@ -99,7 +102,7 @@ AudioFeaturesConfig read_audio_features(MapReader& root, int64_t input_dim,
   }
   const double nyquist = f.sample_rate / 2.0;
   const double high = f.high_freq > 0.0 ? f.high_freq : nyquist + f.high_freq;
-  if (f.kind == "fbank" && !(f.low_freq < high && high <= nyquist)) {
+  if (fbank && !(f.low_freq < high && high <= nyquist)) {
     features.fail(features.has("high_freq") ? "high_freq" : "low_freq",
                   "need 0 <= low_freq < high_freq <= sample_rate / 2 = " +
                       std::to_string(static_cast<int64_t>(nyquist)) + " Hz (high_freq <= 0 " +
@@ -207,4 +210,4 @@ void require_floating(const torch::Tensor& tensor, const std::string& what) {
                    std::string(c10::toString(tensor.scalar_type())));
 }
 
-}  // namespace attnzoo::config_detail
+}  // namespace attnzoo::detail

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace attnzoo::config_detail {
+namespace attnzoo::detail {
 
 // Upper bounds on sizes: a config is untrusted input, and a typo such as depth: 12000 should be an
 // error, not an attempt to allocate the model. Each is far above any published ViT.
@@ -49,11 +49,11 @@ AttentionSection read_attention(MapReader attention);
 ImagePreprocessConfig read_image_preprocess(MapReader pre, int64_t in_chans, int64_t height,
                                             int64_t width, int64_t patch_size, bool tiled);
 
-// `features:` of speech models (AudioFeaturesConfig). Absent: kind "none", the model takes
-// features made elsewhere (e.g. torchaudio's Conformer behind the user's own front end).
-// Its num_mel_bins must equal the model's `input_dim`, the value of `input_key`.
-AudioFeaturesConfig read_audio_features(MapReader& root, int64_t input_dim,
-                                        const std::string& input_key);
+// `features:` of speech models, into the audio frontend's options. Absent: std::nullopt, the
+// model takes features made elsewhere (e.g. torchaudio's Conformer behind the user's own front
+// end). Its num_mel_bins must equal the model's `input_dim`, the value of `input_key`.
+std::optional<AudioFeatureOptions> read_audio_features(MapReader& root, int64_t input_dim,
+                                                       const std::string& input_key);
 
 // `decoding:` of a model whose CTC head has `ctc_vocab` outputs (DecodingConfig; absent: an
 // empty one). Files are resolved against the folder of `source`, the YAML file, and must exist;
@@ -80,4 +80,4 @@ std::string layout_value_note(const std::string& key_path, double before, double
 // families' input checks).
 void require_floating(const torch::Tensor& tensor, const std::string& what);
 
-}  // namespace attnzoo::config_detail
+}  // namespace attnzoo::detail

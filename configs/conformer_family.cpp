@@ -16,7 +16,7 @@
 namespace attnzoo {
 namespace {
 
-using namespace config_detail;
+using namespace detail;
 
 // `architecture:` of family conformer: ConformerEncoderOptions and its blocks' ConformerOptions.
 // Absent keys take WeNet's LibriSpeech conformer (80 fbank, 256 wide, 12 blocks, 4 heads, 2048
@@ -180,15 +180,14 @@ class ConformerFamily final : public ModelFamily {
 
   ModelStats stats(const ModelConfig& config) const override {
     // Frames per second from the features (100 at Kaldi's 10 ms shift).
-    const double fps = config.features.frames_per_second();
+    const double fps = 1000.0 / config.frame_shift_ms();
     constexpr int64_t kSeconds = 10;
     const auto frames = static_cast<int64_t>(fps * kSeconds);
     ModelStats stats;
     stats.parameters = conformer_parameter_count(config.options<ConformerEncoderOptions>());
     stats.macs = conformer_macs(config.options<ConformerEncoderOptions>(), frames) / kSeconds;
     // Without a features section the input frames are the user's; 100 per second assumed.
-    stats.basis = config.features.kind == "none" ? "100 input frames (of 1000)"
-                                                 : "1 s audio (10 s utterance)";
+    stats.basis = !config.features ? "100 input frames (of 1000)" : "1 s audio (10 s utterance)";
     return stats;
   }
 
@@ -210,7 +209,7 @@ class ConformerFamily final : public ModelFamily {
     if (subsampling != Subsampling::kNone) {
       for (const auto& step : conformer_subsampling_steps(subsampling)) rate *= step.stride;
     }
-    return config.features.frame_shift_ms * static_cast<double>(rate);
+    return config.frame_shift_ms() * static_cast<double>(rate);
   }
   int64_t min_frames(const ModelConfig& config) const override {
     return conformer_subsampling_min_frames(

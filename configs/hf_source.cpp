@@ -23,9 +23,9 @@ namespace attnzoo {
 namespace {
 
 namespace fs = std::filesystem;
-using config_detail::flow_list;
-using config_detail::number_text;
-using config_detail::SourceJson;
+using detail::flow_list;
+using detail::number_text;
+using detail::SourceJson;
 
 // The defaults of ViTConfig, DeiTConfig and ASTConfig (transformers), for keys save_pretrained
 // leaves out because they equal them.
@@ -243,7 +243,7 @@ class HfSource final : public ModelSource {
   const char* name() const override { return "hf"; }
 
   bool detect(const std::string& path) const override {
-    const auto config = config_detail::folder_config(path);
+    const auto config = detail::folder_config(path);
     return config && config->has("model_type");
   }
 
@@ -252,7 +252,7 @@ class HfSource final : public ModelSource {
     const auto c = SourceJson::read((dir / "config.json").string());
     const std::string type = c.string("model_type", std::nullopt);
     YAML::Node doc;
-    doc["name"] = config_detail::source_model_name(path);
+    doc["name"] = detail::source_model_name(path);
     YAML::Node arch;
     std::string architecture;
     if (type == "vit" || type == "deit") {
@@ -313,10 +313,10 @@ class HfSource final : public ModelSource {
     }
     YAML::Node checkpoint;
     checkpoint["format"] = "hf";
-    checkpoint["file"] = config_detail::folder_weights(path);
+    checkpoint["file"] = detail::folder_weights(path);
     doc["checkpoint"] = checkpoint;
     const std::string version = c.string("transformers_version", "an unknown version");
-    return config_detail::emit_document(
+    return detail::emit_document(
         doc, {"Read from " + fs::absolute(dir).lexically_normal().string() + ":",
               "Hugging Face " + architecture + " (model_type " + type + "), transformers " +
                   version + "."});

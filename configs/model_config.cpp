@@ -12,8 +12,8 @@
 namespace attnzoo {
 namespace {
 
-using config_detail::Document;
-using config_detail::MapReader;
+using detail::Document;
+using detail::MapReader;
 
 LabelsConfig read_labels(MapReader& root, const std::string& source) {
   LabelsConfig labels;
@@ -75,7 +75,8 @@ ModelConfig read_document(const Document& document, const std::vector<std::strin
   }
   if (root.has("inference")) {
     auto inference = root.map("inference", true);
-    config.inference.quantize = inference.choice("quantize", std::string("none"), {"none", "int8"});
+    config.inference.quantize = inference.enumeration("quantize", Quantization::kNone,
+                                                      {Quantization::kNone, Quantization::kInt8});
     inference.finish();
   }
   root.finish();
@@ -109,8 +110,7 @@ ModelConfig parse_model_config(const std::string& yaml, const std::string& sourc
 ModelConfig load_model_config(const std::string& path, const std::vector<std::string>& overrides) {
   std::error_code error;
   if (std::filesystem::is_directory(path, error)) return load_model_source(path, overrides);
-  return parse_model_config(config_detail::read_document_file(path, "config file"), path,
-                            overrides);
+  return parse_model_config(detail::read_document_file(path, "config file"), path, overrides);
 }
 
 }  // namespace attnzoo

@@ -10,13 +10,15 @@
 // override instead of a line and column.
 #pragma once
 
+#include <attnzoo/core/error.h>
 #include <attnzoo/decoding/ctc_decoder.h>
 #include <attnzoo/decoding/units.h>
-#include <attnzoo/io/error.h>
+#include <attnzoo/preprocess/audio/feature_options.h>
+#include <attnzoo/preprocess/image/transform_options.h>
 
 #include <any>
-#include <array>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -48,46 +50,12 @@ class ConfigError : public Error {
   int column_;
 };
 
-// How images are prepared for a vision model: timm's pretrained cfg (input_size, crop_pct,
-// interpolation, mean, std). Frontends take these values; they hold no constants of their own.
+// How images are prepared for a vision model (`preprocess:`): timm's pretrained cfg (input_size,
+// crop_pct, interpolation, crop_mode, mean, std) read into the image frontend's own options,
+// which hold no constants of their own; and the channels the model takes.
 struct ImagePreprocessConfig {
-  std::array<int64_t, 3> input_size = {3, 224, 224};  // [C, H, W]
-  double crop_pct = 0.875;  // resize the shorter side to size / crop_pct, then centre-crop
-  // "center": keep the aspect ratio to the crop (timm's default, torchvision); "squash": both
-  // sides to size / crop_pct exactly (Hugging Face's ViT and DeiT image processors).
-  std::string crop_mode = "center";
-  std::string interpolation;  // "bicubic" | "bilinear"
-  std::vector<double> mean;   // one per channel, on pixel values scaled to [0, 1]
-  std::vector<double> std;
-};
-
-// How audio becomes the features of a speech model (`features:`): the frontend (preprocess/)
-// takes these values and holds no constants of its own.
-//   fbank            Kaldi's compute-fbank-feats (kaldi-native-fbank, torchaudio.compliance.kaldi)
-//   whisper_log_mel  Whisper's log-mel spectrogram (n_fft = frame length, hop = frame shift)
-struct AudioFeaturesConfig {
-  std::string kind = "fbank";
-  int64_t sample_rate = 16000;  // Hz; audio at other rates is resampled to it
-  int64_t num_mel_bins = 80;    // = architecture.input_dim
-  double frame_length_ms = 25.0;
-  double frame_shift_ms = 10.0;
-  // fbank only (Kaldi's names and defaults, except dither: 0, deterministic, as WeNet at test time)
-  double dither = 0.0;
-  double preemphasis = 0.97;
-  bool remove_dc_offset = true;
-  std::string window = "povey";  // povey | hamming | hanning | rectangular | blackman
-  bool snip_edges = true;
-  double energy_floor = 0.0;
-  double low_freq = 20.0;
-  double high_freq = 0.0;   // <= 0: that far below the Nyquist frequency (Kaldi's convention)
-  bool int16_scale = true;  // samples in [-1, 1] scaled by 32768 first, as Kaldi reads WAV
-  bool allow_empty_mel_bins = false;  // torchaudio's fbank: a bin covering no FFT bin is empty
-  // Whole utterances: padded with zero frames or cut to `frames` (0: as the audio gives), then
-  // every feature (x - mean) / std (the Audio Spectrogram Transformer's input).
-  int64_t frames = 0;
-  double mean = 0.0;
-  double std = 1.0;
-  double frames_per_second() const { return 1000.0 / frame_shift_ms; }
+  int64_t channels = 3;             // input_size[0]; the image frontend makes RGB images (3)
+  ImageTransformOptions transform;  // input_size[1] and [2] are its height and width
 };
 
 // The decoding mode a streaming model is meant for (`streaming:`): the chunk mask of
@@ -104,11 +72,17 @@ struct LabelsConfig {
   std::vector<std::string> names;  // kInline: the class names in order (`labels: [cat, dog]`)
 };
 
+// How a model's linear layers run: as trained, or in int8 on the CPU (layers/int8_inference.h),
+// the weights quantized per output channel at load, the activations per row at run time.
+enum class Quantization { kNone, kInt8 };
+// "none" | "int8": the values of a config's inference.quantize.
+constexpr const char* to_string(Quantization quantization) {
+  return quantization == Quantization::kInt8 ? "int8" : "none";
+}
+
 // `inference:`: how the model runs when it serves predictions.
 struct InferenceConfig {
-  // `quantize`: "none", or "int8": the linear layers in int8 on the CPU (layers/int8_inference.h),
-  // the weights quantized per output channel at load, the activations per row at run time.
-  std::string quantize = "none";
+  Quantization quantize = Quantization::kNone;
 };
 
 // `decoding:` of a model with a CTC head: its token table, how the table's tokens make text, and
@@ -143,7 +117,16 @@ struct ModelConfig {
   std::any architecture;
   // The input frontend: images, or audio features (the family's input kind says which is used).
   ImagePreprocessConfig image;
-  AudioFeaturesConfig features;
+  // How audio becomes the model's features (`features:`), read into the audio frontend's own
+  // options: fbank (Kaldi's compute-fbank-feats, kaldi-native-fbank,
+  // torchaudio.compliance.kaldi) or whisper_log_mel. Unset without the section (or with
+  // `kind: none`): the model takes features made elsewhere.
+  std::optional<AudioFeatureOptions> features;
+  // The features' frame shift: the section's, else the frontend's default (Kaldi's 10 ms), which
+  // a model without the section is assumed to take.
+  double frame_shift_ms() const {
+    return (features ? *features : AudioFeatureOptions{}).frame_shift_ms;
+  }
   StreamingConfig streaming;  // models that stream (the Conformer)
   DecodingConfig decoding;    // models with a CTC head
   LabelsConfig labels;

@@ -28,7 +28,7 @@
 #include <vector>
 
 namespace attnzoo {
-namespace config_detail {
+namespace detail {
 class MapReader;
 }
 
@@ -86,7 +86,7 @@ class ModelFamily {
 
   // The family's sections of a model document (architecture, attention, preprocessing, streaming,
   // checkpoint) into `config`; every mistake a ConfigError at its key.
-  virtual void read(config_detail::MapReader& root, ModelConfig& config) const = 0;
+  virtual void read(detail::MapReader& root, ModelConfig& config) const = 0;
 
   // The module of `config`, freshly initialised (LibTorch's generator).
   virtual std::shared_ptr<torch::nn::Module> build(const ModelConfig& config) const = 0;

@@ -64,7 +64,7 @@ ModelConfig load_model_source(const std::string& path, const std::vector<std::st
   return parse_model_config(source.document(path), where, overrides);
 }
 
-namespace config_detail {
+namespace detail {
 
 std::string source_model_name(const std::string& path) {
   auto folder = fs::path(path).lexically_normal();
@@ -178,5 +178,5 @@ std::string emit_document(const YAML::Node& document, const std::vector<std::str
   return text + out.c_str() + "\n";
 }
 
-}  // namespace config_detail
+}  // namespace detail
 }  // namespace attnzoo

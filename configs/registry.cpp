@@ -25,9 +25,9 @@ bool has_yaml_extension(const fs::path& path) {
 // Only `name:` is read here: listing the zoo should not depend on every file being valid, and
 // each file is validated in full when its model is asked for.
 std::string read_name(const fs::path& file) {
-  const auto text = config_detail::read_document_file(file.string(), "model config");
-  config_detail::Document document(text, file.string());
-  config_detail::MapReader root(document, document.root(), "");
+  const auto text = detail::read_document_file(file.string(), "model config");
+  detail::Document document(text, file.string());
+  detail::MapReader root(document, document.root(), "");
   return root.string("name", std::nullopt);
 }
 
@@ -136,7 +136,7 @@ ZooModel build_model(const ModelConfig& config) {
   ZooModel model;
   model.config = config;
   model.module = model_family(config.family).build(config);
-  if (config.inference.quantize == "int8") set_int8_inference(*model.module);
+  if (config.inference.quantize == Quantization::kInt8) set_int8_inference(*model.module);
   return model;
 }
 

@@ -9,10 +9,10 @@
 namespace attnzoo {
 namespace {
 
-using config_detail::Document;
-using config_detail::MapReader;
-using config_detail::names_a_file;
-using config_detail::resolve;
+using detail::Document;
+using detail::MapReader;
+using detail::names_a_file;
+using detail::resolve;
 
 ServeHttpConfig read_http(MapReader http) {
   ServeHttpConfig h;
@@ -34,10 +34,10 @@ ServedModelConfig read_model(MapReader entry, const std::string& source) {
   ServedModelConfig m;
   const auto reference = entry.string("model", std::nullopt);
   m.model = names_a_file(reference) ? resolve(source, reference) : reference;
-  if (auto sets = entry.string_list("set")) m.overrides = *sets;
+  if (auto sets = entry.string_list("set")) m.options.overrides = *sets;
   m.name = entry.string("name", "");
   try {
-    const auto config = resolve_model_config(m.model, m.overrides);
+    const auto config = resolve_model_config(m.model, m.options.overrides);
     if (m.name.empty()) m.name = config.name;
   } catch (const ConfigError& e) {
     entry.fail("model", e.what());
@@ -46,16 +46,16 @@ ServedModelConfig read_model(MapReader entry, const std::string& source) {
     entry.fail("name", "a model's name must be non-empty without '/', '?', '#', '%' or spaces");
   }
   if (entry.has("weights")) {
-    m.weights = resolve(source, entry.string("weights", std::nullopt));
+    m.options.weights = resolve(source, entry.string("weights", std::nullopt));
     std::error_code error;
-    if (!std::filesystem::is_regular_file(m.weights, error)) {
-      entry.fail("weights", "'" + m.weights + "' is not a file");
+    if (!std::filesystem::is_regular_file(m.options.weights, error)) {
+      entry.fail("weights", "'" + m.options.weights + "' is not a file");
     }
   }
-  m.format = entry.string("format", "");
-  m.key = entry.string("key", "");
-  m.device = entry.string("device", m.device);
-  m.dtype = entry.choice("dtype", m.dtype, {"fp32", "bf16", "fp16"});
+  m.options.format = entry.string("format", "");
+  m.options.key = entry.string("key", "");
+  m.options.device = entry.device("device", "cpu");
+  m.options.dtype = entry.dtype("dtype", "fp32");
   m.max_batch_size = entry.integer("max_batch_size", m.max_batch_size, 1, 4096);
   if (entry.has("dynamic_batching")) {
     auto batching = entry.map("dynamic_batching", false);
@@ -66,7 +66,11 @@ ServedModelConfig read_model(MapReader entry, const std::string& source) {
   m.max_queue_size = entry.integer("max_queue_size", m.max_queue_size, 1, 1 << 20);
   m.instances = entry.integer("instances", m.instances, 1, 64);
   m.default_timeout_us = entry.integer("default_timeout_us", 0, 0, int64_t{1} << 40);
-  m.task = entry.choice("task", "", {"", "classify", "encode", "transcribe"});
+  if (entry.has("task")) {
+    m.task =
+        entry.enumeration("task", std::nullopt,
+                          {ServedTask::kClassify, ServedTask::kEncode, ServedTask::kTranscribe});
+  }
   if (entry.has("units")) {
     m.units = resolve(source, entry.string("units", std::nullopt));
     std::error_code error;
@@ -107,8 +111,7 @@ ServeConfig parse_serve_config(const std::string& yaml, const std::string& sourc
 }
 
 ServeConfig load_serve_config(const std::string& path, const std::vector<std::string>& overrides) {
-  return parse_serve_config(config_detail::read_document_file(path, "serve config"), path,
-                            overrides);
+  return parse_serve_config(detail::read_document_file(path, "serve config"), path, overrides);
 }
 
 }  // namespace attnzoo

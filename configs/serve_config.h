@@ -20,11 +20,30 @@
 //       stream_chunk: 16              # encoder frames per chunk of a stream
 #pragma once
 
+#include <attnzoo/configs/model_options.h>
+
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace attnzoo {
+
+// What a model is served as: an image or audio classifier, a speech encoder, a speech recognizer
+// (a CTC head and a token table).
+enum class ServedTask { kClassify, kEncode, kTranscribe };
+// "classify" | "encode" | "transcribe": the values of a serve config's task and of --task.
+constexpr const char* to_string(ServedTask task) {
+  switch (task) {
+    case ServedTask::kClassify:
+      return "classify";
+    case ServedTask::kEncode:
+      return "encode";
+    case ServedTask::kTranscribe:
+      return "transcribe";
+  }
+  return "classify";
+}
 
 struct ServeHttpConfig {
   std::string host = "127.0.0.1";
@@ -43,25 +62,19 @@ struct ServedModelConfig {
   std::string name;  // the route's name
   // A registered name, or a model YAML or model folder resolved against the serve config.
   std::string model;
-  // Safetensors, a PyTorch checkpoint or a sharded index; empty: the model's own
-  // (checkpoint.file: a model folder's), else random weights (seed 0).
-  std::string weights;
-  std::string format;
-  std::string key;                     // a PyTorch training checkpoint's state dict; empty: found
-  std::vector<std::string> overrides;  // `set:`, as --set
-  std::string device = "cpu";
-  std::string dtype = "fp32";
+  // How the model loads (the task APIs' own options): `weights` (safetensors, a PyTorch
+  // checkpoint or a sharded index; empty: the model's own checkpoint.file, else random weights),
+  // `format`, `key`, `set:` (overrides, as --set), `device`, `dtype`.
+  ModelOptions options;
   int64_t max_batch_size = 8;
   bool dynamic_batching = false;
   int64_t max_queue_delay_us = 0;
   int64_t max_queue_size = 64;
   int64_t instances = 1;
   int64_t default_timeout_us = 0;
-  // What the model is served as: "classify" (image or audio classifier), "encode" (speech
-  // encoder), "transcribe" (speech recognizer: a CTC head and a token table); empty: classify
-  // for a model with a classification head, else transcribe when it has a CTC head and a token
-  // table, else encode.
-  std::string task;
+  // Unset: classify for a model with a classification head, else transcribe when it has a CTC
+  // head and a token table, else encode.
+  std::optional<ServedTask> task;
   std::string units;  // the recognizer's token table; empty: the model config's decoding.units
   // Audio models: the longest audio a request may hold, in seconds (a file, a waveform, or a
   // stream), and how many WebSocket streams may be open at once (0: no streaming route).

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-namespace attnzoo::config_detail {
+namespace attnzoo::detail {
 
 std::string json_value_text(const nlohmann::json& value) {
   std::string text = value.is_string() ? "'" + value.get<std::string>() + "'" : value.dump();
@@ -138,4 +138,4 @@ std::vector<double> SourceJson::numbers(const std::string& key, size_t size) con
   return out;
 }
 
-}  // namespace attnzoo::config_detail
+}  // namespace attnzoo::detail

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace attnzoo::config_detail {
+namespace attnzoo::detail {
 
 class SourceJson {
  public:
@@ -53,4 +53,4 @@ class SourceJson {
 // A value as short text for messages: 'text', 12, [3, 224, 224], {...}.
 std::string json_value_text(const nlohmann::json& value);
 
-}  // namespace attnzoo::config_detail
+}  // namespace attnzoo::detail

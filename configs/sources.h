@@ -18,7 +18,7 @@ namespace attnzoo {
 std::unique_ptr<ModelSource> make_hf_source();
 std::unique_ptr<ModelSource> make_timm_source();
 
-namespace config_detail {
+namespace detail {
 
 // A model name (letters, digits, _ - .) from a folder's name: "vit-base-patch16-224/".
 std::string source_model_name(const std::string& path);
@@ -47,5 +47,5 @@ std::string number_text(double value);
 YAML::Node flow_list(const std::vector<int64_t>& values);
 YAML::Node flow_list(const std::vector<double>& values);
 
-}  // namespace config_detail
+}  // namespace detail
 }  // namespace attnzoo

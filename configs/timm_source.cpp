@@ -16,9 +16,9 @@ namespace attnzoo {
 namespace {
 
 namespace fs = std::filesystem;
-using config_detail::flow_list;
-using config_detail::number_text;
-using config_detail::SourceJson;
+using detail::flow_list;
+using detail::number_text;
+using detail::SourceJson;
 
 // timm's global_pool values as attnzoo's.
 std::string pool_name(const SourceJson& c, const std::string& key) {
@@ -132,7 +132,7 @@ class TimmSource final : public ModelSource {
   const char* name() const override { return "timm"; }
 
   bool detect(const std::string& path) const override {
-    const auto config = config_detail::folder_config(path);
+    const auto config = detail::folder_config(path);
     return config && config->has("architecture") && config->has("pretrained_cfg");
   }
 
@@ -147,12 +147,12 @@ class TimmSource final : public ModelSource {
              "in a zoo folder adds it)");
     }
     const std::string zoo_file = registry.file(architecture);
-    YAML::Node doc = YAML::Load(config_detail::read_document_file(zoo_file, "model config"));
+    YAML::Node doc = YAML::Load(detail::read_document_file(zoo_file, "model config"));
     if (doc["family"].as<std::string>("") != "vit") {
       c.fail("architecture", "names a model of family " + doc["family"].as<std::string>("") +
                                  "; timm folders are read as vit models");
     }
-    doc["name"] = config_detail::source_model_name(path);
+    doc["name"] = detail::source_model_name(path);
     YAML::Node arch = doc["architecture"];
     const auto zoo_classes = arch["num_classes"].as<int64_t>(1000);
     if (c.has("num_classes"))
@@ -180,9 +180,9 @@ class TimmSource final : public ModelSource {
     }
     YAML::Node checkpoint;
     checkpoint["format"] = "timm";
-    checkpoint["file"] = config_detail::folder_weights(path);
+    checkpoint["file"] = detail::folder_weights(path);
     doc["checkpoint"] = checkpoint;
-    return config_detail::emit_document(
+    return detail::emit_document(
         doc, {"Read from " + fs::absolute(dir).lexically_normal().string() + ":",
               "timm " + architecture + " (attnzoo's " + zoo_file +
                   ") with the folder's "

@@ -1,5 +1,7 @@
 #include <attnzoo/configs/train_config.h>
 
+#include <attnzoo/core/dtype_device.h>
+
 #include <attnzoo/configs/config_sections.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/configs/yaml_reader.h>
@@ -13,19 +15,21 @@
 namespace attnzoo {
 namespace {
 
-using config_detail::Document;
-using config_detail::MapReader;
+using detail::Document;
+using detail::MapReader;
 namespace fs = std::filesystem;
 
 constexpr double kHuge = std::numeric_limits<double>::max();
 
-using config_detail::names_a_file;
-using config_detail::resolve;
+using detail::names_a_file;
+using detail::resolve;
 
 TrainDataConfig read_data(MapReader data, const std::string& source) {
   TrainDataConfig d;
-  d.kind = data.choice("kind", std::nullopt, {"image_folder", "image_list", "audio_list"});
-  const bool folder = d.kind == "image_folder";
+  d.kind = data.enumeration(
+      "kind", std::nullopt,
+      {TrainDataKind::kImageFolder, TrainDataKind::kImageList, TrainDataKind::kAudioList});
+  const bool folder = d.kind == TrainDataKind::kImageFolder;
   const auto check = [&](const std::string& key, const std::string& value) {
     const std::string path = resolve(source, value);
     std::error_code error;
@@ -84,8 +88,8 @@ TrainAugmentConfig read_augment(MapReader a) {
   return g;
 }
 
-TrainOptimizerConfig read_optimizer(MapReader o) {
-  TrainOptimizerConfig c;
+AdamWOptions read_optimizer(MapReader o) {
+  AdamWOptions c;
   o.choice("name", "adamw", {"adamw"});
   c.lr = o.number("lr", 1e-3, 0.0, 10.0, true);
   c.weight_decay = o.number("weight_decay", 0.05, 0.0, 10.0);
@@ -97,7 +101,7 @@ TrainOptimizerConfig read_optimizer(MapReader o) {
   c.eps = o.number("eps", 1e-8, 0.0, 1.0, true);
   c.no_decay_on_norms_biases_tokens = o.boolean("no_decay_on_norms_biases_tokens", true);
   for (auto rule : o.map_list("rules")) {
-    TrainRuleConfig r;
+    ParameterGroupRule r;
     r.pattern = rule.string("pattern", std::nullopt);
     try {
       std::regex check(r.pattern);
@@ -107,7 +111,7 @@ TrainOptimizerConfig read_optimizer(MapReader o) {
     r.lr = rule.nullable_number("lr", std::nullopt, 0.0, 10.0);
     r.weight_decay = rule.nullable_number("weight_decay", std::nullopt, 0.0, 10.0);
     for (auto slice : rule.map_list("slices")) {
-      TrainSliceConfig s;
+      SliceSettings s;
       s.lr = slice.nullable_number("lr", std::nullopt, 0.0, 10.0);
       s.weight_decay = slice.nullable_number("weight_decay", std::nullopt, 0.0, 10.0);
       slice.finish();
@@ -123,8 +127,8 @@ TrainOptimizerConfig read_optimizer(MapReader o) {
 
 TrainLoopConfig read_loop(MapReader t) {
   TrainLoopConfig l;
-  l.loss = t.choice("loss", l.loss, {"cross_entropy", "ctc"});
-  l.dynamic_chunk = t.integer("dynamic_chunk", 0, 0, config_detail::kMaxChunk);
+  l.loss = t.enumeration("loss", l.loss, {TrainLoss::kCrossEntropy, TrainLoss::kCtc});
+  l.dynamic_chunk = t.integer("dynamic_chunk", 0, 0, detail::kMaxChunk);
   l.full_context_prob = t.number("full_context_prob", l.full_context_prob, 0.0, 1.0);
   l.dynamic_left_chunks = t.boolean("dynamic_left_chunks", false);
   l.epochs = t.integer("epochs", 1, 1, 1000000);
@@ -135,12 +139,9 @@ TrainLoopConfig read_loop(MapReader t) {
   l.label_smoothing = t.number("label_smoothing", 0.0, 0.0, 1.0);
   if (l.label_smoothing >= 1.0) t.fail("label_smoothing", "expected a value below 1");
   l.seed = t.integer("seed", 0, 0, std::numeric_limits<int64_t>::max());
-  l.device = t.string("device", "cpu");
-  if (!std::regex_match(l.device, std::regex("cpu|cuda(:[0-9]+)?"))) {
-    t.fail("device", "expected cpu, cuda or cuda:N, got '" + l.device + "'");
-  }
-  l.precision = t.choice("precision", "fp32", {"fp32", "bf16"});
-  if (l.precision == "bf16" && l.device == "cpu") {
+  l.device = t.device("device", "cpu");
+  l.precision = parse_dtype("precision", t.choice("precision", "fp32", {"fp32", "bf16"}));
+  if (l.precision == c10::kBFloat16 && l.device.is_cpu()) {
     t.fail("precision", "bf16 autocast is for CUDA; on the CPU train in fp32");
   }
   l.threads = t.integer("threads", 0, 0, 1024);
@@ -161,7 +162,7 @@ TrainLoopConfig read_loop(MapReader t) {
 void check_objective(const TrainConfig& c, const std::string& model, MapReader& root,
                      MapReader& train) {
   const auto& family = model_family(c.model.family);
-  if (c.train.loss == "ctc") {
+  if (c.train.loss == TrainLoss::kCtc) {
     if (family.ctc_vocab(c.model) <= 0) {
       train.fail("loss", "ctc needs a model with a CTC head; " + c.model.name +
                              " has none (architecture.vocab_size is 0)");
@@ -225,10 +226,10 @@ TrainConfig read_train_document(const Document& document,
   c.data = read_data(root.map("data", true), c.source);
   const auto input = model_family(c.model.family).input_kind();
   const auto wanted = input == InputKind::kImages ? "image_folder or image_list" : "audio_list";
-  if ((c.data.kind == "audio_list") != (input == InputKind::kAudioFeatures)) {
-    root.fail("data", "data kind " + c.data.kind + " does not fit a " + c.model.family +
-                          " model, which takes " + input_kind_name(input) + " (data kind " +
-                          wanted + ")");
+  if ((c.data.kind == TrainDataKind::kAudioList) != (input == InputKind::kAudioFeatures)) {
+    root.fail("data", std::string("data kind ") + to_string(c.data.kind) + " does not fit a " +
+                          c.model.family + " model, which takes " + input_kind_name(input) +
+                          " (data kind " + wanted + ")");
   }
   c.augment = read_augment(root.map("augment", false));
   c.optimizer = read_optimizer(root.map("optimizer", false));
@@ -256,8 +257,7 @@ TrainConfig parse_train_config(const std::string& yaml, const std::string& sourc
 }
 
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
-  return parse_train_config(config_detail::read_document_file(path, "training config"), path,
-                            overrides);
+  return parse_train_config(detail::read_document_file(path, "training config"), path, overrides);
 }
 
 }  // namespace attnzoo

@@ -17,7 +17,11 @@
 //   train: {epochs: 30, batch_size: 64, label_smoothing: 0.1, clip_grad_norm: 1.0, seed: 0}
 #pragma once
 
+#include <attnzoo/configs/adamw_options.h>
 #include <attnzoo/configs/model_config.h>
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 
 #include <array>
 #include <cstdint>
@@ -27,11 +31,33 @@
 
 namespace attnzoo {
 
+// What the training data is: a folder per class, or a list of files with their labels.
+enum class TrainDataKind { kImageFolder, kImageList, kAudioList };
+// "image_folder" | "image_list" | "audio_list": the values of a config's data.kind.
+constexpr const char* to_string(TrainDataKind kind) {
+  switch (kind) {
+    case TrainDataKind::kImageFolder:
+      return "image_folder";
+    case TrainDataKind::kImageList:
+      return "image_list";
+    case TrainDataKind::kAudioList:
+      return "audio_list";
+  }
+  return "image_folder";
+}
+
+// The objective: a classifier's head on labels, or a CTC head on transcripts.
+enum class TrainLoss { kCrossEntropy, kCtc };
+// "cross_entropy" | "ctc": the values of a config's train.loss.
+constexpr const char* to_string(TrainLoss loss) {
+  return loss == TrainLoss::kCtc ? "ctc" : "cross_entropy";
+}
+
 struct TrainDataConfig {
   // image_folder: one subfolder per class (sorted names are the classes); image_list and
   // audio_list: text files of "PATH LABEL" lines (paths relative to the list file, LABEL a class
   // name), '#' comments. With train.loss ctc, audio_list lines are "PATH<TAB>TRANSCRIPT".
-  std::string kind;
+  TrainDataKind kind = TrainDataKind::kImageFolder;
   std::string train;                 // folder or list file, resolved against the config's folder
   std::string val;                   // optional, the same kind
   std::vector<std::string> classes;  // optional: the class names in order (else from the data)
@@ -77,22 +103,6 @@ struct TrainAugmentConfig {
   int64_t time_warp = 0;
 };
 
-struct TrainSliceConfig {
-  std::optional<double> lr, weight_decay;
-};
-struct TrainRuleConfig {
-  std::string pattern;  // a regular expression over the whole parameter name
-  std::optional<double> lr, weight_decay;
-  std::vector<TrainSliceConfig> slices;  // equal parts of the first dimension (3: q, k, v)
-};
-struct TrainOptimizerConfig {
-  double lr = 1e-3;
-  double weight_decay = 0.05;
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  bool no_decay_on_norms_biases_tokens = true;
-  std::vector<TrainRuleConfig> rules;
-};
-
 struct TrainScheduleConfig {
   int64_t warmup_steps = 0;
   double min_lr_ratio = 0.0;  // the cosine's floor, as a fraction of each learning rate
@@ -101,7 +111,7 @@ struct TrainScheduleConfig {
 struct TrainLoopConfig {
   // cross_entropy: a classifier's head on labels. ctc: a CTC head on transcripts, tokenized by the
   // model's decoding section (its units), validated by word and character error rates.
-  std::string loss = "cross_entropy";
+  TrainLoss loss = TrainLoss::kCrossEntropy;
   // Dynamic chunk training (WeNet's use_dynamic_chunk), for models that stream: each batch's
   // attention sees the whole utterance with probability full_context_prob, else chunks of a size
   // drawn from 1 .. dynamic_chunk encoder frames, with all earlier chunks or, with
@@ -117,13 +127,13 @@ struct TrainLoopConfig {
   double clip_grad_norm = 0.0;  // 0: off
   double label_smoothing = 0.0;
   int64_t seed = 0;
-  std::string device = "cpu";      // cpu | cuda | cuda:N
-  std::string precision = "fp32";  // fp32 | bf16 (autocast, CUDA only)
-  int64_t threads = 0;             // LibTorch intra-op threads; 0: unchanged
-  int64_t log_every = 10;          // steps between log lines and CSV rows
-  int64_t eval_every = 0;          // steps between evaluations; 0: at the end of each epoch
-  int64_t checkpoint_every = 0;    // steps between checkpoints; 0: at the end of each epoch
-  int64_t diagnostics_every = 0;   // steps between attention/gradient diagnostics; 0: off
+  c10::Device device = c10::kCPU;
+  c10::ScalarType precision = c10::kFloat;  // float, or bfloat16 (autocast, CUDA only)
+  int64_t threads = 0;                      // LibTorch intra-op threads; 0: unchanged
+  int64_t log_every = 10;                   // steps between log lines and CSV rows
+  int64_t eval_every = 0;         // steps between evaluations; 0: at the end of each epoch
+  int64_t checkpoint_every = 0;   // steps between checkpoints; 0: at the end of each epoch
+  int64_t diagnostics_every = 0;  // steps between attention/gradient diagnostics; 0: off
   // An exponential moving average of the weights (timm's ModelEmaV3, Polyak averaging): after each
   // optimiser step every floating-point parameter and buffer e <- d * e + (1 - d) * w, with
   // d = min(ema_decay, (1 + n) / (ema_warmup + n)) at the n-th update (timm's warmup; 0: none).
@@ -147,7 +157,7 @@ struct TrainConfig {
   ModelConfig model;
   TrainDataConfig data;
   TrainAugmentConfig augment;
-  TrainOptimizerConfig optimizer;
+  AdamWOptions optimizer;
   TrainScheduleConfig schedule;
   TrainLoopConfig train;
 };

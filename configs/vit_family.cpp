@@ -15,7 +15,7 @@
 namespace attnzoo {
 namespace {
 
-using namespace config_detail;
+using namespace detail;
 
 // `architecture:` of family vit: ViTOptions by their names. Absent keys keep ViTOptions' defaults,
 // which are timm's VisionTransformer defaults (ViT-B/16 at 224).
@@ -161,12 +161,13 @@ LoadedWeights ViTFamily::load_weights(torch::nn::Module& module, ModelConfig& co
 }
 
 ModelStats ViTFamily::stats(const ModelConfig& config) const {
-  const auto& size = config.image.input_size;
+  const auto& image = config.image;
   ModelStats stats;
   stats.parameters = vit_parameter_count(config.options<ViTOptions>());
-  stats.macs = vit_macs(config.options<ViTOptions>(), size[1], size[2]);
-  stats.basis = std::to_string(size[0]) + "x" + std::to_string(size[1]) + "x" +
-                std::to_string(size[2]) + " image";
+  stats.macs =
+      vit_macs(config.options<ViTOptions>(), image.transform.height, image.transform.width);
+  stats.basis = std::to_string(image.channels) + "x" + std::to_string(image.transform.height) +
+                "x" + std::to_string(image.transform.width) + " image";
   return stats;
 }
 
@@ -207,8 +208,8 @@ void ViTFamily::check_input(const ModelConfig& config, const ModelInput& input,
 }
 
 ModelInput ViTFamily::random_input(const ModelConfig& config, int64_t batch, int64_t) const {
-  const auto& size = config.image.input_size;
-  return {torch::randn({batch, size[0], size[1], size[2]}), {}};
+  const auto& image = config.image;
+  return {torch::randn({batch, image.channels, image.transform.height, image.transform.width}), {}};
 }
 
 torch::Tensor ViTFamily::classify(torch::nn::Module& module, const ModelConfig&,

@@ -21,7 +21,7 @@ class ViTFamily : public ModelFamily {
   const std::string& name() const override;
   InputKind input_kind() const override;
   std::vector<std::string> checkpoint_formats() const override;
-  void read(config_detail::MapReader& root, ModelConfig& config) const override;
+  void read(detail::MapReader& root, ModelConfig& config) const override;
   std::shared_ptr<torch::nn::Module> build(const ModelConfig& config) const override;
   LoadedWeights load_weights(torch::nn::Module& module, ModelConfig& config,
                              const io::TensorDict& tensors, const std::string& format,

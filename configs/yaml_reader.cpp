@@ -1,5 +1,7 @@
 #include <attnzoo/configs/yaml_reader.h>
 
+#include <attnzoo/core/dtype_device.h>
+
 #include <yaml-cpp/eventhandler.h>
 
 #include <algorithm>
@@ -15,7 +17,7 @@
 #include <sstream>
 #include <vector>
 
-namespace attnzoo::config_detail {
+namespace attnzoo::detail {
 
 std::string resolve(const std::string& source, const std::string& value) {
   std::filesystem::path path(value);
@@ -417,6 +419,23 @@ std::string MapReader::string(const std::string& key, std::optional<std::string>
   return entry->value.Scalar();
 }
 
+c10::Device MapReader::device(const std::string& key, const std::string& fallback) {
+  const auto name = string(key, fallback);
+  const bool indexed = name.size() > 5 && name.rfind("cuda:", 0) == 0 && name.size() <= 8 &&
+                       name.find_first_not_of("0123456789", 5) == std::string::npos;
+  if (name != "cpu" && name != "cuda" && !indexed) {
+    fail(key, "expected cpu, cuda or cuda:N, got '" + name + "'");
+  }
+  return c10::Device(name);
+}
+
+c10::ScalarType MapReader::dtype(const std::string& key, const std::string& fallback,
+                                 bool accept_fp64) {
+  std::vector<std::string> names = {"fp32", "bf16", "fp16"};
+  if (accept_fp64) names.emplace_back("fp64");
+  return parse_dtype(key, choice(key, fallback, names), accept_fp64);
+}
+
 std::string MapReader::choice(const std::string& key, std::optional<std::string> fallback,
                               const std::vector<std::string>& allowed) {
   const Entry* entry = lookup(key, !fallback);
@@ -553,4 +572,4 @@ void MapReader::finish() const {
   }
 }
 
-}  // namespace attnzoo::config_detail
+}  // namespace attnzoo::detail

@@ -5,6 +5,8 @@
 
 #include <attnzoo/configs/model_config.h>
 
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
@@ -12,10 +14,11 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
-namespace attnzoo::config_detail {
+namespace attnzoo::detail {
 
 // Documents larger than this are refused before parsing: a model file is a few hundred bytes.
 constexpr size_t kMaxDocumentBytes = 1 << 20;
@@ -93,20 +96,30 @@ class MapReader {
                 bool min_exclusive = false);
   bool boolean(const std::string& key, std::optional<bool> fallback);
   std::string string(const std::string& key, std::optional<std::string> fallback);
+  // "cpu", "cuda" or "cuda:N" (whether this process sees the device is checked where the model
+  // loads, not here: a config is readable on any machine).
+  c10::Device device(const std::string& key, const std::string& fallback);
+  // "fp32", "bf16" or "fp16" (and "fp64" where `accept_fp64`).
+  c10::ScalarType dtype(const std::string& key, const std::string& fallback,
+                        bool accept_fp64 = false);
   // One of `allowed`.
   std::string choice(const std::string& key, std::optional<std::string> fallback,
                      const std::vector<std::string>& allowed);
   // A closed choice read into its enum: one of `allowed`, spelled as to_string(value) spells it
   // (the error lists those names).
+  // A fallback of std::nullopt makes the key required. (Enum is deduced from `allowed` alone:
+  // std::common_type_t keeps `fallback` out of the deduction.)
   template <typename Enum>
-  Enum enumeration(const std::string& key, Enum fallback, std::initializer_list<Enum> allowed) {
+  Enum enumeration(const std::string& key, std::optional<std::common_type_t<Enum>> fallback,
+                   std::initializer_list<Enum> allowed) {
     std::vector<std::string> names;
     for (const Enum value : allowed) names.emplace_back(to_string(value));
-    const auto name = choice(key, std::string(to_string(fallback)), names);
+    const auto name = choice(
+        key, fallback ? std::optional<std::string>(to_string(*fallback)) : std::nullopt, names);
     for (const Enum value : allowed) {
       if (name == to_string(value)) return value;
     }
-    return fallback;
+    return *allowed.begin();  // choice() accepted only the names of `allowed`
   }
   // As number() and boolean(), but an explicit `null` is a value of its own (std::nullopt).
   std::optional<double> nullable_number(const std::string& key, std::optional<double> fallback,
@@ -151,4 +164,4 @@ class MapReader {
   std::vector<std::string> declared_;  // in the order read, for the "expected one of" list
 };
 
-}  // namespace attnzoo::config_detail
+}  // namespace attnzoo::detail

@@ -1,6 +1,6 @@
 #include <attnzoo/configs/zoo_path.h>
 
-#include <attnzoo/io/error.h>
+#include <attnzoo/core/error.h>
 
 #include <dlfcn.h>
 

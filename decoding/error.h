@@ -7,7 +7,7 @@
 //                  file() and line() carry the same, line() 0 for the file as a whole.
 #pragma once
 
-#include <attnzoo/io/error.h>
+#include <attnzoo/core/error.h>
 
 #include <cstdint>
 #include <string>

@@ -57,19 +57,19 @@ std::vector<std::string> words_of(std::string_view text) {
   std::vector<std::string> words;
   size_t i = 0;
   while (i < text.size()) {
-    while (i < text.size() && text_scan::is_white(text[i])) ++i;
+    while (i < text.size() && detail::is_white(text[i])) ++i;
     const size_t begin = i;
-    while (i < text.size() && !text_scan::is_white(text[i])) ++i;
+    while (i < text.size() && !detail::is_white(text[i])) ++i;
     if (i > begin) words.emplace_back(text.substr(begin, i - begin));
   }
   return words;
 }
 
 std::vector<std::string> characters_of(std::string_view text) {
-  text = text_scan::trimmed(text);
+  text = detail::trimmed(text);
   std::vector<std::string> characters;
   for (size_t i = 0; i < text.size();) {
-    const size_t length = text_scan::character_length(text, i);
+    const size_t length = detail::character_length(text, i);
     characters.emplace_back(text.substr(i, length));
     i += length;
   }

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <string_view>
 
-namespace attnzoo::decoding::text_scan {
+namespace attnzoo::decoding::detail {
 
 inline bool is_white(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
@@ -29,4 +29,4 @@ inline size_t character_length(std::string_view text, size_t at) {
   return length < text.size() - at ? length : text.size() - at;
 }
 
-}  // namespace attnzoo::decoding::text_scan
+}  // namespace attnzoo::decoding::detail

@@ -7,8 +7,8 @@
 namespace attnzoo::decoding {
 namespace {
 
-using text_scan::is_white;
-using text_scan::trimmed;
+using detail::is_white;
+using detail::trimmed;
 
 const std::string kSpacePiece = "\xE2\x96\x81";  // U+2581, "▁"
 const std::string kSpaceWord = "<space>";
@@ -57,7 +57,7 @@ std::vector<int64_t> Tokenizer::encode(std::string_view text, const std::string&
     if (join_ == TextJoin::kWords) {
       while (end < text.size() && !is_white(text[end])) ++end;
     } else {
-      end = i + text_scan::character_length(text, i);
+      end = i + detail::character_length(text, i);
     }
     ids.push_back(id_of(std::string(text.substr(i, end - i)), where));
     i = end;

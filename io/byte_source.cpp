@@ -1,5 +1,5 @@
+#include <attnzoo/core/error.h>
 #include <attnzoo/io/byte_source.h>
-#include <attnzoo/io/error.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -10,7 +10,7 @@
 // or allocated before every offset, size and shape is known to be consistent.
 #pragma once
 
-#include <attnzoo/io/error.h>
+#include <attnzoo/core/error.h>
 
 #include <cstddef>
 #include <cstdint>

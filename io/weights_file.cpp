@@ -1,4 +1,4 @@
-#include <attnzoo/io/error.h>
+#include <attnzoo/core/error.h>
 #include <attnzoo/io/weights_file.h>
 
 #include <nlohmann/json.hpp>

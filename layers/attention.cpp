@@ -151,7 +151,7 @@ void MultiheadAttentionImpl::reset_parameters() {
   if (scheme == AttentionInit::kTruncNormal) {
     for (auto* layer : {&qkv, &q, &kv, &proj}) {
       if (!*layer) continue;
-      init::trunc_normal_((*layer)->weight, 0.0, 0.02);
+      trunc_normal_((*layer)->weight, 0.0, 0.02);
       zero_bias(*layer);
     }
   } else {

@@ -28,7 +28,7 @@ void check_options(const AttentionBackendOptions& o, const char* who) {
 }
 
 // Masks are validated to have at most 4 dims.
-using attention_detail::as_4d;
+using detail::as_4d;
 
 // The entries of `t` (broadcastable to [B, H, L, S]) at query positions `rows` and key positions
 // `cols` (Long, broadcastable to each other: shape P). A size-1 dim of `t` is read at index 0.

@@ -31,11 +31,11 @@
 namespace attnzoo {
 namespace {
 
-using attention_detail::accumulation_type;
-using attention_detail::as_4d;
-using attention_detail::reduce_to;
-using attention_detail::tile_of;
-using attention_detail::TileMasks;
+using detail::accumulation_type;
+using detail::as_4d;
+using detail::reduce_to;
+using detail::tile_of;
+using detail::TileMasks;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 

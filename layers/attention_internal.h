@@ -3,7 +3,7 @@
 
 #include <torch/types.h>
 
-namespace attnzoo::attention_detail {
+namespace attnzoo::detail {
 
 // [d0, ..., dk] (k < 4) -> [1, ..., 1, d0, ..., dk] with 4 dims, broadcastable to
 // [B, H, L, S]; a view.
@@ -17,4 +17,4 @@ inline torch::ScalarType accumulation_type(torch::ScalarType t) {
   return (t == torch::kBFloat16 || t == torch::kHalf) ? torch::kFloat : t;
 }
 
-}  // namespace attnzoo::attention_detail
+}  // namespace attnzoo::detail

@@ -31,7 +31,7 @@
 namespace attnzoo {
 namespace {
 
-using attention_detail::accumulation_type;
+using detail::accumulation_type;
 
 // φ(x) = elu(x) + 1 > 0 (Katharopoulos et al., §3.2): a denominator is 0 only without keys.
 torch::Tensor feature_map(const torch::Tensor& x) { return torch::elu(x) + 1.0; }

@@ -31,7 +31,7 @@ void check_broadcastable(const torch::Tensor& t, const char* name, int64_t batch
                     " (each dim equal or 1, at most 4 dims), got ", shape_string(t.sizes()));
 }
 
-using attention_detail::as_4d;
+using detail::as_4d;
 
 }  // namespace
 

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-namespace attnzoo::attention_detail {
+namespace attnzoo::detail {
 
 TileMasks TileMasks::of(const AttentionMask& mask, int64_t query_len, int64_t key_len,
                         torch::Device device) {
@@ -102,4 +102,4 @@ torch::Tensor reduce_to(const torch::Tensor& grad, const torch::Tensor& like) {
   return dims.empty() ? grad : grad.sum(dims, /*keepdim=*/true);
 }
 
-}  // namespace attnzoo::attention_detail
+}  // namespace attnzoo::detail

@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-namespace attnzoo::attention_detail {
+namespace attnzoo::detail {
 
 // The exclusions of an AttentionMask (its bias is the caller's), on the device of the problem.
 struct TileMasks {
@@ -47,4 +47,4 @@ torch::Tensor tile_of(const torch::Tensor& t4, int64_t i0, int64_t lc, int64_t j
 // Sums `grad` ([B, H, lc, sc]) over the dims where `like` has size 1, keeping them.
 torch::Tensor reduce_to(const torch::Tensor& grad, const torch::Tensor& like);
 
-}  // namespace attnzoo::attention_detail
+}  // namespace attnzoo::detail

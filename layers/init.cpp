@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-namespace attnzoo::init {
+namespace attnzoo {
 
 torch::Tensor trunc_normal_(torch::Tensor tensor, double mean, double std, double a, double b) {
   TORCH_CHECK_VALUE(std > 0.0 && a < b, "trunc_normal_: need std > 0 and a < b, got std = ", std,
@@ -19,4 +19,4 @@ torch::Tensor trunc_normal_(torch::Tensor tensor, double mean, double std, doubl
   return tensor;
 }
 
-}  // namespace attnzoo::init
+}  // namespace attnzoo

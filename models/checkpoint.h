@@ -2,7 +2,7 @@
 // unexpected and mis-shaped tensor is reported by name, all at once, in one error.
 #pragma once
 
-#include <attnzoo/io/error.h>
+#include <attnzoo/core/error.h>
 #include <attnzoo/io/safetensors.h>
 
 #include <torch/nn/module.h>

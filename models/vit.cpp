@@ -204,13 +204,13 @@ void VisionTransformerImpl::reset() {
 
 void VisionTransformerImpl::reset_parameters() {
   torch::NoGradGuard no_grad;
-  init::trunc_normal_(pos_embed, 0.0, 0.02);
+  trunc_normal_(pos_embed, 0.0, 0.02);
   if (cls_token.defined()) cls_token.normal_(0.0, 1e-6);
-  if (dist_token.defined()) init::trunc_normal_(dist_token, 0.0, 0.02);
+  if (dist_token.defined()) trunc_normal_(dist_token, 0.0, 0.02);
   if (reg_token.defined()) reg_token.normal_(0.0, 1e-6);
   for (auto& module : modules(/*include_self=*/false)) {
     if (auto* linear = module->as<torch::nn::Linear>()) {
-      init::trunc_normal_(linear->weight, 0.0, 0.02);
+      trunc_normal_(linear->weight, 0.0, 0.02);
       if (linear->bias.defined()) linear->bias.zero_();
     } else if (auto* norm_layer = module->as<torch::nn::LayerNorm>()) {
       norm_layer->reset_parameters();

@@ -14,16 +14,12 @@
 namespace attnzoo::serve {
 namespace {
 
-// The options a serve config entry gives any model: ImageClassifierOptions, SpeechEncoderOptions.
+// A task's options (ImageClassifierOptions, SpeechEncoderOptions) holding the entry's model
+// options, the rest at the task's defaults.
 template <class Options>
 Options model_options(const ServedModelConfig& m) {
   Options options;
-  options.weights = m.weights;
-  options.format = m.format;
-  options.key = m.key;
-  options.overrides = m.overrides;
-  options.device = m.device;
-  options.dtype = m.dtype;
+  static_cast<ModelOptions&>(options) = m.options;
   return options;
 }
 
@@ -31,10 +27,10 @@ std::shared_ptr<const ServedModel> image_model(const ServedModelConfig& m,
                                                const ModelConfig& model_config,
                                                const std::string& who) {
   const auto& family = model_family(model_config.family);
-  if (m.task == "encode" || m.task == "transcribe") {
-    throw std::invalid_argument(who + ": task '" + m.task + "' needs a model of audio; this is a " +
-                                model_config.family + " model taking " +
-                                input_kind_name(family.input_kind()));
+  if (m.task && *m.task != ServedTask::kClassify) {
+    throw std::invalid_argument(who + ": task '" + to_string(*m.task) +
+                                "' needs a model of audio; this is a " + model_config.family +
+                                " model taking " + input_kind_name(family.input_kind()));
   }
   if (family.num_classes(model_config) == 0) {
     throw std::invalid_argument(who +
@@ -50,26 +46,24 @@ std::shared_ptr<const ServedModel> audio_model(const ServedModelConfig& m,
                                                const ModelConfig& model_config,
                                                const std::string& who) {
   const auto& family = model_family(model_config.family);
-  std::string task = m.task;
-  if (task.empty()) {
-    if (family.num_classes(model_config) > 0) {
-      task = "classify";
-    } else if (family.ctc_vocab(model_config) > 0 &&
-               (!m.units.empty() || model_config.decoding.defined())) {
-      task = "transcribe";
-    } else {
-      task = "encode";
-    }
+  ServedTask task = ServedTask::kEncode;
+  if (m.task) {
+    task = *m.task;
+  } else if (family.num_classes(model_config) > 0) {
+    task = ServedTask::kClassify;
+  } else if (family.ctc_vocab(model_config) > 0 &&
+             (!m.units.empty() || model_config.decoding.defined())) {
+    task = ServedTask::kTranscribe;
   }
   auto options = model_options<SpeechEncoderOptions>(m);
   options.read.max_seconds = m.max_audio_seconds;
   const AudioServing serving{m.max_audio_seconds, m.stream_chunk};
   try {
-    if (task == "classify") {
+    if (task == ServedTask::kClassify) {
       return std::make_shared<ServedAudioClassifier>(
           m.name, std::make_shared<const AudioClassifier>(m.model, options), serving);
     }
-    if (task == "transcribe") {
+    if (task == ServedTask::kTranscribe) {
       SpeechRecognizerOptions recognizer;
       recognizer.encoder = options;
       recognizer.units = m.units;
@@ -79,9 +73,10 @@ std::shared_ptr<const ServedModel> audio_model(const ServedModelConfig& m,
     return std::make_shared<ServedSpeechEncoder>(
         m.name, std::make_shared<const SpeechEncoder>(m.model, options), serving);
   } catch (const c10::Error& e) {
-    throw std::invalid_argument(who + ": task '" + task + "': " + e.what_without_backtrace());
+    throw std::invalid_argument(who + ": task '" + to_string(task) +
+                                "': " + e.what_without_backtrace());
   } catch (const std::exception& e) {
-    throw std::invalid_argument(who + ": task '" + task + "': " + e.what());
+    throw std::invalid_argument(who + ": task '" + to_string(task) + "': " + e.what());
   }
 }
 
@@ -90,7 +85,7 @@ std::shared_ptr<const ServedModel> audio_model(const ServedModelConfig& m,
 std::vector<ModelEndpoint> load_endpoints(const ServeConfig& config) {
   std::vector<ModelEndpoint> endpoints;
   for (const auto& m : config.models) {
-    const auto model_config = resolve_model_config(m.model, m.overrides);
+    const auto model_config = resolve_model_config(m.model, m.options.overrides);
     const std::string who = config.source + ": model '" + m.name + "' (" + m.model + ")";
     ModelEndpoint endpoint;
     endpoint.model = model_family(model_config.family).input_kind() == InputKind::kImages

@@ -1,6 +1,7 @@
 #include <attnzoo/serve/inference_server.h>
 
 #include <attnzoo/api/intra_op_threads.h>
+#include <attnzoo/core/version.h>
 #include <attnzoo/serve/model_job.h>
 
 #include <nlohmann/json.hpp>
@@ -8,10 +9,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <sstream>
-
-#ifndef ATTNZOO_VERSION
-#define ATTNZOO_VERSION "0"
-#endif
 
 namespace attnzoo::serve {
 namespace {
@@ -150,7 +147,7 @@ void InferenceServer::handle(HttpRequest request, Respond respond) {
   if (parts.size() == 1) {
     if (!get) return method_not_allowed();
     return respond(json_response(200, {{"name", "attnzoo"},
-                                       {"version", ATTNZOO_VERSION},
+                                       {"version", version()},
                                        {"extensions", {"binary_tensor_data", "classification"}}}));
   }
   if (parts.size() == 3 && parts[1] == "health" && (parts[2] == "live" || parts[2] == "ready")) {

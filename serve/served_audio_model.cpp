@@ -28,7 +28,7 @@ ServedAudioModel::ServedAudioModel(std::string name, std::shared_ptr<const Speec
       classifiable_(std::move(classifiable)),
       one_utterance_(std::move(one_utterance)) {
   try {
-    encoder_->stream(encoder_->config().features.sample_rate, serving_.stream_chunk);
+    encoder_->stream(encoder_->config().features->sample_rate, serving_.stream_chunk);
   } catch (const c10::Error& e) {
     no_stream_reason_ = e.what_without_backtrace();
   }
@@ -38,7 +38,7 @@ std::shared_ptr<BatchJob> ServedAudioModel::prepare(const InferRequest& request,
                                                     Completion done) const {
   const Tensor* audio = request.input("audio");
   const Tensor* waveform = request.input("waveform");
-  const int64_t rate = encoder_->config().features.sample_rate;
+  const int64_t rate = encoder_->config().features->sample_rate;
   if ((audio == nullptr) == (waveform == nullptr) || request.inputs.size() != 1) {
     throw ProtocolError("model '" + name() +
                         "' takes one input: 'audio' (BYTES [N, 1], audio files) or 'waveform' "

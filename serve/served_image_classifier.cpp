@@ -20,11 +20,12 @@ struct ImageJob : ModelJob {
 ServedImageClassifier::ServedImageClassifier(std::string name,
                                              std::shared_ptr<const ImageClassifier> classifier)
     : ServedModel(std::move(name), "1"), classifier_(std::move(classifier)) {
-  const auto& size = classifier_->config().image.input_size;
+  const auto& image = classifier_->config().image;
   const auto& config = classifier_->config();
   const int64_t classes = model_family(config.family).num_classes(config);
-  inputs_ = {{"image", DataType::kBytes, {1}},
-             {"pixels", DataType::kFp32, {size[0], size[1], size[2]}}};
+  inputs_ = {
+      {"image", DataType::kBytes, {1}},
+      {"pixels", DataType::kFp32, {image.channels, image.transform.height, image.transform.width}}};
   outputs_ = {{"logits", DataType::kFp32, {classes}},
               {"probabilities", DataType::kFp32, {classes}}};
 }

@@ -17,7 +17,7 @@ std::vector<TensorSpec> encoder_outputs(const SpeechEncoder& encoder) {
   const auto& config = encoder.config();
   const auto& family = model_family(config.family);
   // The width of the frames, whatever the family: one second of silence through the model.
-  const int64_t rate = config.features.sample_rate;
+  const int64_t rate = config.features->sample_rate;
   const int64_t width = encoder.encode_waveform(torch::zeros({rate}), rate).encoded.size(1);
   std::vector<TensorSpec> outputs{{"encoded", DataType::kFp32, {-1, width}},
                                   {"embedding", DataType::kFp32, {width}}};

@@ -86,7 +86,7 @@ StreamReply SpeechStream::signal(const std::string& text) {
   if (name != "start") return failed("unknown signal '" + name + "': \"start\" or \"end\"");
   if (sample_rate_ != 0) return failed("\"start\" came twice");
   const int64_t model_rate =
-      (recognizer_ ? recognizer_->config() : encoder_->config()).features.sample_rate;
+      (recognizer_ ? recognizer_->config() : encoder_->config()).features->sample_rate;
   sample_rate_ = model_rate;
   if (const auto it = message.find("nbest"); it != message.end()) {
     if (!it->is_number_integer() || it->get<int64_t>() < 1) {

@@ -19,7 +19,7 @@
 // a model is served_model.h's business.
 #pragma once
 
-#include <attnzoo/io/error.h>
+#include <attnzoo/core/error.h>
 
 #include <cstddef>
 #include <cstdint>

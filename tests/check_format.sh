@@ -6,7 +6,7 @@ clang_format=$1
 mapfile -t files < <(git ls-files -- '*.h' '*.cpp' '*.cu' '*.cuh' 2>/dev/null)
 if [ ${#files[@]} -eq 0 ]; then
   # Not a git checkout (e.g. an exported tarball): check what is on disk.
-  mapfile -t files < <(find layers kernels tools tests models preprocess configs io api train decoding \
+  mapfile -t files < <(find core layers kernels tools tests models preprocess configs io api train decoding serve \
     \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) 2>/dev/null)
 fi
 bad=()

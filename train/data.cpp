@@ -1,6 +1,7 @@
 #include <attnzoo/train/data.h>
 
 #include <attnzoo/api/intra_op_threads.h>
+#include <attnzoo/core/splitmix64.h>
 
 #include <torch/torch.h>
 
@@ -19,13 +20,6 @@ namespace attnzoo {
 namespace {
 
 namespace fs = std::filesystem;
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 // [low, high) from the generator by rejection (portable, unlike std::uniform_int_distribution).
 uint64_t below(std::mt19937_64& rng, uint64_t n) {

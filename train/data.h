@@ -8,8 +8,8 @@
 // uninterrupted run saw (EpochLoader's start_batch).
 #pragma once
 
+#include <attnzoo/core/error.h>
 #include <attnzoo/decoding/tokenizer.h>
-#include <attnzoo/io/error.h>
 
 #include <torch/types.h>
 

@@ -9,7 +9,7 @@
 // means into the parameters' .grad: every rank then holds the gradient of the whole global batch.
 #pragma once
 
-#include <attnzoo/io/error.h>
+#include <attnzoo/core/error.h>
 
 #include <torch/nn/module.h>
 #include <torch/types.h>

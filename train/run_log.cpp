@@ -1,5 +1,5 @@
+#include <attnzoo/core/error.h>
 #include <attnzoo/io/atomic_file.h>
-#include <attnzoo/io/error.h>
 #include <attnzoo/train/run_log.h>
 
 #include <nlohmann/json.hpp>

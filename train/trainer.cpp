@@ -2,6 +2,7 @@
 
 #include <attnzoo/api/frontend_options.h>
 #include <attnzoo/api/model_tokenizer.h>
+#include <attnzoo/core/splitmix64.h>
 #include <attnzoo/io/atomic_file.h>
 #include <attnzoo/io/safetensors.h>
 #include <attnzoo/models/checkpoint.h>
@@ -40,32 +41,6 @@ namespace attnzoo {
 namespace {
 
 namespace fs = std::filesystem;
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// The optimiser's settings from the config.
-AdamWOptions adamw_options(const TrainOptimizerConfig& c) {
-  AdamWOptions o;
-  o.lr = c.lr;
-  o.beta1 = c.beta1;
-  o.beta2 = c.beta2;
-  o.eps = c.eps;
-  o.weight_decay = c.weight_decay;
-  o.no_decay_on_norms_biases_tokens = c.no_decay_on_norms_biases_tokens;
-  for (const auto& r : c.rules) {
-    ParameterGroupRule rule;
-    rule.pattern = r.pattern;
-    rule.lr = r.lr;
-    rule.weight_decay = r.weight_decay;
-    for (const auto& s : r.slices) rule.slices.push_back({s.lr, s.weight_decay});
-    o.rules.push_back(std::move(rule));
-  }
-  return o;
-}
 
 int64_t model_classes(const ModelConfig& config) {
   return model_family(config.family).num_classes(config);
@@ -165,8 +140,8 @@ LabelledDataset load_dataset(const TrainDataConfig& data, const std::string& whi
   const auto& where = which == "val" ? data.val : data.train;
   TORCH_CHECK_VALUE(!where.empty(), "the config has no data.", which);
   if (tokenizer) return transcript_list_dataset(where, *tokenizer);
-  return data.kind == "image_folder" ? image_folder_dataset(where, data.classes)
-                                     : list_dataset(where, data.classes);
+  return data.kind == TrainDataKind::kImageFolder ? image_folder_dataset(where, data.classes)
+                                                  : list_dataset(where, data.classes);
 }
 
 torch::Tensor classify_batch(ZooModel& model, const Batch& batch) {
@@ -355,7 +330,7 @@ struct Trainer::State {
     if (t.dynamic_chunk > 0) {
       // Encoder frames of the longest utterance: features over input frames per encoder frame.
       const auto& family = model_family(config.model.family);
-      const double rate = family.frame_ms(config.model) / config.model.features.frame_shift_ms;
+      const double rate = family.frame_ms(config.model) / config.model.frame_shift_ms();
       const auto frames =
           static_cast<int64_t>(static_cast<double>(batch.inputs.size(1)) / std::max(rate, 1.0));
       input.attention_chunks = draw_attention_chunks(
@@ -391,7 +366,7 @@ struct Trainer::State {
                     nlohmann::json* diagnosis) {
     torch::Tensor loss;
     {
-      AutocastScope scope(config.train.precision == "bf16" && device.is_cuda());
+      AutocastScope scope(config.train.precision == torch::kBFloat16 && device.is_cuda());
       std::unique_ptr<AttentionRecorder> recorder;
       if (diagnosis) recorder = std::make_unique<AttentionRecorder>();
       loss = batch_loss(batch, mixup, rng);
@@ -432,7 +407,8 @@ struct Trainer::State {
                                        ProgressReport& progress) {
     const auto& t = config.train;
     // The step's generator (mixing) depends on the seed and the step alone.
-    std::mt19937_64 rng(mix(static_cast<uint64_t>(t.seed) ^ mix(static_cast<uint64_t>(step))));
+    std::mt19937_64 rng(
+        splitmix64(static_cast<uint64_t>(t.seed) ^ splitmix64(static_cast<uint64_t>(step))));
     const bool diagnose = t.diagnostics_every > 0 && step % t.diagnostics_every == 0;
     nlohmann::json diagnosis;
     optimizer->zero_grad();
@@ -503,7 +479,7 @@ struct Trainer::State {
                           {"format", "attnzoo"},
                           {"step", std::to_string(step)},
                           {"weights", ema ? "ema" : "last"},
-                          {"loss", config.train.loss},
+                          {"loss", to_string(config.train.loss)},
                           {"classes", class_names.dump()}});
   }
 };
@@ -514,12 +490,12 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   s.options = std::move(options);
   const auto& c = s.config;
   if (c.train.threads > 0) torch::set_num_threads(static_cast<int>(c.train.threads));
-  s.device = torch::Device(c.train.device);
+  s.device = c.train.device;
   if (s.device.is_cuda() && !torch::cuda::is_available()) {
-    throw Error(c.source + ": train.device " + c.train.device +
+    throw Error(c.source + ": train.device " + s.device.str() +
                 ": no CUDA device is available to this process");
   }
-  if (c.train.loss == "ctc") {
+  if (c.train.loss == TrainLoss::kCtc) {
     s.tokenizer = model_tokenizer(c.model);
     s.search = ctc_search_settings(c.model, s.tokenizer->units());
   }
@@ -567,8 +543,7 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   }
   s.model.module->to(s.device);
   s.model.module->train();
-  s.optimizer =
-      std::make_unique<AdamW>(s.model.module->named_parameters(), adamw_options(c.optimizer));
+  s.optimizer = std::make_unique<AdamW>(s.model.module->named_parameters(), c.optimizer);
   if (c.train.ema_decay > 0.0) {
     // Built before the generator is reseeded below, so that dropout draws the same with and
     // without the average.
@@ -580,7 +555,7 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
         WeightAverageOptions{c.train.ema_decay, c.train.ema_warmup});
   }
   // The generator after initialisation: dropout and drop-path draw from it.
-  torch::manual_seed(mix(static_cast<uint64_t>(c.train.seed) ^ 0xd50f7ULL));
+  torch::manual_seed(splitmix64(static_cast<uint64_t>(c.train.seed) ^ 0xd50f7ULL));
   if (!s.options.resume.empty()) {
     s.step = restore_training_checkpoint(s.options.resume, s.parts(), c.model.name, s.total_steps);
   }

@@ -44,8 +44,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_forwar
   }
   const c10::cuda::CUDAGuard device_guard(x_arg.device());
 
-  const std::optional<int64_t> x_stride = common::collapsed_row_stride(x_arg);
-  const std::optional<int64_t> residual_stride = common::collapsed_row_stride(residual_arg);
+  const std::optional<int64_t> x_stride = detail::collapsed_row_stride(x_arg);
+  const std::optional<int64_t> residual_stride = detail::collapsed_row_stride(residual_arg);
   const at::Tensor x = x_stride ? x_arg : x_arg.contiguous();
   const at::Tensor residual = residual_stride ? residual_arg : residual_arg.contiguous();
   const std::optional<at::Tensor> weight = contiguous(weight_arg);
@@ -77,7 +77,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_forwar
   params.eps = static_cast<float>(eps);
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  common::dispatch_float_types(x.scalar_type(), "attnzoo::add_layer_norm", [&](auto tag) {
+  detail::dispatch_float_types(x.scalar_type(), "attnzoo::add_layer_norm", [&](auto tag) {
     run_add_layer_norm<decltype(tag)>(params, stream);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -140,7 +140,7 @@ add_layer_norm_backward_cuda(const std::optional<at::Tensor>& d_sum_arg,
   params.num_warps = num_warps;
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  common::dispatch_float_types(
+  detail::dispatch_float_types(
       sum.scalar_type(), "attnzoo::_add_layer_norm_backward",
       [&](auto tag) { run_add_layer_norm_backward<decltype(tag)>(params, stream); });
   C10_CUDA_KERNEL_LAUNCH_CHECK();

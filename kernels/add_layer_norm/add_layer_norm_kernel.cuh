@@ -13,12 +13,7 @@
 #include <cstdint>
 
 namespace attnzoo::kernels {
-namespace add_layer_norm_detail {
-
-using common::from_float;
-using common::kMaxPackSize;
-using common::Pack;
-using common::to_float;
+namespace detail {
 
 constexpr int kWarpSize = 32;
 constexpr int kWarpsPerBlock = 4;  // one row per warp
@@ -303,11 +298,11 @@ void launch_add_layer_norm_bwd(const AddLayerNormBwdParams& params, cudaStream_t
       <<<static_cast<unsigned int>(blocks), kThreads, 0, stream>>>(params);
 }
 
-}  // namespace add_layer_norm_detail
+}  // namespace detail
 
 template <typename T>
 void run_add_layer_norm(const AddLayerNormParams& params, cudaStream_t stream) {
-  using namespace add_layer_norm_detail;
+  using namespace detail;
   if (params.rows == 0 || params.cols == 0) {
     return;  // a zero-block launch is an error, and there is nothing to do
   }
@@ -337,7 +332,7 @@ void run_add_layer_norm(const AddLayerNormParams& params, cudaStream_t stream) {
 
 template <typename T>
 void run_add_layer_norm_backward(const AddLayerNormBwdParams& params, cudaStream_t stream) {
-  using namespace add_layer_norm_detail;
+  using namespace detail;
   if (params.rows == 0 || params.cols == 0 || params.num_warps <= 0) {
     return;  // the caller fills the partials of an empty input with zeros
   }

@@ -29,7 +29,7 @@ at::Tensor bias_gelu_cuda(const at::Tensor& x_arg, const at::Tensor& bias_arg,
   }
   const c10::cuda::CUDAGuard device_guard(x_arg.device());
 
-  const std::optional<int64_t> row_stride = common::collapsed_row_stride(x_arg);
+  const std::optional<int64_t> row_stride = detail::collapsed_row_stride(x_arg);
   const at::Tensor x = row_stride ? x_arg : x_arg.contiguous();
   const at::Tensor bias = bias_arg.contiguous();
   const int64_t cols = x.size(-1);
@@ -49,7 +49,7 @@ at::Tensor bias_gelu_cuda(const at::Tensor& x_arg, const at::Tensor& bias_arg,
   params.tanh_approximation = approximate == "tanh";
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  common::dispatch_float_types(x.scalar_type(), "attnzoo::bias_gelu",
+  detail::dispatch_float_types(x.scalar_type(), "attnzoo::bias_gelu",
                                [&](auto tag) { run_bias_gelu<decltype(tag)>(params, stream); });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return y;

@@ -12,12 +12,7 @@
 #include <cstdint>
 
 namespace attnzoo::kernels {
-namespace bias_gelu_detail {
-
-using common::from_float;
-using common::kMaxPackSize;
-using common::Pack;
-using common::to_float;
+namespace detail {
 
 // GELU (Hendrycks & Gimpel 2016, eq. 1): z * Phi(z), or the paper's tanh approximation
 // 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))). These are the formulas of at::gelu with
@@ -77,11 +72,11 @@ inline bool is_aligned(const void* p, int64_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
 }
 
-}  // namespace bias_gelu_detail
+}  // namespace detail
 
 template <typename T>
 void run_bias_gelu(const BiasGeluParams& params, cudaStream_t stream) {
-  using namespace bias_gelu_detail;
+  using namespace detail;
   if (params.rows == 0 || params.cols == 0) {
     return;  // a zero-block launch is an error, and there is nothing to do
   }

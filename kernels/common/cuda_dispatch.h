@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <optional>
 
-namespace attnzoo::kernels::common {
+namespace attnzoo::kernels::detail {
 
 // The elementwise kernels read a tensor as [rows, N] rows of contiguous elements, one row stride
 // apart. That covers contiguous tensors and slices of wider rows (x[..., a:b]) without a copy;
@@ -52,4 +52,4 @@ void dispatch_float_types(at::ScalarType dtype, const char* op, Fn&& fn) {
   }
 }
 
-}  // namespace attnzoo::kernels::common
+}  // namespace attnzoo::kernels::detail

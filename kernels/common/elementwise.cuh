@@ -4,7 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-namespace attnzoo::kernels::common {
+namespace attnzoo::kernels::detail {
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
@@ -36,4 +36,4 @@ struct alignas(sizeof(T) * kPackSize) Pack {
   T v[kPackSize];
 };
 
-}  // namespace attnzoo::kernels::common
+}  // namespace attnzoo::kernels::detail

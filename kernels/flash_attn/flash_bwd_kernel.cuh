@@ -36,7 +36,7 @@
 #include <cstdint>
 
 namespace attnzoo::kernels {
-namespace flash_detail {
+namespace detail {
 
 constexpr int kBwdBlockM = 64;  // query rows per tile of the loop
 constexpr int kBwdBlockN = 64;  // keys per block
@@ -341,11 +341,11 @@ inline unsigned grid_stride_blocks(int64_t n, int64_t per_block) {
   return static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
 }
 
-}  // namespace flash_detail
+}  // namespace detail
 
 template <typename T, int kHeadDim>
 cudaError_t run_flash_bwd(const FlashBwdParams& params, cudaStream_t stream) {
-  using namespace flash_detail;
+  using namespace detail;
   const int64_t rows = params.batch * params.heads * params.q_len;
   if (rows == 0 || params.k_len == 0) return cudaSuccess;  // the caller's zeros are the gradients
   const int64_t blocks = (params.k_len + kBwdBlockN - 1) / kBwdBlockN * params.batch * params.heads;

@@ -23,7 +23,7 @@
 #include <cstdint>
 
 namespace attnzoo::kernels {
-namespace flash_detail {
+namespace detail {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
@@ -408,11 +408,11 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashFwdParam
   }
 }
 
-}  // namespace flash_detail
+}  // namespace detail
 
 template <typename T, int kHeadDim>
 cudaError_t run_flash_fwd(const FlashFwdParams& params, cudaStream_t stream) {
-  using namespace flash_detail;
+  using namespace detail;
   constexpr int kPitch = kHeadDim + 8;
   const size_t smem = static_cast<size_t>(kBlockM + 2 * kBlockN) * kPitch * sizeof(T);
   const int64_t blocks = (params.q_len + kBlockM - 1) / kBlockM * params.batch * params.heads;

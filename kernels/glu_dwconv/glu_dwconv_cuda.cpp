@@ -69,7 +69,7 @@ at::Tensor glu_dwconv_cuda(const at::Tensor& x, const at::Tensor& weight_arg,
   params.x_channel_stride = x.stride(2);
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  common::dispatch_float_types(x.scalar_type(), "attnzoo::glu_dwconv_swish",
+  detail::dispatch_float_types(x.scalar_type(), "attnzoo::glu_dwconv_swish",
                                [&](auto tag) { run_glu_dwconv<decltype(tag)>(params, stream); });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return y;

@@ -13,12 +13,7 @@
 #include <cstdint>
 
 namespace attnzoo::kernels {
-namespace glu_dwconv_detail {
-
-using common::from_float;
-using common::kMaxPackSize;
-using common::Pack;
-using common::to_float;
+namespace detail {
 
 // 1 / (1 + e^-v), the formula of at::sigmoid, at::glu and at::silu; 0 (not NaN) for v -> -inf.
 __device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
@@ -203,11 +198,11 @@ inline bool is_aligned(const void* p, int64_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
 }
 
-}  // namespace glu_dwconv_detail
+}  // namespace detail
 
 template <typename T>
 void run_glu_dwconv(const GluDwConvParams& params, cudaStream_t stream) {
-  using namespace glu_dwconv_detail;
+  using namespace detail;
   if (params.batch == 0 || params.time == 0 || params.channels == 0) {
     return;  // a zero-block launch is an error, and there is nothing to do
   }

@@ -5,7 +5,7 @@
 // a negative rate) are c10::ValueErrors naming the option instead.
 #pragma once
 
-#include <attnzoo/io/error.h>
+#include <attnzoo/core/error.h>
 
 namespace attnzoo {
 

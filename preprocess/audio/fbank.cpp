@@ -1,5 +1,7 @@
 #include <attnzoo/preprocess/audio/fbank.h>
 
+#include <attnzoo/core/splitmix64.h>
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
@@ -27,13 +29,6 @@ int64_t round_up_to_power_of_two(int64_t n) {
 
 int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 double kaldi_mel(double hz) { return 1127.0 * std::log1p(hz / 700.0); }
 
@@ -140,10 +135,6 @@ AudioFeatureKind parse_audio_feature_kind(const std::string& name) {
   TORCH_CHECK_VALUE(false, "features kind '", name, "': expected fbank or whisper_log_mel");
 }
 
-const char* audio_feature_kind_name(AudioFeatureKind kind) {
-  return kind == AudioFeatureKind::kFbank ? "fbank" : "whisper_log_mel";
-}
-
 FrameWindow parse_frame_window(const std::string& name) {
   if (name == "povey") return FrameWindow::kPovey;
   if (name == "hamming") return FrameWindow::kHamming;
@@ -152,22 +143,6 @@ FrameWindow parse_frame_window(const std::string& name) {
   if (name == "blackman") return FrameWindow::kBlackman;
   TORCH_CHECK_VALUE(false, "window '", name,
                     "': expected povey, hamming, hanning, rectangular or blackman");
-}
-
-const char* frame_window_name(FrameWindow window) {
-  switch (window) {
-    case FrameWindow::kPovey:
-      return "povey";
-    case FrameWindow::kHamming:
-      return "hamming";
-    case FrameWindow::kHanning:
-      return "hanning";
-    case FrameWindow::kRectangular:
-      return "rectangular";
-    case FrameWindow::kBlackman:
-      return "blackman";
-  }
-  return "?";
 }
 
 // Kaldi's MelBanks (mel-computations.cc) without VTLN: filter b rises linearly in mel from
@@ -298,7 +273,7 @@ std::string FeatureExtractor::describe() const {
       << (o.high_freq > 0 ? o.high_freq : nyquist + o.high_freq) << " Hz, "
       << format_number(o.frame_length_ms) << " ms frames (" << length_ << " samples, FFT "
       << fft_size_ << ") every " << format_number(o.frame_shift_ms) << " ms (" << shift_
-      << " samples) at " << o.sample_rate << " Hz, " << frame_window_name(o.window)
+      << " samples) at " << o.sample_rate << " Hz, " << to_string(o.window)
       << " window, preemphasis " << o.preemphasis << ", dc offset "
       << (o.remove_dc_offset ? "removed" : "kept") << ", snip_edges "
       << (o.snip_edges ? "true" : "false") << ", dither " << o.dither

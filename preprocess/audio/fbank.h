@@ -37,6 +37,7 @@
 #pragma once
 
 #include <attnzoo/preprocess/audio/error.h>
+#include <attnzoo/preprocess/audio/feature_options.h>
 
 #include <torch/types.h>
 
@@ -45,48 +46,6 @@
 #include <vector>
 
 namespace attnzoo {
-
-enum class AudioFeatureKind { kFbank, kWhisperLogMel };
-// "fbank" | "whisper_log_mel" (the values of a config's features.kind).
-AudioFeatureKind parse_audio_feature_kind(const std::string& name);
-const char* audio_feature_kind_name(AudioFeatureKind kind);
-
-enum class FrameWindow { kPovey, kHamming, kHanning, kRectangular, kBlackman };
-// "povey" | "hamming" | "hanning" | "rectangular" | "blackman" (Kaldi's --window-type).
-FrameWindow parse_frame_window(const std::string& name);
-const char* frame_window_name(FrameWindow window);
-
-// The fields of a config's `features:` section (configs' AudioFeaturesConfig; see
-// api/frontend_options.h), with Kaldi's defaults except dither (0) and energy_floor (0),
-// as configs/model_config.h has them.
-struct AudioFeatureOptions {
-  AudioFeatureKind kind = AudioFeatureKind::kFbank;
-  int64_t sample_rate = 16000;  // Hz, of the waveform features are computed on
-  int64_t num_mel_bins = 80;
-  double frame_length_ms = 25.0;
-  double frame_shift_ms = 10.0;
-  // kFbank only.
-  double dither = 0.0;
-  uint64_t dither_seed = 0;
-  double preemphasis = 0.97;
-  bool remove_dc_offset = true;
-  FrameWindow window = FrameWindow::kPovey;
-  bool snip_edges = true;
-  double energy_floor = 0.0;
-  double low_freq = 20.0;
-  double high_freq = 0.0;  // <= 0: that far below the Nyquist frequency
-  bool int16_scale = true;
-  // A mel bin narrower than the FFT's resolution is empty (energy 0, log the floor), as in
-  // torchaudio.compliance.kaldi.fbank (AST's 128 bins at 512 points), instead of an error (Kaldi).
-  bool allow_empty_mel_bins = false;
-  // Whole utterances (the Audio Spectrogram Transformer's input): padded with zero rows at the
-  // end or cut to this many frames; 0: as many as the audio gives.
-  int64_t fixed_frames = 0;
-  // Every feature becomes (feature - normalize_mean) / normalize_std, after any padding (AST:
-  // -4.2677393 and 2 x 4.5689974, AudioSet's statistics).
-  double normalize_mean = 0.0;
-  double normalize_std = 1.0;
-};
 
 // Kaldi's mel filterbank: [num_bins, fft_size / 2] float64 (the Nyquist bin has no weight).
 // Throws c10::ValueError for frequencies outside 0 <= low < high <= rate / 2, or, as Kaldi does,

@@ -31,7 +31,7 @@ constexpr int64_t kMaxSampleRate = 768000;
 // The bytes under libsndfile: a buffer in memory or an open file, read through the same virtual
 // I/O so that a file and its bytes in memory take one path. Not in the anonymous namespace: a
 // member of AudioReader::Impl holds one.
-namespace audio_detail {
+namespace detail {
 class ByteSource {
  public:
   virtual ~ByteSource() = default;
@@ -61,11 +61,11 @@ class ByteSource {
   int64_t size_ = 0;
   int64_t position_ = 0;
 };
-}  // namespace audio_detail
+}  // namespace detail
 
 namespace {
 
-using audio_detail::ByteSource;
+using detail::ByteSource;
 
 class MemorySource final : public ByteSource {
  public:
@@ -322,7 +322,7 @@ std::string libsndfile_version() { return sf_version_string(); }
 struct AudioReader::Impl {
   std::string source;
   AudioReadOptions options;
-  std::unique_ptr<audio_detail::ByteSource> bytes;
+  std::unique_ptr<detail::ByteSource> bytes;
   SF_VIRTUAL_IO io{vio_filelen, vio_seek, vio_read, vio_write, vio_tell};
   SNDFILE* file = nullptr;
   AudioInfo info;

@@ -13,8 +13,8 @@
 namespace attnzoo {
 namespace {
 
-using image_detail::channel_vector;
-using image_detail::round_half_even;
+using detail::channel_vector;
+using detail::round_half_even;
 
 void check_float_image(const torch::Tensor& image, const char* what) {
   TORCH_CHECK_VALUE(

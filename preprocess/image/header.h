@@ -16,7 +16,7 @@
 // This file is torch-free and OpenCV-free so that it can be fuzzed and tested on its own.
 #pragma once
 
-#include <attnzoo/io/error.h>
+#include <attnzoo/core/error.h>
 
 #include <cstddef>
 #include <cstdint>

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace attnzoo::image_detail {
+namespace attnzoo::detail {
 
 // Per-channel values (mean, std, ...) as a float [3, 1, 1], to broadcast over [3, H, W].
 inline torch::Tensor channel_vector(const std::vector<double>& values) {
@@ -19,4 +19,4 @@ inline torch::Tensor channel_vector(const std::vector<double>& values) {
 // (std::nearbyint in the default rounding mode).
 inline int64_t round_half_even(double x) { return static_cast<int64_t>(std::nearbyint(x)); }
 
-}  // namespace attnzoo::image_detail
+}  // namespace attnzoo::detail

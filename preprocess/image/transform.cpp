@@ -15,8 +15,8 @@ namespace {
 // Sides beyond 2^31 are no image; the bound keeps every product below in int64.
 constexpr double kMaxSide = 2147483647.0;
 
-using image_detail::channel_vector;
-using image_detail::round_half_even;
+using detail::channel_vector;
+using detail::round_half_even;
 
 }  // namespace
 
@@ -30,14 +30,6 @@ CropMode parse_crop_mode(const std::string& name) {
   if (name == "center") return CropMode::kCenter;
   if (name == "squash") return CropMode::kSquash;
   TORCH_CHECK_VALUE(false, "crop_mode: expected 'center' or 'squash', got '", name, "'");
-}
-
-const char* crop_mode_name(CropMode mode) {
-  return mode == CropMode::kSquash ? "squash" : "center";
-}
-
-const char* interpolation_name(Interpolation mode) {
-  return mode == Interpolation::kBicubic ? "bicubic" : "bilinear";
 }
 
 EvalImageTransform::EvalImageTransform(ImageTransformOptions options)

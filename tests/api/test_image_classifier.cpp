@@ -145,7 +145,7 @@ TEST(ImageClassifier, FourThreadsAtOnceGiveTheSerialResults) {
 
 TEST(ImageClassifier, Bfloat16StaysCloseToFloat32) {
   auto options = with_weights();
-  options.dtype = "bf16";
+  options.dtype = torch::kBFloat16;
   const ImageClassifier bf16(kYaml, options);
   const auto timm = io::load_safetensors(kRef + "/probabilities.safetensors");
   const auto top = bf16.classify(kRef + "/a.png", 1);
@@ -154,18 +154,14 @@ TEST(ImageClassifier, Bfloat16StaysCloseToFloat32) {
 
 TEST(ImageClassifier, Int8StaysCloseToFloat32AndRefusesWhatItCannotRun) {
   auto options = with_weights();
-  options.quantize = "int8";
+  options.quantize = Quantization::kInt8;
   const ImageClassifier int8(kYaml, options);
   const auto timm = io::load_safetensors(kRef + "/probabilities.safetensors");
   const auto top = int8.classify(kRef + "/a.png", 1);
   EXPECT_NEAR(top[0].probability, timm.tensors["a.png"].max().item<double>(), 0.05);
   const ImageClassifier fp32(kYaml, with_weights());
   EXPECT_NE(top[0].probability, fp32.classify(kRef + "/a.png", 1)[0].probability);
-  options.quantize = "int4";
-  EXPECT_THAT(error_of([&] { ImageClassifier(kYaml, options); }),
-              HasSubstr("ImageClassifier: quantize must be none or int8"));
-  options.quantize = "int8";
-  options.dtype = "fp16";
+  options.dtype = torch::kHalf;
   EXPECT_THAT(error_of([&] { ImageClassifier(kYaml, options); }),
               HasSubstr("inference.quantize int8 runs on the CPU in fp32 or bf16"));
 }
@@ -210,13 +206,13 @@ TEST(ImageClassifier, BadModelsOptionsAndImages) {
   EXPECT_THAT(error_of([&] { ImageClassifier(kYaml, graph_on_cpu); }),
               HasSubstr("cuda_graph needs device cuda, got cpu"));
   ImageClassifierOptions bad_dtype;
-  bad_dtype.dtype = "fp64";
+  bad_dtype.dtype = torch::kDouble;
   EXPECT_THAT(error_of([&] { ImageClassifier(kYaml, bad_dtype); }),
-              HasSubstr("dtype must be fp32, bf16 or fp16, got 'fp64'"));
+              HasSubstr("ImageClassifier: dtype must be fp32, bf16 or fp16, got fp64"));
   ImageClassifierOptions bad_device;
-  bad_device.device = "tpu";
+  bad_device.device = torch::kMeta;
   EXPECT_THAT(error_of([&] { ImageClassifier(kYaml, bad_device); }),
-              HasSubstr("device must be cpu, cuda or cuda:N, got 'tpu'"));
+              HasSubstr("ImageClassifier: device must be cpu, cuda or cuda:N, got meta"));
   ImageClassifierOptions bad_batch;
   bad_batch.batch_size = 0;
   EXPECT_THAT(error_of([&] { ImageClassifier(kYaml, bad_batch); }),

@@ -102,9 +102,9 @@ TEST(SpeechEncoder, BadModelsAndOptions) {
   EXPECT_THAT(error_of([] { SpeechEncoder("conformer_torchaudio_base"); }),
               HasSubstr("has no features section"));
   SpeechEncoderOptions bad_dtype;
-  bad_dtype.dtype = "int8";
+  bad_dtype.dtype = torch::kChar;
   EXPECT_THAT(error_of([&] { SpeechEncoder(kYaml, bad_dtype); }),
-              HasSubstr("dtype must be fp32, bf16 or fp16, got 'int8'"));
+              HasSubstr("SpeechEncoder: dtype must be fp32, bf16 or fp16, got Char"));
   const SpeechEncoder encoder(kYaml);
   EXPECT_THAT(error_of([&] {
                 encoder.encode_waveform(torch::zeros({2, 100}), 16000);

@@ -17,8 +17,8 @@ case "$case_name" in
     expect stdout '^LibTorch CUDA build: (no|CUDA [0-9]+\.[0-9]+); CUDA devices: (none|[0-9]+)$'
     expect stdout '^CUDA kernels: '
     expect stdout '^OpenCV 4\.'
-    expect stdout '^libsndfile-1\.'
-    expect stdout '^libsoxr-0\.'
+    expect stdout '^libsndfile 1\.'
+    expect stdout '^libsoxr 0\.'
     expect stdout '^yaml-cpp 0\.'
     # The zoo of the build tree, found beside the library: share/attnzoo, a link to configs/.
     expect stdout '^library: /.*/lib/libattnzoo_configs\.so'

@@ -29,11 +29,13 @@ TEST(ModelConfig, ReadsTheTinyConfig) {
   EXPECT_EQ(config.options<ViTOptions>().num_heads(), 3);
   EXPECT_EQ(config.options<ViTOptions>().num_classes(), 5);
   EXPECT_EQ(config.options<ViTOptions>().attention_backend(), "math");
-  EXPECT_EQ(config.image.input_size, (std::array<int64_t, 3>{3, 32, 32}));
-  EXPECT_DOUBLE_EQ(config.image.crop_pct, 0.9);
-  EXPECT_EQ(config.image.interpolation, "bicubic");
-  EXPECT_EQ(config.image.mean, (std::vector<double>{0.5, 0.5, 0.5}));
-  EXPECT_EQ(config.image.std, (std::vector<double>{0.5, 0.5, 0.5}));
+  EXPECT_EQ(config.image.channels, 3);
+  EXPECT_EQ(config.image.transform.height, 32);
+  EXPECT_EQ(config.image.transform.width, 32);
+  EXPECT_DOUBLE_EQ(config.image.transform.crop_pct, 0.9);
+  EXPECT_EQ(config.image.transform.interpolation, Interpolation::kBicubic);
+  EXPECT_EQ(config.image.transform.mean, (std::vector<double>{0.5, 0.5, 0.5}));
+  EXPECT_EQ(config.image.transform.std, (std::vector<double>{0.5, 0.5, 0.5}));
   EXPECT_EQ(config.labels.source, LabelsConfig::Source::kImageNet);
   EXPECT_EQ(config.checkpoint_format, "timm");
 }
@@ -118,9 +120,11 @@ checkpoint:
   EXPECT_EQ(o.attention_options().block_size(), 8);
   EXPECT_EQ(o.attention_options().window(), 2);
   EXPECT_EQ(o.attention_options().global_tokens(), 1);
-  EXPECT_EQ(config.image.input_size, (std::array<int64_t, 3>{4, 36, 24}));
-  EXPECT_EQ(config.image.interpolation, "bilinear");
-  EXPECT_EQ(config.image.std, (std::vector<double>{1, 2, 3, 4}));
+  EXPECT_EQ(config.image.channels, 4);
+  EXPECT_EQ(config.image.transform.height, 36);
+  EXPECT_EQ(config.image.transform.width, 24);
+  EXPECT_EQ(config.image.transform.interpolation, Interpolation::kBilinear);
+  EXPECT_EQ(config.image.transform.std, (std::vector<double>{1, 2, 3, 4}));
   EXPECT_EQ(config.labels.source, LabelsConfig::Source::kNone);
   EXPECT_EQ(config.checkpoint_format, "hf");
 }
@@ -140,7 +144,9 @@ preprocess: {crop_pct: 0.875, interpolation: bicubic, mean: [0, 0, 0], std: [1, 
   EXPECT_FALSE(config.options<ViTOptions>().fc_norm().has_value());
   EXPECT_EQ(config.options<ViTOptions>().attention_backend(), "auto");
   // input_size follows the architecture when absent.
-  EXPECT_EQ(config.image.input_size, (std::array<int64_t, 3>{3, 224, 224}));
+  EXPECT_EQ(config.image.channels, 3);
+  EXPECT_EQ(config.image.transform.height, 224);
+  EXPECT_EQ(config.image.transform.width, 224);
   EXPECT_TRUE(config.checkpoint_format.empty());
 }
 
@@ -251,15 +257,15 @@ TEST(ModelConfigErrors, UnknownNames) {
 }
 
 TEST(ModelConfig, InferenceQuantize) {
-  EXPECT_EQ(parse_model_config(kTinyConfig, "tiny.yaml").inference.quantize, "none");
+  EXPECT_EQ(parse_model_config(kTinyConfig, "tiny.yaml").inference.quantize, Quantization::kNone);
   EXPECT_EQ(parse_model_config(
                 with(kTinyConfig, "format: timm", "format: timm\ninference:\n  quantize: int8"),
                 "tiny.yaml")
                 .inference.quantize,
-            "int8");
+            Quantization::kInt8);
   EXPECT_EQ(
       parse_model_config(kTinyConfig, "tiny.yaml", {"inference.quantize=int8"}).inference.quantize,
-      "int8");
+      Quantization::kInt8);
 }
 
 TEST(ModelConfigErrors, InconsistentValues) {
@@ -344,7 +350,7 @@ TEST(ModelConfigOverrides, SetValuesBeforeValidation) {
                           "checkpoint.format=hf", "architecture.qk_norm=true"});
   EXPECT_EQ(config.options<ViTOptions>().depth(), 6);  // in order: the last one wins
   EXPECT_EQ(config.options<ViTOptions>().attention_backend(), "sdpa");
-  EXPECT_EQ(config.image.mean, (std::vector<double>{0.1, 0.2, 0.3}));
+  EXPECT_EQ(config.image.transform.mean, (std::vector<double>{0.1, 0.2, 0.3}));
   EXPECT_DOUBLE_EQ(config.options<ViTOptions>().init_values().value_or(0.0), 0.5);
   EXPECT_EQ(config.checkpoint_format, "hf");  // a section the file lacks is created
   EXPECT_TRUE(config.options<ViTOptions>().qk_norm());

@@ -65,10 +65,10 @@ TEST(HfSource, KeysLeftOutTakeTheConfigClassDefaults) {
   EXPECT_EQ(o.img_size(), 224);
   EXPECT_EQ(o.num_classes(), 2);  // PretrainedConfig's two labels
   EXPECT_EQ(config.labels.names, (std::vector<std::string>{"LABEL_0", "LABEL_1"}));
-  EXPECT_EQ(config.image.crop_mode, "squash");
-  EXPECT_EQ(config.image.crop_pct, 1.0);
-  EXPECT_EQ(config.image.interpolation, "bilinear");
-  EXPECT_EQ(config.image.mean, (std::vector<double>{0.5, 0.5, 0.5}));
+  EXPECT_EQ(config.image.transform.crop_mode, CropMode::kSquash);
+  EXPECT_EQ(config.image.transform.crop_pct, 1.0);
+  EXPECT_EQ(config.image.transform.interpolation, Interpolation::kBilinear);
+  EXPECT_EQ(config.image.transform.mean, (std::vector<double>{0.5, 0.5, 0.5}));
   EXPECT_EQ(config.checkpoint_format, "hf");
   EXPECT_EQ(config.checkpoint_file, fs::absolute(folder.file("model.safetensors")).string());
   // Overrides apply as to any config; a timm-style folder name is not asked of the registry.
@@ -90,9 +90,10 @@ TEST(HfSource, DeitClassifiersAndTheProcessorsCrop) {
   EXPECT_TRUE(o.dist_token());
   EXPECT_FALSE(o.dist_head());  // the class head alone
   EXPECT_EQ(o.num_classes(), 3);
-  EXPECT_EQ(config.image.crop_pct, 0.875);
-  EXPECT_EQ(config.image.interpolation, "bicubic");  // DeiTImageProcessor's default resample
-  EXPECT_EQ(config.image.mean, (std::vector<double>{0.485, 0.456, 0.406}));
+  EXPECT_EQ(config.image.transform.crop_pct, 0.875);
+  EXPECT_EQ(config.image.transform.interpolation,
+            Interpolation::kBicubic);  // DeiTImageProcessor's default resample
+  EXPECT_EQ(config.image.transform.mean, (std::vector<double>{0.485, 0.456, 0.406}));
   folder.write("config.json", R"({"model_type": "deit",
       "architectures": ["DeiTForImageClassificationWithTeacher"]})");
   EXPECT_TRUE(resolve_model_config(folder.path()).options<ViTOptions>().dist_head());
@@ -116,8 +117,8 @@ TEST(HfSource, RescaleAndNormalizeBecomeMeanAndStd) {
       "rescale_factor": 0.00784313725490196, "do_normalize": false})");
   const auto config = resolve_model_config(folder.path());
   for (size_t c = 0; c < 3; ++c) {
-    EXPECT_DOUBLE_EQ(config.image.mean[c], 0.0);
-    EXPECT_NEAR(config.image.std[c], 0.5, 1e-12);
+    EXPECT_DOUBLE_EQ(config.image.transform.mean[c], 0.0);
+    EXPECT_NEAR(config.image.transform.std[c], 0.5, 1e-12);
   }
 }
 
@@ -187,11 +188,12 @@ TEST(HfSource, AstTakesItsFeatureExtractorsSettings) {
       "num_mel_bins": 64, "max_length": 100, "mean": -4.0, "std": 4.5})");
   const auto config = resolve_model_config(folder.path());
   EXPECT_EQ(config.family, "ast");
-  EXPECT_EQ(config.features.num_mel_bins, 64);
-  EXPECT_EQ(config.features.frames, 100);
-  EXPECT_EQ(config.features.mean, -4.0);
-  EXPECT_EQ(config.features.std, 9.0);  // twice the extractor's std
-  EXPECT_EQ(config.features.window, "hanning");
+  ASSERT_TRUE(config.features.has_value());
+  EXPECT_EQ(config.features->num_mel_bins, 64);
+  EXPECT_EQ(config.features->fixed_frames, 100);
+  EXPECT_EQ(config.features->normalize_mean, -4.0);
+  EXPECT_EQ(config.features->normalize_std, 9.0);  // twice the extractor's std
+  EXPECT_EQ(config.features->window, FrameWindow::kHanning);
   folder.write("preprocessor_config.json", R"({"feature_extractor_type": "ASTFeatureExtractor",
       "num_mel_bins": 128, "max_length": 100})");
   EXPECT_THAT(config_error(folder),
@@ -217,7 +219,7 @@ TEST(TimmSource, TheZoosArchitectureWithTheFoldersOverrides) {
   EXPECT_EQ(o.depth(), 2);        // model_args
   EXPECT_EQ(o.num_classes(), 3);
   EXPECT_EQ(o.norm_eps(), 1e-6);
-  EXPECT_EQ(config.image.crop_pct, 0.95);
+  EXPECT_EQ(config.image.transform.crop_pct, 0.95);
   EXPECT_EQ(config.labels.names, (std::vector<std::string>{"cat", "dog", "fish"}));
   EXPECT_EQ(config.checkpoint_format, "timm");
 }

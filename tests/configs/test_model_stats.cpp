@@ -45,7 +45,9 @@ TEST(ModelStats, VitBase16At224) {
   ModelConfig config;
   config.family = "vit";
   config.architecture = ViTOptions();  // timm's defaults: ViT-B/16 at 224, 1000 classes
-  config.image.input_size = {3, 224, 224};
+  config.image.channels = 3;
+  config.image.transform.height = 224;
+  config.image.transform.width = 224;
   const auto stats = model_stats(config);
   EXPECT_EQ(stats.parameters, 86567656);  // timm's count for vit_base_patch16_224
   // 196 patches + class token = 197 tokens, D = 768, MLP 3072:

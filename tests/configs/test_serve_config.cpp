@@ -42,6 +42,8 @@ models:
   - name: second
     model: vit_tiny_patch16_224
     set: [architecture.num_classes=3]
+    device: cuda:1
+    dtype: bf16
   - name: speech
     model: conformer_digits_ctc
     task: transcribe
@@ -62,7 +64,8 @@ models:
   ASSERT_EQ(c.models.size(), 3u);
   EXPECT_EQ(c.models[0].name, "tiny_test");  // the model config's name
   EXPECT_EQ(c.models[0].model, std::filesystem::path(model).lexically_normal().string());
-  EXPECT_EQ(c.models[0].weights, std::filesystem::path(weights).lexically_normal().string());
+  EXPECT_EQ(c.models[0].options.weights,
+            std::filesystem::path(weights).lexically_normal().string());
   EXPECT_EQ(c.models[0].max_batch_size, 16);
   EXPECT_TRUE(c.models[0].dynamic_batching);
   EXPECT_EQ(c.models[0].max_queue_delay_us, 500);
@@ -71,12 +74,17 @@ models:
   EXPECT_EQ(c.models[1].name, "second");
   EXPECT_EQ(c.models[1].model, "vit_tiny_patch16_224");
   EXPECT_FALSE(c.models[1].dynamic_batching);
-  EXPECT_EQ(c.models[1].overrides, std::vector<std::string>{"architecture.num_classes=3"});
-  EXPECT_EQ(c.models[1].task, "");  // from the model config
+  EXPECT_EQ(c.models[1].options.overrides, std::vector<std::string>{"architecture.num_classes=3"});
+  // Read, not checked against this machine's devices: that happens where the model loads.
+  EXPECT_EQ(c.models[1].options.device, c10::Device("cuda:1"));
+  EXPECT_EQ(c.models[1].options.dtype, c10::kBFloat16);
+  EXPECT_EQ(c.models[0].options.device, c10::Device(c10::kCPU));
+  EXPECT_EQ(c.models[0].options.dtype, c10::kFloat);
+  EXPECT_FALSE(c.models[1].task.has_value());  // from the model config
   EXPECT_DOUBLE_EQ(c.models[1].max_audio_seconds, 60.0);
   EXPECT_EQ(c.models[1].max_streams, 16);
   EXPECT_EQ(c.models[1].stream_chunk, 0);
-  EXPECT_EQ(c.models[2].task, "transcribe");
+  EXPECT_EQ(c.models[2].task, ServedTask::kTranscribe);
   EXPECT_EQ(c.models[2].units, std::filesystem::path(weights).lexically_normal().string());
   EXPECT_DOUBLE_EQ(c.models[2].max_audio_seconds, 12.5);
   EXPECT_EQ(c.models[2].max_streams, 3);
@@ -120,6 +128,14 @@ TEST(ServeConfig, RefusesMistakesAtTheirKey) {
   e = serve_error("models:\n  - model: vit_tiny_patch16_224\n    task: translate\n");
   EXPECT_EQ(e.key_path(), "models[0].task");
   EXPECT_THAT(e.what(), HasSubstr("transcribe"));
+
+  e = serve_error("models:\n  - model: vit_tiny_patch16_224\n    device: tpu\n");
+  EXPECT_EQ(e.key_path(), "models[0].device");
+  EXPECT_THAT(e.what(), HasSubstr("expected cpu, cuda or cuda:N, got 'tpu'"));
+
+  e = serve_error("models:\n  - model: vit_tiny_patch16_224\n    dtype: fp64\n");
+  EXPECT_EQ(e.key_path(), "models[0].dtype");
+  EXPECT_THAT(e.what(), HasSubstr("fp16"));
 
   e = serve_error("models:\n  - model: conformer_digits_ctc\n    units: /nonexistent.txt\n");
   EXPECT_EQ(e.key_path(), "models[0].units");

@@ -101,11 +101,11 @@ TEST_P(Zoo, ArchitectureIsTimms) {
 
 TEST_P(Zoo, PreprocessingIsTimms) {
   const auto& t = timm_.at("data_config");
-  const auto& p = config_.image;
+  const auto& p = config_.image.transform;
   EXPECT_EQ(t.at("input_size").get<std::vector<int64_t>>(),
-            std::vector<int64_t>(p.input_size.begin(), p.input_size.end()));
+            (std::vector<int64_t>{config_.image.channels, p.height, p.width}));
   EXPECT_DOUBLE_EQ(t.at("crop_pct").get<double>(), p.crop_pct);
-  EXPECT_EQ(t.at("interpolation").get<std::string>(), p.interpolation);
+  EXPECT_EQ(t.at("interpolation").get<std::string>(), to_string(p.interpolation));
   const auto mean = t.at("mean").get<std::vector<double>>();
   const auto stdev = t.at("std").get<std::vector<double>>();
   ASSERT_EQ(mean.size(), p.mean.size());
@@ -146,8 +146,9 @@ TEST_P(Zoo, BuildsWithTimmsParametersAndRunsAtBatch2) {
 
   model.module->eval();
   torch::InferenceMode inference;
-  const auto& size = config_.image.input_size;
-  const auto images = torch::randn({2, size[0], size[1], size[2]});
+  const auto& image = config_.image;
+  const auto images =
+      torch::randn({2, image.channels, image.transform.height, image.transform.width});
   const auto out = model.module->as<VisionTransformerImpl>()->forward(images);
   const int64_t width = config_.options<ViTOptions>().num_classes() > 0
                             ? config_.options<ViTOptions>().num_classes()

@@ -11,7 +11,7 @@
 // accepted must have come through one of the family's layouts and left every parameter and
 // buffer with its shape.
 #include <attnzoo/configs/registry.h>
-#include <attnzoo/io/error.h>
+#include <attnzoo/core/error.h>
 
 #include <torch/torch.h>
 

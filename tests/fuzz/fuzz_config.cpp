@@ -65,7 +65,8 @@ bool all_finite(const NamedTensors& outputs) {
 int64_t input_elements(const ModelConfig& config) {
   if (config.family == "vit") {
     int64_t elements = 1;
-    for (const int64_t n : config.image.input_size) {
+    for (const int64_t n :
+         {config.image.channels, config.image.transform.height, config.image.transform.width}) {
       if (__builtin_mul_overflow(elements, n, &elements)) return INT64_MAX;
     }
     return elements;

@@ -9,7 +9,7 @@
 // Whatever is refused must be refused with an attnzoo::Error (CheckpointError); whatever is
 // accepted must have every tensor's elements inside its storage: each is read here, so ASan
 // reports a view past its memory.
-#include <attnzoo/io/error.h>
+#include <attnzoo/core/error.h>
 #include <attnzoo/io/pickle.h>
 #include <attnzoo/io/torch_checkpoint.h>
 

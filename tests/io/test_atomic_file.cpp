@@ -2,8 +2,8 @@
 // writer that fails or is dropped leaves the old file and no temporary; temporaries of killed
 // writers are cleaned up, those of live ones are not. Killing a real writer is
 // tests/cli/kill_test.py's part.
+#include <attnzoo/core/error.h>
 #include <attnzoo/io/atomic_file.h>
-#include <attnzoo/io/error.h>
 
 #include "common/test_util.h"
 

@@ -3,7 +3,7 @@
 // element for element with the same tensors written by the `safetensors` package; training
 // checkpoints, DDP names, sharded indexes; and the files that must be refused, each with the
 // message a user needs.
-#include <attnzoo/io/error.h>
+#include <attnzoo/core/error.h>
 #include <attnzoo/io/pickle.h>
 #include <attnzoo/io/weights_file.h>
 #include <attnzoo/io/zip_archive.h>

@@ -13,14 +13,14 @@ double std_of(const torch::Tensor& t) { return t.std().item<double>(); }
 TEST(Init, TruncNormalRespectsBoundsAndStd) {
   torch::manual_seed(0);
   auto t = torch::empty({200000});
-  init::trunc_normal_(t, 0.0, 1.0, -1.0, 1.0);
+  trunc_normal_(t, 0.0, 1.0, -1.0, 1.0);
   EXPECT_GE(t.min().item<double>(), -1.0);
   EXPECT_LE(t.max().item<double>(), 1.0);
   // The standard normal truncated to [-1, 1] has std sqrt(1 - 2·φ(1)/(2Φ(1) − 1)) ≈ 0.5379.
   EXPECT_NEAR(std_of(t), 0.5379, 0.005);
-  init::trunc_normal_(t, 0.0, 0.02);
+  trunc_normal_(t, 0.0, 0.02);
   EXPECT_NEAR(std_of(t), 0.02, 0.0005);
-  EXPECT_THROW(init::trunc_normal_(t, 0.0, -1.0), c10::Error);
+  EXPECT_THROW(trunc_normal_(t, 0.0, -1.0), c10::Error);
 }
 
 TEST(Init, TruncNormalIsTimmsDefault) {

@@ -190,8 +190,7 @@ TEST(AudioFeatures, OptionsFromConfig) {
   EXPECT_TRUE(options.int16_scale);
   const FeatureExtractor extractor(options);
   EXPECT_EQ(extractor.frame_length(), 400);
-  AudioFeaturesConfig none;
-  none.kind = "none";
+  const std::optional<AudioFeatureOptions> none;
   EXPECT_THAT([&] { audio_feature_options(none); },
               ::testing::ThrowsMessage<c10::ValueError>(HasSubstr("no features section")));
 }

@@ -31,7 +31,7 @@ void compare(const std::string& reference_file, const ImageTransformOptions& opt
   const auto& references = reference_tensors(reference_file);
   std::printf("%s (%lldx%lld, crop_pct %g, %s)\n", label.c_str(),
               static_cast<long long>(options.height), static_cast<long long>(options.width),
-              options.crop_pct, interpolation_name(options.interpolation));
+              options.crop_pct, to_string(options.interpolation));
   for (const auto& name : names) {
     SCOPED_TRACE(label + ": " + name);
     const auto ours = transform(decode_image(image_file(name)));
@@ -224,7 +224,7 @@ TEST(EvalTransform, FromZooConfig) {
   EXPECT_EQ(options.mean, (std::vector<double>{0.5, 0.5, 0.5}));
   EXPECT_EQ(options.std, (std::vector<double>{0.5, 0.5, 0.5}));
   auto gray = config.image;
-  gray.input_size[0] = 1;
+  gray.channels = 1;
   EXPECT_THAT(error_of<c10::ValueError>([&] { image_transform_options(gray); }),
               HasSubstr("preprocess.input_size: the image frontend makes RGB images (3 channels); "
                         "the config asks for 1"));

@@ -287,16 +287,17 @@ TEST(LoadEndpoints, ChoosesEachModelsTaskAndRefusesWhatItCannotDo) {
   const std::string vit = std::string(ATTNZOO_CONFIGS_TEST_DATA_DIR) + "/vit_micro_test.yaml";
   ServeConfig config;
   config.source = "serve.yaml";
-  const auto entry = [](std::string name, std::string model, std::string task = "") {
+  const auto entry = [](std::string name, std::string model,
+                        std::optional<ServedTask> task = std::nullopt) {
     ServedModelConfig m;
     m.name = std::move(name);
     m.model = std::move(model);
-    m.task = std::move(task);
+    m.task = task;
     return m;
   };
   config.models = {entry("image", vit), entry("kws", "conformer_kws"), entry("micro", kMicro),
                    entry("digits", "conformer_digits_ctc"),
-                   entry("digits_encoder", "conformer_digits_ctc", "encode")};
+                   entry("digits_encoder", "conformer_digits_ctc", ServedTask::kEncode)};
   config.models[2].max_streams = 0;
   const auto endpoints = load_endpoints(config);
   ASSERT_EQ(endpoints.size(), 5u);
@@ -316,10 +317,11 @@ TEST(LoadEndpoints, ChoosesEachModelsTaskAndRefusesWhatItCannotDo) {
     return error_of([&] { load_endpoints(one); });
   };
   EXPECT_THAT(
-      refusal(entry("v", vit, "encode")),
+      refusal(entry("v", vit, ServedTask::kEncode)),
       HasSubstr("serve.yaml: model 'v' (" + vit + "): task 'encode' needs a model of audio"));
-  EXPECT_THAT(refusal(entry("m", kMicro, "transcribe")), HasSubstr("model 'm'"));
-  EXPECT_THAT(refusal(entry("m", kMicro, "classify")), HasSubstr("has no classification head"));
+  EXPECT_THAT(refusal(entry("m", kMicro, ServedTask::kTranscribe)), HasSubstr("model 'm'"));
+  EXPECT_THAT(refusal(entry("m", kMicro, ServedTask::kClassify)),
+              HasSubstr("has no classification head"));
 }
 
 // Drives a SpeechStream as the WebSocket side does: one message, its reply, the next.

@@ -3,7 +3,7 @@
 // killed run wrote after its checkpoint or its torn last line.
 #include "trainer_test_util.h"
 
-#include <attnzoo/io/error.h>
+#include <attnzoo/core/error.h>
 #include <attnzoo/train/metrics_writer.h>
 
 #include <gmock/gmock.h>

@@ -3,7 +3,7 @@
 // last line, and appends after them.
 #include "trainer_test_util.h"
 
-#include <attnzoo/io/error.h>
+#include <attnzoo/core/error.h>
 #include <attnzoo/train/run_log.h>
 
 #include <gmock/gmock.h>

@@ -62,7 +62,7 @@ TEST(TrainConfig, ValuesAndDefaults) {
   EXPECT_DOUBLE_EQ(c.augment.elastic_alpha, 0.0);
   EXPECT_DOUBLE_EQ(c.train.ema_decay, 0.0);  // no weight average unless asked
   EXPECT_EQ(c.train.ema_warmup, 10);
-  EXPECT_EQ(c.train.loss, "cross_entropy");
+  EXPECT_EQ(c.train.loss, TrainLoss::kCrossEntropy);
   EXPECT_EQ(c.train.dynamic_chunk, 0);  // no dynamic chunks unless asked
   EXPECT_DOUBLE_EQ(c.train.full_context_prob, 0.5);
   EXPECT_FALSE(c.train.dynamic_left_chunks);
@@ -81,7 +81,7 @@ TEST(TrainConfig, TheShippedRunsLoad) {
     EXPECT_EQ(c.model.name, name);
     EXPECT_EQ(c.train.seed, 0);
     if (name == "vit_digits") {
-      EXPECT_EQ(c.data.kind, "image_list");
+      EXPECT_EQ(c.data.kind, TrainDataKind::kImageList);
       EXPECT_DOUBLE_EQ(c.augment.affine_degrees, 15.0);
       EXPECT_EQ(c.augment.affine_scale, (std::array<double, 2>{0.85, 1.15}));
       EXPECT_DOUBLE_EQ(c.augment.elastic_alpha, 50.0);
@@ -90,14 +90,14 @@ TEST(TrainConfig, TheShippedRunsLoad) {
       EXPECT_DOUBLE_EQ(c.train.ema_decay, 0.0);  // the shipped weights are the last ones
       EXPECT_EQ(c.model.options<ViTOptions>().img_size(), 32);
     } else if (name == "conformer_kws") {
-      EXPECT_EQ(c.data.kind, "audio_list");
+      EXPECT_EQ(c.data.kind, TrainDataKind::kAudioList);
       EXPECT_TRUE(c.augment.spec_augment);
       EXPECT_EQ(c.data.classes.size(), 12u);
-      EXPECT_EQ(c.train.loss, "cross_entropy");
+      EXPECT_EQ(c.train.loss, TrainLoss::kCrossEntropy);
     } else {
       // The speech recognizer: CTC over its word units, with dynamic chunks so that it streams.
-      EXPECT_EQ(c.data.kind, "audio_list");
-      EXPECT_EQ(c.train.loss, "ctc");
+      EXPECT_EQ(c.data.kind, TrainDataKind::kAudioList);
+      EXPECT_EQ(c.train.loss, TrainLoss::kCtc);
       EXPECT_EQ(c.train.dynamic_chunk, 25);
       EXPECT_DOUBLE_EQ(c.train.full_context_prob, 0.5);
       EXPECT_FALSE(c.train.dynamic_left_chunks);
@@ -173,7 +173,7 @@ TEST(TrainConfig, CtcObjective) {
                           "dynamic_left_chunks: true}\n");
   const auto c = load_train_config(path);
   EXPECT_EQ(c.model.name, "ctc_micro");
-  EXPECT_EQ(c.train.loss, "ctc");
+  EXPECT_EQ(c.train.loss, TrainLoss::kCtc);
   EXPECT_EQ(c.train.dynamic_chunk, 8);
   EXPECT_DOUBLE_EQ(c.train.full_context_prob, 0.25);
   EXPECT_TRUE(c.train.dynamic_left_chunks);

@@ -5,8 +5,8 @@
 // kernels only (ATTNZOO_KERNELS_ONLY) for tools/device_check.sh, and in the normal build.
 //
 //   bench_flash [--quick] [--json FILE]
+#include <attnzoo/core/error.h>
 #include <attnzoo/io/atomic_file.h>
-#include <attnzoo/io/error.h>
 #include <attnzoo/kernels/ops.h>
 
 #include "tools/bench/timing.h"

@@ -8,8 +8,8 @@
 // torch.compile.
 //
 //   bench_vit_cuda [--batches 1,64,256] [--iterations 20] [--rounds 3] [--json FILE]
+#include <attnzoo/core/error.h>
 #include <attnzoo/io/atomic_file.h>
-#include <attnzoo/io/error.h>
 #include <attnzoo/models/cuda_graph.h>
 #include <attnzoo/models/vit.h>
 

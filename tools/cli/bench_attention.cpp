@@ -1,6 +1,6 @@
 #include "tools/cli/bench_attention.h"
 
-#include <attnzoo/api/inference.h>
+#include <attnzoo/core/dtype_device.h>
 #include <attnzoo/layers/attention_backend.h>
 #include "tools/bench/memory_tracking.h"
 #include "tools/bench/timing.h"
@@ -168,7 +168,7 @@ std::string command_line(const AttentionBenchOptions& o, const std::vector<std::
 int run_attention_bench(const AttentionBenchOptions& o) {
   const auto registered = attention_backend_names();
   validate(o, registered);
-  const auto dtype = api_detail::parse_dtype("--dtype", o.dtype, /*accept_fp64=*/true);
+  const auto dtype = parse_dtype("--dtype", o.dtype, /*accept_fp64=*/true);
   const auto device = resolve_device(o.device);
   if (o.threads > 0) torch::set_num_threads(static_cast<int>(o.threads));
 

@@ -1,6 +1,6 @@
 #include "tools/cli/bench_machine.h"
 
-#include <torch/headeronly/version.h>
+#include <attnzoo/core/version.h>
 #include <torch/torch.h>
 
 #if ATTNZOO_WITH_CUDA
@@ -67,8 +67,8 @@ nlohmann::json machine_json(const torch::Device& device) {
           {"cpu_count", cpu_count()},
           {"threads", torch::get_num_threads()},
           {"device_name", device_name(device)},
-          {"libtorch", TORCH_VERSION},
-          {"attnzoo", ATTNZOO_VERSION},
+          {"libtorch", torch_version()},
+          {"attnzoo", version()},
           {"date", utc_now()}};
 }
 

@@ -3,8 +3,8 @@
 #include "tools/bench/timing.h"
 #include "tools/cli/bench_machine.h"
 
-#include <attnzoo/api/inference.h>
 #include <attnzoo/configs/registry.h>
+#include <attnzoo/core/dtype_device.h>
 #include <attnzoo/io/atomic_file.h>
 #include <attnzoo/io/safetensors.h>
 #include <attnzoo/models/cuda_graph.h>
@@ -22,7 +22,7 @@
 namespace attnzoo::cli {
 
 int run_model_bench(const ModelBenchOptions& o) {
-  const auto device = api_detail::parse_device("--device", o.device);
+  const auto device = parse_device("--device", o.device);
   if (o.cuda_graph && o.device != "cuda") {
     throw Error("--cuda-graph: CUDA graphs need --device cuda");
   }
@@ -30,15 +30,14 @@ int run_model_bench(const ModelBenchOptions& o) {
   const auto config = resolve_model_config(o.model, o.overrides);
   torch::manual_seed(0);
   auto model = build_model(config);
-  const auto dtype = api_detail::parse_dtype("--dtype", o.dtype, /*accept_fp64=*/true);
+  const auto dtype = parse_dtype("--dtype", o.dtype, /*accept_fp64=*/true);
   model.module->eval();
   model.module->to(device, dtype);
 
   // The input: seeded, so that two runs (e.g. fp32 and bf16) see the same numbers.
   torch::manual_seed(1);
-  const auto frames = o.frames > 0
-                          ? o.frames
-                          : static_cast<int64_t>(o.seconds * config.features.frames_per_second());
+  const auto frames =
+      o.frames > 0 ? o.frames : static_cast<int64_t>(o.seconds * 1000.0 / config.frame_shift_ms());
   const auto input = model.family().random_input(config, o.batch, frames).values;
   const auto on_device = input.to(device, dtype);
   // The model's first output: the logits of a classifier, the encoded frames of an encoder.
@@ -58,7 +57,7 @@ int run_model_bench(const ModelBenchOptions& o) {
   const double best = timings.min();
   std::printf("%s batch %lld %s%s %s%s threads %d: median %.3f ms, min %.3f ms over %lld calls\n",
               config.name.c_str(), static_cast<long long>(o.batch), o.dtype.c_str(),
-              config.inference.quantize == "int8" ? " int8" : "", o.device.c_str(),
+              config.inference.quantize == Quantization::kInt8 ? " int8" : "", o.device.c_str(),
               graph ? " (CUDA graph)" : "", torch::get_num_threads(), med, best,
               static_cast<long long>(o.iterations));
   if (!o.json.empty()) {

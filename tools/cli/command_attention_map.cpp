@@ -100,7 +100,7 @@ void put_label(cv::Mat& canvas, const std::string& text, int x, int baseline) {
 }
 
 // The preprocessed image [3, H, W] (normalised) back to 8-bit BGR for display.
-cv::Mat display_image(const torch::Tensor& pixels, const ImagePreprocessConfig& image) {
+cv::Mat display_image(const torch::Tensor& pixels, const ImageTransformOptions& image) {
   const auto mean = torch::tensor(std::vector<double>(image.mean.begin(), image.mean.end()))
                         .to(torch::kFloat)
                         .view({3, 1, 1});
@@ -138,7 +138,7 @@ PreparedInput prepare_input(const AttentionMapOptions& options, const ModelConfi
     const EvalImageTransform transform(image_transform_options(config.image));
     const auto pixels = transform(decode_image(options.input));  // [C, H, W]
     prepared.input.values = pixels.unsqueeze(0);
-    prepared.picture = display_image(pixels, config.image);
+    prepared.picture = display_image(pixels, config.image.transform);
     prepared.description =
         std::to_string(pixels.size(1)) + " x " + std::to_string(pixels.size(2)) + " pixels";
     return prepared;
@@ -278,8 +278,8 @@ int run_attention_map(const AttentionMapOptions& options) {
   torch::InferenceMode inference;
   const auto prepared = prepare_input(options, config);
   std::string weights;
-  auto model = api_detail::inference_model(config, options.weights, options.format, options.key,
-                                           torch::kCPU, torch::kFloat, weights);
+  auto model = inference_model(config, options.weights, options.format, options.key, torch::kCPU,
+                               torch::kFloat, weights);
   const auto records = record_attention(*model.module, [&] { model.forward(prepared.input); });
   TORCH_INTERNAL_ASSERT(static_cast<int64_t>(records.size()) == family.attention_layers(config));
   std::vector<torch::Tensor> all;

@@ -68,7 +68,7 @@ void print_header(const ClassifyOptions& options, const ModelConfig& config,
                   const std::string& weights) {
   if (options.json) return;
   std::cout << config.name << " (" << config.source << "), " << weights << ", "
-            << options.classifier.device << ", " << options.classifier.dtype << "\n";
+            << options.classifier.device << ", " << dtype_name(options.classifier.dtype) << "\n";
 }
 
 int report_failures(int failed, size_t total, const char* what) {
@@ -141,12 +141,7 @@ Command add_classify_command(CLI::App& app) {
   sub->add_option("--topk", options->topk, "Classes per image")
       ->check(CLI::Range(int64_t{1}, int64_t{1000000}))
       ->capture_default_str();
-  sub->add_option("--device", options->classifier.device, "cpu or cuda")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
-  sub->add_option("--dtype", options->classifier.dtype, "fp32, bf16 or fp16")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
-      ->capture_default_str();
+  add_device_options(sub, options->classifier);
   sub->add_option("--batch", options->classifier.batch_size, "Inputs per forward pass")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}))
       ->capture_default_str();

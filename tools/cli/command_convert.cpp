@@ -5,7 +5,7 @@
 // IN (tied weights) are written as copies, since safetensors forbids aliasing.
 #include "tools/cli/commands.h"
 
-#include <attnzoo/io/error.h>
+#include <attnzoo/core/error.h>
 #include <attnzoo/io/weights_file.h>
 
 #include <filesystem>

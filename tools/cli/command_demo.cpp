@@ -11,7 +11,7 @@
 #include "tools/cli/commands.h"
 #include "tools/cli/plot.h"
 
-#include <attnzoo/io/error.h>
+#include <attnzoo/core/error.h>
 #include <attnzoo/layers/attention.h>
 
 #include <torch/torch.h>

@@ -53,7 +53,7 @@ int run_encode(EncodeOptions options) {
   const auto& config = encoder.config();
   if (!options.json) {
     std::cout << config.name << " (" << config.source << "), " << encoder.weights_description()
-              << ", " << options.encoder.device << ", " << options.encoder.dtype;
+              << ", " << options.encoder.device << ", " << dtype_name(options.encoder.dtype);
     if (options.encoder.stream_chunk > 0) {
       std::cout << ", streaming in chunks of " << options.encoder.stream_chunk << " encoder frames";
     }
@@ -118,12 +118,7 @@ Command add_encode_command(CLI::App& app) {
   auto* sub = app.add_subcommand("encode", "Encode audio files with a Conformer of the zoo");
   add_model_options(sub, options->model, options->encoder,
                     {"attnzoo", "torchaudio", "wenet", "espnet"});
-  sub->add_option("--device", options->encoder.device, "cpu or cuda")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
-  sub->add_option("--dtype", options->encoder.dtype, "fp32, bf16 or fp16")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
-      ->capture_default_str();
+  add_device_options(sub, options->encoder);
   sub->add_option("--threads", options->encoder.threads, "LibTorch intra-op threads")
       ->check(CLI::Range(0, 1024));
   sub->add_option("--batch-size", options->encoder.batch_size,

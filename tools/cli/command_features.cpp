@@ -34,7 +34,7 @@ int run_features(const FeaturesOptions& options) {
     throw Error(config.name + " is a " + config.family +
                 " model; features prepares audio for speech models");
   }
-  if (config.features.kind == "none") {
+  if (!config.features) {
     throw Error(config.name + " (" + config.source +
                 "): the config has no features section; the model takes features "
                 "made elsewhere");

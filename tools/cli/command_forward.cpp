@@ -12,8 +12,8 @@
 //                                                             classifier "class_logits"
 #include "tools/cli/commands.h"
 
-#include <attnzoo/api/inference.h>
 #include <attnzoo/configs/registry.h>
+#include <attnzoo/core/dtype_device.h>
 #include <attnzoo/io/safetensors.h>
 #include <attnzoo/layers/attention_mask.h>
 
@@ -73,7 +73,7 @@ ModelInput read_input(const std::string& path, const ModelConfig& config) {
 }
 
 int run_forward(const ForwardOptions& options) {
-  const auto device = api_detail::parse_device("--device", options.device);
+  const auto device = parse_device("--device", options.device);
   const auto config = resolve_model_config(options.model, options.overrides);
   const auto& family = model_family(config.family);
   // The input is checked before the model is built: building ViT-H takes seconds.
@@ -102,7 +102,7 @@ int run_forward(const ForwardOptions& options) {
     weights += ")";
   }
 
-  const auto dtype = api_detail::parse_dtype("--dtype", options.dtype, /*accept_fp64=*/true);
+  const auto dtype = parse_dtype("--dtype", options.dtype, /*accept_fp64=*/true);
   model.module->eval();
   model.module->to(device, dtype);
   // Written as float32 whatever the compute dtype (bf16 and fp16 convert exactly), so that a

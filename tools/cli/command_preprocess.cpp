@@ -65,9 +65,9 @@ int run_preprocess(const PreprocessOptions& options) {
   std::string list;
   for (const auto& path : options.images) list += (list.empty() ? "" : "\n") + path;
   std::ostringstream transform_text;
-  transform_text << interpolation_name(t.interpolation) << " antialiased resize (crop_pct "
-                 << t.crop_pct << "), centre crop " << t.height << "x" << t.width << ", mean "
-                 << join(t.mean) << ", std " << join(t.std);
+  transform_text << to_string(t.interpolation) << " antialiased resize (crop_pct " << t.crop_pct
+                 << "), centre crop " << t.height << "x" << t.width << ", mean " << join(t.mean)
+                 << ", std " << join(t.std);
   io::TensorDict tensors;
   tensors.insert("pixels", pixels);
   io::save_safetensors(options.output, tensors,

@@ -18,6 +18,7 @@
 #include <csignal>
 #include <exception>
 #include <iostream>
+#include <map>
 #include <thread>
 
 namespace attnzoo::cli {
@@ -26,20 +27,10 @@ namespace {
 struct ServeFlags {
   std::string config;
   std::vector<std::string> sets;
-  // One model without a config file.
-  std::string model;
-  std::string weights;
-  std::string format;
-  std::string key;
-  std::vector<std::string> overrides;
-  int64_t max_batch_size = 8;
-  int64_t max_queue_delay_us = -1;  // >= 0: dynamic batching
-  int64_t max_queue_size = 64;
-  std::string task;
-  std::string units;
-  double max_audio_seconds = 60.0;
-  int64_t max_streams = 16;
-  int64_t stream_chunk = 0;
+  // One model without a config file: the flags fill a serve config's entry directly (its
+  // defaults are the flags' defaults), but for the name, which comes from the model's config.
+  ServedModelConfig model;
+  int64_t max_queue_delay_us = -1;  // >= 0: dynamic batching with this delay
   std::string host;
   int64_t port = -1;
   int64_t threads = -1;
@@ -52,22 +43,10 @@ ServeConfig config_of(const ServeFlags& f) {
     config = load_serve_config(f.config, f.sets);
   } else {
     config.source = "attnzoo serve";
-    ServedModelConfig m;
-    m.model = f.model;
-    m.name = resolve_model_config(f.model, f.overrides).name;
-    m.weights = f.weights;
-    m.format = f.format;
-    m.key = f.key;
-    m.overrides = f.overrides;
-    m.max_batch_size = f.max_batch_size;
+    ServedModelConfig m = f.model;
+    m.name = resolve_model_config(m.model, m.options.overrides).name;
     m.dynamic_batching = f.max_queue_delay_us >= 0;
     m.max_queue_delay_us = std::max<int64_t>(0, f.max_queue_delay_us);
-    m.max_queue_size = f.max_queue_size;
-    m.task = f.task;
-    m.units = f.units;
-    m.max_audio_seconds = f.max_audio_seconds;
-    m.max_streams = f.max_streams;
-    m.stream_chunk = f.stream_chunk;
     config.models.push_back(m);
   }
   if (!f.host.empty()) config.http.host = f.host;
@@ -156,44 +135,50 @@ Command add_serve_command(CLI::App& app) {
   sub->add_option("--set-config", flags->sets,
                   "Override a serve config value, key.path=value; repeatable")
       ->needs(config);
-  auto* model = sub->add_option("--model", flags->model,
+  auto* model = sub->add_option("--model", flags->model.model,
                                 "One model to serve: a registered name, a YAML or a model folder")
                     ->excludes(config);
-  sub->add_option("--weights", flags->weights,
+  sub->add_option("--weights", flags->model.options.weights,
                   "Weights of --model: safetensors, a PyTorch checkpoint or a sharded index "
                   "(default: the model folder's own)")
       ->needs(model);
-  sub->add_option("--format", flags->format, "Checkpoint layout of --weights")->needs(model);
-  sub->add_option("--key", flags->key, "The state dict of a PyTorch training checkpoint")
+  sub->add_option("--format", flags->model.options.format, "Checkpoint layout of --weights")
       ->needs(model);
-  sub->add_option("--set", flags->overrides, "Override a value of --model's config")->needs(model);
-  sub->add_option("--max-batch-size", flags->max_batch_size, "Rows per execution (--model)")
+  sub->add_option("--key", flags->model.options.key,
+                  "The state dict of a PyTorch training checkpoint")
+      ->needs(model);
+  sub->add_option("--set", flags->model.options.overrides, "Override a value of --model's config")
+      ->needs(model);
+  sub->add_option("--max-batch-size", flags->model.max_batch_size, "Rows per execution (--model)")
       ->check(CLI::Range(1, 4096))
       ->needs(model);
   sub->add_option("--max-queue-delay-us", flags->max_queue_delay_us,
                   "Dynamic batching of --model with this delay (absent: none)")
       ->check(CLI::Range(0, 10'000'000))
       ->needs(model);
-  sub->add_option("--max-queue-size", flags->max_queue_size, "Requests waiting (--model)")
+  sub->add_option("--max-queue-size", flags->model.max_queue_size, "Requests waiting (--model)")
       ->check(CLI::Range(1, 1 << 20))
       ->needs(model);
-  sub->add_option("--task", flags->task,
-                  "What --model is served as: classify, encode or transcribe (default: from its "
-                  "config)")
+  const auto tasks = std::map<std::string, ServedTask>{{"classify", ServedTask::kClassify},
+                                                       {"encode", ServedTask::kEncode},
+                                                       {"transcribe", ServedTask::kTranscribe}};
+  sub->add_option_function<std::string>(
+         "--task", [flags, tasks](const std::string& name) { flags->model.task = tasks.at(name); },
+         "What --model is served as: classify, encode or transcribe (default: from its config)")
       ->check(CLI::IsMember({"classify", "encode", "transcribe"}))
       ->needs(model);
-  sub->add_option("--units", flags->units, "The token table of a recognizer (--model)")
+  sub->add_option("--units", flags->model.units, "The token table of a recognizer (--model)")
       ->check(CLI::ExistingFile)
       ->needs(model);
-  sub->add_option("--max-audio-seconds", flags->max_audio_seconds,
+  sub->add_option("--max-audio-seconds", flags->model.max_audio_seconds,
                   "The longest audio of a request or stream (--model; default 60)")
       ->check(CLI::Range(0.001, 86400.0))
       ->needs(model);
-  sub->add_option("--max-streams", flags->max_streams,
+  sub->add_option("--max-streams", flags->model.max_streams,
                   "WebSocket streams open at once (--model; default 16, 0: none)")
       ->check(CLI::Range(0, 1 << 16))
       ->needs(model);
-  sub->add_option("--stream-chunk", flags->stream_chunk,
+  sub->add_option("--stream-chunk", flags->model.stream_chunk,
                   "Encoder frames per chunk of a stream (--model; default: its config's)")
       ->check(CLI::Range(0, 4096))
       ->needs(model);
@@ -206,7 +191,7 @@ Command add_serve_command(CLI::App& app) {
                   "Seconds to wait for responses to be written at shutdown (default 30)")
       ->check(CLI::Range(0.0, 3600.0));
   return {sub, [flags] {
-            if (flags->config.empty() && flags->model.empty()) {
+            if (flags->config.empty() && flags->model.model.empty()) {
               throw CLI::ValidationError("serve", "give --config or --model");
             }
             return run_serve(*flags);

@@ -198,12 +198,7 @@ Command add_transcribe_command(CLI::App& app) {
       ->check(CLI::Range(1.0, 1e6))
       ->capture_default_str();
   sub->add_flag("--times", o->times, "Print each token's start and end time");
-  sub->add_option("--device", o->recognizer.encoder.device, "cpu or cuda")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
-  sub->add_option("--dtype", o->recognizer.encoder.dtype, "fp32, bf16 or fp16")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
-      ->capture_default_str();
+  add_device_options(sub, o->recognizer.encoder);
   sub->add_option("--threads", o->recognizer.encoder.threads, "LibTorch intra-op threads")
       ->check(CLI::Range(0, 1024));
   sub->add_option("--batch-size", o->recognizer.encoder.batch_size,

@@ -2,16 +2,16 @@
 #include "tools/cli/commands.h"
 
 #include <attnzoo/configs/registry.h>
+#include <attnzoo/configs/versions.h>
 #include <attnzoo/configs/zoo_path.h>
+#include <attnzoo/core/version.h>
 #include <attnzoo/kernels/ops.h>
+#include <attnzoo/preprocess/audio/versions.h>
+#include <attnzoo/preprocess/image/versions.h>
 #include <attnzoo/train/distributed.h>
 
 #include <ATen/detail/CUDAHooksInterface.h>
-#include <sndfile.h>
-#include <soxr.h>
 #include <torch/cuda.h>
-#include <torch/headeronly/version.h>
-#include <opencv2/core/utility.hpp>
 
 #include <iostream>
 #include <sstream>
@@ -58,16 +58,16 @@ std::string zoo_summary() {
 }
 
 int run_version() {
-  std::cout << "attnzoo " << ATTNZOO_VERSION << "\n"
-            << "LibTorch " << TORCH_VERSION << "\n"
+  std::cout << "attnzoo " << version() << "\n"
+            << "LibTorch " << torch_version() << "\n"
             << cuda_summary() << "\n"
-            << kernels::build_info() << "\n"
-            << "OpenCV " << cv::getVersionString() << " (headers " << ATTNZOO_OPENCV_VERSION
-            << ")\n"
-            << sf_version_string() << "\n"
-            << soxr_version() << "\n"
-            << "yaml-cpp " << ATTNZOO_YAML_CPP_VERSION << "\n"
-            << "data-parallel: "
+            << kernels::build_info() << "\n";
+  for (const auto& libraries :
+       {image_library_versions(), audio_library_versions(), config_library_versions()}) {
+    for (const auto& library : libraries)
+      std::cout << library.name << " " << library.version << "\n";
+  }
+  std::cout << "data-parallel: "
             << (distributed_available(false)
                     ? (distributed_available(true) ? "gloo, nccl" : "gloo")
                     : (distributed_available(true) ? "nccl" : "none (no c10d headers)"))

@@ -3,8 +3,9 @@
 // into one-line errors.
 #pragma once
 
-#include <attnzoo/api/model_options.h>
 #include <attnzoo/configs/model_family.h>
+#include <attnzoo/configs/model_options.h>
+#include <attnzoo/core/dtype_device.h>
 
 #include <CLI/CLI.hpp>
 
@@ -52,6 +53,21 @@ inline void add_model_options(CLI::App* sub, std::string& model, ModelOptions& o
                               const std::vector<std::string>& formats) {
   add_model_options(sub, model, options.weights, options.format, options.key, options.overrides,
                     formats);
+}
+
+// --device (cpu or cuda) and --dtype (fp32, bf16 or fp16) into a task API's options.
+inline void add_device_options(CLI::App* sub, ModelOptions& options) {
+  sub->add_option_function<std::string>(
+         "--device", [&options](const std::string& name) { options.device = c10::Device(name); },
+         "cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->default_str("cpu");
+  sub->add_option_function<std::string>(
+         "--dtype",
+         [&options](const std::string& name) { options.dtype = parse_dtype("--dtype", name); },
+         "fp32, bf16 or fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->default_str("fp32");
 }
 
 Command add_version_command(CLI::App& app);

@@ -1,7 +1,7 @@
 #include "tools/cli/plot.h"
 
+#include <attnzoo/core/error.h>
 #include <attnzoo/io/atomic_file.h>
-#include <attnzoo/io/error.h>
 
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>

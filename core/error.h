@@ -1,5 +1,5 @@
-// The exceptions attnzoo throws for bad input. Each names what was wrong first: the file, the YAML
-// key, the argument or the tensor. Catch attnzoo::Error to handle any of them:
+// The exceptions attnzoo throws for bad input. Each message names what was wrong first: the file,
+// the YAML key, the argument or the tensor. Catch attnzoo::Error to handle any of them:
 //
 //   try {
 //     auto predictions = classifier.classify(paths);
@@ -9,20 +9,23 @@
 //
 // Tensor preconditions and option values stay c10::Errors (TORCH_CHECK), as in LibTorch.
 //
-// The subclasses live beside the code that throws them, but for the two defined here:
-//   ConfigError       configs/model_config.h      a YAML document or an override (file, key, line)
+// Every attnzoo::Error, and where it is defined:
+//   InputError        here                        a tensor a model cannot take (shape, dtype,
+//                                                 length); thrown by models/ and api/
 //   CheckpointError   here                        a PyTorch checkpoint file that is malformed,
-//                                                 hostile or holds what attnzoo does not read;
-//                                                 weights that do not fit the module
+//                                                 hostile or holds what attnzoo does not read
+//                                                 (io/); weights that do not fit the module
+//                                                 (models/, train/)
 //   SafetensorsError  io/safetensors_format.h     a malformed, truncated or hostile .safetensors
+//   ConfigError       configs/model_config.h      a YAML document or an override (file, key, line)
 //   ImageError        preprocess/image/header.h   an unreadable or unsupported image
 //   AudioError        preprocess/audio/error.h    an unreadable or unusable audio file or waveform
-//   DatasetError      train/data.h                a training folder or list file
 //   UnitsError        decoding/error.h            a token table (units file, token list)
 //   DecodingError     decoding/error.h            CTC log-probabilities or decoder options
+//   DatasetError      train/data.h                a training folder or list file
 //   ProtocolError     serve/v2_protocol.h         a KServe v2 request the server cannot take
-//   InputError        here                        a tensor a model cannot take (shape, dtype,
-//                                                 length)
+// The two defined here are thrown by more than one folder; the others live beside the one
+// folder that throws them.
 //
 // This header depends on the standard library only: the torch-free parsers (and their fuzz
 // targets) include it.

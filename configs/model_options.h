@@ -7,6 +7,12 @@
 //   options.key = "state_dict_ema";            // ...and its EMA weights
 #pragma once
 
+#include <attnzoo/configs/model_config.h>
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,12 +25,12 @@ struct ModelOptions {
   std::string weights;
   std::string format;  // checkpoint layout; empty: the config's, else detected
   std::string key;     // the state dict of a PyTorch training checkpoint; empty: found
-  std::vector<std::string> overrides;  // key.path=value, as the CLI's --set
-  std::string device = "cpu";          // cpu | cuda | cuda:N
-  std::string dtype = "fp32";          // fp32 | bf16 | fp16
-  // "none" | "int8" (layers/int8_inference.h; CPU, fp32 or bf16); empty: the config's
+  std::vector<std::string> overrides;   // key.path=value, as the CLI's --set
+  c10::Device device = c10::kCPU;       // CPU or CUDA (parse_device reads "cpu", "cuda:1", ...)
+  c10::ScalarType dtype = c10::kFloat;  // float, bfloat16 or half (parse_dtype: "fp32", ...)
+  // int8 runs on the CPU in float or bfloat16 (layers/int8_inference.h); unset: the config's
   // inference.quantize.
-  std::string quantize;
+  std::optional<Quantization> quantize;
   // LibTorch's intra-op threads; 0 leaves them as they are. This is process-wide
   // (torch::set_num_threads): the last model constructed with a value wins.
   int threads = 0;
