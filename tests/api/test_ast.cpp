@@ -17,7 +17,7 @@
 
 namespace attnzoo {
 namespace test_ast {
-using test_util::max_abs_diff;
+using testing::max_abs_diff;
 
 const std::string kReference = ATTNZOO_API_REFERENCE_DIR;
 const std::string kYaml = std::string(ATTNZOO_API_TEST_DATA_DIR) + "/ast_micro.yaml";

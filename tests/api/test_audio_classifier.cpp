@@ -19,7 +19,7 @@
 
 namespace attnzoo {
 namespace test_audio_classifier {
-using test_util::error_of;
+using testing::error_of;
 
 using ::testing::HasSubstr;
 
@@ -139,7 +139,7 @@ TEST(AudioClassifier, BatchesEqualOneFileAtATimeAndKeepEachFilesError) {
 // One classifier from 4 threads at once, each starting at another clip: the serial results.
 TEST(AudioClassifier, FourThreadsAtOnceGiveTheSerialResults) {
   const AudioClassifier classifier(kYaml, AudioClassifierOptions{});
-  const std::string dir = test_util::fresh_dir("audio_classifier_threads");
+  const std::string dir = testing::fresh_dir("audio_classifier_threads");
   std::vector<std::string> paths;
   for (int i = 0; i < 4; ++i) {
     paths.push_back(dir + "/clip" + std::to_string(i) + ".wav");

@@ -16,7 +16,7 @@
 
 namespace attnzoo {
 namespace test_image_classifier {
-using test_util::error_of;
+using testing::error_of;
 
 using ::testing::HasSubstr;
 

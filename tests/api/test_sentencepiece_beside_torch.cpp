@@ -29,7 +29,7 @@ TEST(SentencePieceBesideLibTorch, LibTorchStillThrowsOnceTheLibraryIsLoaded) {
   GTEST_SKIP() << "sanitized builds load the module without RTLD_DEEPBIND, which their "
                   "runtimes refuse";
 #endif
-  const auto path = test_util::fresh_dir("sentencepiece_beside_torch") + "/not_a_model.model";
+  const auto path = testing::fresh_dir("sentencepiece_beside_torch") + "/not_a_model.model";
   std::ofstream(path) << "these bytes are no ModelProto";
   // The module, and so libsentencepiece, is loaded before the file is parsed.
   try {

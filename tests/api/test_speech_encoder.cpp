@@ -20,8 +20,8 @@
 namespace attnzoo {
 namespace test_speech_encoder {
 
-using test_util::error_of;
-using test_util::write_wav16;
+using testing::error_of;
+using testing::write_wav16;
 
 using ::testing::HasSubstr;
 

@@ -30,10 +30,10 @@
 namespace attnzoo {
 namespace test_speech_recognizer {
 
-using test_util::write_wav16;
+using testing::write_wav16;
 
-using test_util::error_of;
-using test_util::fresh_dir;
+using testing::error_of;
+using testing::fresh_dir;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace attnzoo::test_util {
+namespace attnzoo::testing {
 
 class OpCounter {
  public:
@@ -47,4 +47,4 @@ class OpCounter {
   at::CallbackHandle handle_;
 };
 
-}  // namespace attnzoo::test_util
+}  // namespace attnzoo::testing

@@ -13,7 +13,7 @@
 #include <string>
 #include <type_traits>
 
-namespace attnzoo::test_util {
+namespace attnzoo::testing {
 
 // max |a − b| over all elements, computed in float64 on the CPU (a and b broadcastable).
 inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
@@ -87,4 +87,4 @@ inline void write_wav16(const std::string& path, const torch::Tensor& samples, i
   out.write(reinterpret_cast<const char*>(pcm.data_ptr<int16_t>()), 2 * n);
 }
 
-}  // namespace attnzoo::test_util
+}  // namespace attnzoo::testing

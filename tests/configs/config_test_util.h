@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace attnzoo::test_util {
+namespace attnzoo::testing {
 
 // Line and column of every value are relied on by the error tests: edit with care.
 inline const char* const kTinyConfig = R"(name: tiny_test
@@ -132,4 +132,4 @@ inline void expect_override_error(const ConfigError& e, const std::string& key,
   EXPECT_THAT(e.what(), ::testing::HasSubstr(expected));
 }
 
-}  // namespace attnzoo::test_util
+}  // namespace attnzoo::testing

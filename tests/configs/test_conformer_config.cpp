@@ -12,11 +12,11 @@
 namespace attnzoo {
 namespace test_conformer_config {
 
-using test_util::expect_error;
-using test_util::expect_override_error;
-using test_util::parse_error;
-using test_util::with;
+using testing::expect_error;
+using testing::expect_override_error;
 using ::testing::HasSubstr;
+using testing::parse_error;
+using testing::with;
 
 // Line and column of every value are relied on below: edit with care.
 const char* const kConformer = R"(name: conformer_test

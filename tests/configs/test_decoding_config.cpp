@@ -19,10 +19,10 @@
 namespace attnzoo {
 namespace test_decoding_config {
 
-using test_util::TempDir;
-using test_util::with;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
+using testing::TempDir;
+using testing::with;
 
 // Line and column of every value are relied on below: edit with care. UNITS is replaced by the
 // test's table.
@@ -179,7 +179,7 @@ TEST(DecodingConfig, AbsentKeysTakeTheDefaults) {
   EXPECT_TRUE(none.decoding.units.empty());
   EXPECT_EQ(model_family(none.family).ctc_vocab(none), 9);
   // Families without a CTC head.
-  const auto vit = parse_model_config(test_util::kTinyConfig, "vit.yaml");
+  const auto vit = parse_model_config(testing::kTinyConfig, "vit.yaml");
   EXPECT_EQ(model_family(vit.family).ctc_vocab(vit), 0);
   const auto no_head = parse_model_config(
       with(doc.substr(0, doc.find("decoding:")), "  vocab_size: 9\n", ""), "m.yaml");
@@ -220,7 +220,7 @@ TEST(DecodingConfig, EachRefusalNamesItsKey) {
   }
   // A family without a CTC head has no such key at all.
   {
-    const auto e = error_of_config(std::string(test_util::kTinyConfig) + "decoding:\n  units: " +
+    const auto e = error_of_config(std::string(testing::kTinyConfig) + "decoding:\n  units: " +
                                        (dir.path() / "units.txt").string() + "\n",
                                    source);
     EXPECT_EQ(e.key_path(), "decoding");

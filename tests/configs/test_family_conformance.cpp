@@ -23,7 +23,7 @@
 namespace attnzoo {
 namespace test_family_conformance {
 
-using test_util::max_abs_diff;
+using testing::max_abs_diff;
 
 // The small configs of each family (tests/configs/data, tests/api/data).
 const std::map<std::string, std::vector<std::string>>& small_configs() {
@@ -113,7 +113,7 @@ TEST_P(FamilyConformance, ForwardNamesItsOutputsWithTheBatchAndTheHeads) {
 TEST_P(FamilyConformance, AStateDictRoundTripGivesTheSameModel) {
   auto model = build_model(config_);
   model.module->eval();
-  const auto dir = test_util::fresh_dir("family_round_trip");
+  const auto dir = testing::fresh_dir("family_round_trip");
   const auto file = dir + "/weights.safetensors";
   io::save_safetensors(file, state_dict(*model.module));
   torch::manual_seed(8);  // other fresh weights

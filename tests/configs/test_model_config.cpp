@@ -9,13 +9,13 @@
 namespace attnzoo {
 namespace test_model_config {
 
-using test_util::expect_error;
-using test_util::kTinyConfig;
-using test_util::parse_error;
-using test_util::with;
+using testing::expect_error;
 using ::testing::HasSubstr;
+using testing::kTinyConfig;
 using ::testing::Not;
+using testing::parse_error;
 using ::testing::StartsWith;
+using testing::with;
 
 TEST(ModelConfig, ReadsTheTinyConfig) {
   const auto config = parse_model_config(kTinyConfig, "tiny.yaml");
@@ -160,7 +160,7 @@ TEST(ModelConfig, NullKeepsOptionalValuesUnset) {
 }
 
 TEST(ModelConfig, LabelsFileIsResolvedAgainstTheConfigsFolder) {
-  test_util::TempDir dir;
+  testing::TempDir dir;
   dir.write("sub/labels.txt", "cat\ndog\n");
   const auto path = dir.write("sub/model.yaml", with(kTinyConfig, "imagenet", "labels.txt"));
   const auto config = load_model_config(path);
@@ -330,7 +330,7 @@ TEST(ModelConfigErrors, MalformedYaml) {
 }
 
 TEST(ModelConfigErrors, FilesThatCannotBeRead) {
-  test_util::TempDir dir;
+  testing::TempDir dir;
   try {
     load_model_config((dir.path() / "missing.yaml").string());
     ADD_FAILURE() << "no error for a missing file";

@@ -17,14 +17,14 @@
 
 namespace attnzoo {
 namespace test_model_family {
-using test_util::error_of;
-using test_util::max_abs_diff;
+using testing::error_of;
+using testing::max_abs_diff;
 
-using test_util::kTinyConfig;
-using test_util::TempDir;
-using test_util::with;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using testing::kTinyConfig;
+using testing::TempDir;
+using testing::with;
 
 // A Conformer with subsampling conv2d4 (at least 7 frames), a CTC head and a classifier.
 constexpr const char* kTinyConformer = R"(name: tiny_conformer

@@ -20,8 +20,8 @@
 namespace attnzoo {
 namespace test_model_source {
 
-using test_util::error_of;
 using ::testing::AllOf;
+using testing::error_of;
 using ::testing::HasSubstr;
 
 namespace fs = std::filesystem;
@@ -39,7 +39,7 @@ class ModelFolder {
   std::string file(const std::string& name) const { return (dir_ / name).string(); }
 
  private:
-  test_util::TempDir dir_root_;
+  testing::TempDir dir_root_;
   fs::path dir_;
 };
 
@@ -244,7 +244,7 @@ TEST(TimmSource, WhatAttnzooCannotHonourIsRefusedByFileKeyAndValue) {
   };
   for (const auto& [change, message] : cases) {
     SCOPED_TRACE(message);
-    folder.write("config.json", test_util::with(kTimmConfig, change.first, change.second));
+    folder.write("config.json", testing::with(kTimmConfig, change.first, change.second));
     EXPECT_THAT(config_error(folder), AllOf(HasSubstr(config_json), HasSubstr(message)));
   }
 }
@@ -269,7 +269,7 @@ TEST(ModelSource, TheDescriptionIsTheDocumentThatRuns) {
   EXPECT_THAT(yaml, HasSubstr("mlp_ratio: 3.0\n"));
   EXPECT_THAT(yaml, HasSubstr("file: " + fs::absolute(folder.file("model.safetensors")).string()));
   // Saved elsewhere, it is the same model.
-  test_util::TempDir zoo;
+  testing::TempDir zoo;
   std::ofstream(zoo.path() / "kept.yaml") << yaml;
   const auto kept = load_model_config((zoo.path() / "kept.yaml").string());
   const auto direct = resolve_model_config(folder.path());

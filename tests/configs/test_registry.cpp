@@ -18,12 +18,12 @@
 namespace attnzoo {
 namespace test_registry {
 
-using test_util::kTinyConfig;
-using test_util::ScopedEnv;
-using test_util::TempDir;
-using test_util::with;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using testing::kTinyConfig;
+using testing::ScopedEnv;
+using testing::TempDir;
+using testing::with;
 
 std::string tiny(const std::string& name) {
   return with(kTinyConfig, "name: tiny_test", "name: " + name);

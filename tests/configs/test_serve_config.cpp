@@ -7,8 +7,8 @@
 namespace attnzoo {
 namespace test_serve_config {
 
-using test_util::TempDir;
 using ::testing::HasSubstr;
+using testing::TempDir;
 
 ConfigError serve_error(const std::string& yaml) {
   try {
@@ -23,7 +23,7 @@ ConfigError serve_error(const std::string& yaml) {
 TEST(ServeConfig, ReadsModelsWithTheirBatchingAndResolvesPathsAgainstTheFile) {
   TempDir dir;
   const auto weights = dir.write("weights/w.safetensors", "not read by the config");
-  const auto model = dir.write("models/micro.yaml", test_util::kTinyConfig);
+  const auto model = dir.write("models/micro.yaml", testing::kTinyConfig);
   const auto path = dir.write("serve/serve.yaml", R"(http:
   host: 0.0.0.0
   port: 9000

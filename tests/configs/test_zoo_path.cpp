@@ -17,10 +17,10 @@ namespace attnzoo {
 namespace test_zoo_path {
 
 namespace fs = std::filesystem;
-using test_util::ScopedEnv;
-using test_util::TempDir;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using testing::ScopedEnv;
+using testing::TempDir;
 
 // Forgets the folders a test added, also when it fails.
 struct AddedFoldersCleared {
@@ -130,7 +130,7 @@ TEST(ZooPath, TheDefaultRegistrySearchesAddedFoldersFirst) {
   AddedFoldersCleared cleared;
   ScopedEnv env(kZooPathVariable, "");
   TempDir a;
-  a.write("m.yaml", test_util::with(test_util::kTinyConfig, "name: tiny_test", "name: added_one"));
+  a.write("m.yaml", testing::with(testing::kTinyConfig, "name: tiny_test", "name: added_one"));
   add_zoo_folder(a.path().string());
   const auto registry = default_registry();
   EXPECT_EQ(registry.folders().front(), a.path().string());

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <string>
 
-namespace attnzoo::decoding::test_util {
+namespace attnzoo::testing {
 
 // A JSON file of the reference folder (the CTest fixture decoding.make_reference writes it).
 inline nlohmann::json load_reference(const std::string& name) {
@@ -22,8 +22,9 @@ inline nlohmann::json load_reference(const std::string& name) {
 
 // The options a beam case of beam_cases.json names: its beam (every hypothesis returned), blank
 // and per-frame top-k.
-inline PrefixBeamSearchOptions case_options(const nlohmann::json& c, BeamUnit unit) {
-  PrefixBeamSearchOptions o;
+inline decoding::PrefixBeamSearchOptions case_options(const nlohmann::json& c,
+                                                      decoding::BeamUnit unit) {
+  decoding::PrefixBeamSearchOptions o;
   o.beam_size = c.at("beam").get<int64_t>();
   o.nbest = o.beam_size;
   o.blank_id = c.at("blank").get<int64_t>();
@@ -32,4 +33,4 @@ inline PrefixBeamSearchOptions case_options(const nlohmann::json& c, BeamUnit un
   return o;
 }
 
-}  // namespace attnzoo::decoding::test_util
+}  // namespace attnzoo::testing

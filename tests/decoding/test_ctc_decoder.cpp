@@ -24,8 +24,8 @@ namespace test_ctc_decoder {
 
 using ::testing::HasSubstr;
 using json = nlohmann::json;
-using test_util::case_options;
-using test_util::load_reference;
+using testing::case_options;
+using testing::load_reference;
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 

@@ -21,8 +21,8 @@ namespace attnzoo::decoding {
 namespace test_ctc_live {
 
 using json = nlohmann::json;
-using test_util::case_options;
-using test_util::load_reference;
+using testing::case_options;
+using testing::load_reference;
 using Ids = std::vector<int64_t>;
 
 bool is_prefix(const Ids& prefix, const Ids& of) {

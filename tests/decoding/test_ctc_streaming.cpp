@@ -41,7 +41,7 @@ void expect_same(const std::vector<CtcHypothesis>& ours, const std::vector<CtcHy
 }
 
 TEST(CtcStreaming, EveryBlockGivesTheSearchOfTheFramesSoFar) {
-  const auto cases = test_util::load_reference("beam_cases.json");
+  const auto cases = testing::load_reference("beam_cases.json");
   int compared = 0;
   for (const auto unit : {BeamUnit::kPrefix, BeamUnit::kPrefixEnding}) {
     for (size_t n = 0; n < cases.size(); n += 7) {  // every 7th case: all sizes, seeds, beams
@@ -49,7 +49,7 @@ TEST(CtcStreaming, EveryBlockGivesTheSearchOfTheFramesSoFar) {
       const auto values = c.at("log_probs").get<std::vector<float>>();
       const int64_t frames = c.at("frames").get<int64_t>();
       const int64_t vocab = c.at("vocab").get<int64_t>();
-      const auto o = test_util::case_options(c, unit);
+      const auto o = testing::case_options(c, unit);
       for (const int64_t block : {int64_t{1}, int64_t{3}, int64_t{16}}) {
         const std::string where = c.at("name").get<std::string>() + ", blocks of " +
                                   std::to_string(block) +

@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
 
-fs::path fresh_dir(const std::string& name) { return test_util::fresh_dir("atomic_" + name); }
+fs::path fresh_dir(const std::string& name) { return testing::fresh_dir("atomic_" + name); }
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -21,7 +21,7 @@
 namespace attnzoo::io {
 namespace test_torch_checkpoint {
 
-using test_util::error_of;
+using testing::error_of;
 using ::testing::HasSubstr;
 
 const std::string kRef = ATTNZOO_CHECKPOINT_REFERENCE_DIR;
@@ -142,7 +142,7 @@ TEST(TorchCheckpoint, ReadsShardedIndexes) {
 }
 
 TEST(TorchCheckpoint, ShardedIndexThatDisagreesWithItsShardsIsRefused) {
-  const auto dir = test_util::fresh_dir("sharded_bad");
+  const auto dir = testing::fresh_dir("sharded_bad");
   namespace fs = std::filesystem;
   for (const auto& entry : fs::directory_iterator(ref_file("sharded"))) {
     fs::copy(entry.path(), dir + "/" + entry.path().filename().string());
@@ -205,7 +205,7 @@ TEST(TorchCheckpoint, HostileFilesAreRefusedBeforeTheyCostMemory) {
 TEST(TorchCheckpoint, DamagedAndTruncatedFilesAreErrors) {
   std::ifstream in(ref_file("views.pth"), std::ios::binary);
   const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  const auto dir = test_util::fresh_dir("damaged");
+  const auto dir = testing::fresh_dir("damaged");
   // A flipped byte inside a storage: the CRC says so.
   std::string flipped = bytes;
   const MemorySource source(bytes.data(), bytes.size(), "views.pth");

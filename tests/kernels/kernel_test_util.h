@@ -13,7 +13,7 @@
     GTEST_SKIP() << "no CUDA device: the CUDA kernel of attnzoo::" << kernel << " is untested"; \
   }
 
-namespace attnzoo::kernel_testing {
+namespace attnzoo::testing {
 
 // The spacing of `dtype`'s values just above 1.
 inline double epsilon(torch::Dtype dtype) {
@@ -34,4 +34,4 @@ inline void poison_allocator(at::IntArrayRef shape, const at::TensorOptions& opt
   torch::full(shape, std::numeric_limits<float>::quiet_NaN(), options);
 }
 
-}  // namespace attnzoo::kernel_testing
+}  // namespace attnzoo::testing

@@ -23,7 +23,7 @@
 #include <vector>
 
 namespace test_add_layer_norm {
-using attnzoo::test_util::error_of;
+using attnzoo::testing::error_of;
 
 using ::testing::HasSubstr;
 using OptTensor = std::optional<at::Tensor>;
@@ -756,7 +756,7 @@ TEST(AddLayerNormChecks, TheBackwardChecksItsInputs) {
 
 // --- The fused kernels: CPU and CUDA ----------------------------------------------------------
 
-using attnzoo::kernel_testing::epsilon;
+using attnzoo::testing::epsilon;
 
 // The op allocates four outputs (sum, normed, mean, rstd): poison four blocks of those sizes,
 // held at once so that they are distinct, in the order the op allocates them.

@@ -20,7 +20,7 @@
 #include <vector>
 
 namespace test_bias_gelu {
-using attnzoo::test_util::error_of;
+using attnzoo::testing::error_of;
 
 using ::testing::HasSubstr;
 
@@ -340,8 +340,8 @@ TEST(BiasGeluChecks, IntegerXIsRejected) {
 
 // --- CUDA ------------------------------------------------------------------------------------
 
-using attnzoo::kernel_testing::epsilon;
-using attnzoo::kernel_testing::poison_allocator;
+using attnzoo::testing::epsilon;
+using attnzoo::testing::poison_allocator;
 
 // FlashAttention's rule: the kernel's max error against float64 is at most twice that of LibTorch's
 // own gelu(x + bias) at the same precision, plus one unit in the last place of the largest output

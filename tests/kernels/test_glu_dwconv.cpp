@@ -27,7 +27,7 @@
 #include <vector>
 
 namespace test_glu_dwconv {
-using attnzoo::test_util::error_of;
+using attnzoo::testing::error_of;
 
 using ::testing::HasSubstr;
 using OptTensor = std::optional<at::Tensor>;
@@ -572,8 +572,8 @@ TEST(GluDwConvChecks, BadLengthsAreRejected) {
 
 // --- CUDA ------------------------------------------------------------------------------------
 
-using attnzoo::kernel_testing::epsilon;
-using attnzoo::kernel_testing::poison_allocator;
+using attnzoo::testing::epsilon;
+using attnzoo::testing::poison_allocator;
 
 // FlashAttention's rule: the kernel's max error against float64 is at most twice that of the
 // LibTorch expression at the same precision, plus one unit in the last place of the largest

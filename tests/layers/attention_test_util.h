@@ -14,9 +14,6 @@
 
 namespace attnzoo::testing {
 
-using test_util::error_of;
-using test_util::max_abs_diff;
-
 // q, k, v of one problem, drawn from a standard normal.
 struct Qkv {
   torch::Tensor q, k, v;  // [B, H, L, E], [B, H, S, E], [B, H, S, Ev]

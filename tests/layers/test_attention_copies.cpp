@@ -34,13 +34,13 @@ TEST(AttentionCopies, SelfAttentionAtCpuInferenceSplitsAndMergesHeadsWithoutACop
     const auto x = torch::randn({c.batch, c.length, c.dim});
     torch::Tensor y;
     {
-      test_util::OpCounter counter({"aten::copy_", "aten::clone"});
+      testing::OpCounter counter({"aten::copy_", "aten::clone"});
       y = attn(x);
       EXPECT_EQ(counter.calls("aten::copy_"), 0);
       EXPECT_EQ(counter.calls("aten::clone"), 0);
     }
     attn->set_backend("math");
-    EXPECT_LE(test_util::max_abs_diff(y, attn(x)), 1e-5);
+    EXPECT_LE(testing::max_abs_diff(y, attn(x)), 1e-5);
   }
 }
 

@@ -20,8 +20,8 @@
 namespace attnzoo {
 namespace test_quantized_linear {
 
-using test_util::error_of;
-using test_util::max_abs_diff;
+using testing::error_of;
+using testing::max_abs_diff;
 
 TEST(Int8Linear, ExactWhereNothingIsRounded) {
   // Integer rows whose largest magnitude is 127 and weight rows likewise: every scale is 1, every

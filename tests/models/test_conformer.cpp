@@ -16,8 +16,8 @@
 
 namespace attnzoo {
 namespace test_conformer {
-using test_util::error_of;
-using test_util::max_abs_diff;
+using testing::error_of;
+using testing::max_abs_diff;
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;

@@ -17,7 +17,7 @@
 
 namespace attnzoo {
 namespace test_conformer_espnet {
-using test_util::max_abs_diff;
+using testing::max_abs_diff;
 
 // Sizes shared with make_espnet_reference.py; ESPnet's LayerNorm eps is 1e-12, its BatchNorm's
 // torch's default 1e-5.

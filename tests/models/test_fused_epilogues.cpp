@@ -52,7 +52,7 @@ void randomize(torch::nn::Module& module, int64_t seed) {
   }
 }
 
-constexpr auto max_diff = test_util::max_abs_diff;
+constexpr auto max_diff = testing::max_abs_diff;
 
 // run() with the switch off and on: outputs, and gradients of every parameter through
 // sum(output * weights), within tol.
@@ -156,13 +156,13 @@ void expect_fused_at_cpu_inference(const std::function<torch::Tensor()>& run, in
   torch::Tensor fused;
   {
     torch::NoGradGuard no_grad;
-    test_util::OpCounter counter({"attnzoo::add_layer_norm"});
+    testing::OpCounter counter({"attnzoo::add_layer_norm"});
     fused = run();
     EXPECT_EQ(counter.calls("attnzoo::add_layer_norm"), calls);
   }
   torch::Tensor separate;
   {
-    test_util::OpCounter counter({"attnzoo::add_layer_norm"});
+    testing::OpCounter counter({"attnzoo::add_layer_norm"});
     separate = run().detach();
     EXPECT_EQ(counter.calls("attnzoo::add_layer_norm"), 0);
   }

@@ -10,7 +10,7 @@
 
 namespace attnzoo {
 namespace test_vit {
-using test_util::max_abs_diff;
+using testing::max_abs_diff;
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;

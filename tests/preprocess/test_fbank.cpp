@@ -21,7 +21,7 @@
 
 namespace attnzoo {
 namespace test_fbank {
-using test_util::error_of;
+using testing::error_of;
 
 using ::testing::HasSubstr;
 using testing::manifest;

@@ -13,7 +13,7 @@
 
 namespace attnzoo {
 namespace test_image_augment {
-using test_util::error_of;
+using testing::error_of;
 
 using ::testing::HasSubstr;
 using testing::reference_tensors;

@@ -14,7 +14,7 @@
 
 namespace attnzoo {
 namespace test_image_transform {
-using test_util::error_of;
+using testing::error_of;
 
 using ::testing::HasSubstr;
 using testing::image_file;

@@ -28,7 +28,7 @@ namespace attnzoo::serve {
 namespace test_served_audio {
 
 using nlohmann::json;
-using test_util::error_of;
+using testing::error_of;
 using ::testing::HasSubstr;
 
 const std::string kRepo = ATTNZOO_SOURCE_DIR;
@@ -216,7 +216,7 @@ TEST(ServedSpeechEncoder, ABatchOfLengthsEqualsEachAlone) {
 
   // The file route: the embedding, and the frames on request.
   const std::string dir = ::testing::TempDir();
-  test_util::write_wav16(dir + "/served_encoder.wav", signals[1], 16000);
+  testing::write_wav16(dir + "/served_encoder.wav", signals[1], 16000);
   auto call = served.file_call(file_bytes(dir + "/served_encoder.wav"), "encoded=1");
   const auto answered = run_batch(served, {call.request});
   ASSERT_TRUE(answered[0].ok()) << answered[0].error;

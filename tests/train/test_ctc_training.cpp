@@ -38,7 +38,7 @@
 namespace attnzoo {
 namespace test_ctc_training {
 
-using test_util::error_of;
+using testing::error_of;
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 

@@ -19,8 +19,8 @@
 
 namespace attnzoo {
 namespace test_diagnostics {
-using test_util::error_of;
-using test_util::max_abs_diff;
+using testing::error_of;
+using testing::max_abs_diff;
 
 using ::testing::HasSubstr;
 

@@ -23,7 +23,7 @@ namespace test_metrics_writer {
 
 using ::testing::HasSubstr;
 
-using test_util::read_text;
+using testing::read_text;
 
 TrainMetrics row_at(int64_t step, bool evaluated = false) {
   TrainMetrics r;

@@ -31,7 +31,7 @@ torch::Tensor one_hot64(const torch::Tensor& labels) {
   return t;
 }
 
-constexpr auto max_diff = test_util::max_abs_diff;
+constexpr auto max_diff = testing::max_abs_diff;
 
 TEST(Mixup, MixedBatchIsTheDefinition) {
   torch::manual_seed(1);

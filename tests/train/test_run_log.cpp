@@ -18,7 +18,7 @@
 namespace attnzoo {
 namespace test_run_log {
 
-using test_util::read_text;
+using testing::read_text;
 
 TEST(RunLog, DiagnosticsLineStep) {
   EXPECT_EQ(diagnostics_line_step(R"({"step": 12, "gradients": {}})"), 12);

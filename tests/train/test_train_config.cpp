@@ -15,7 +15,7 @@
 
 namespace attnzoo {
 namespace test_train_config {
-using test_util::error_of;
+using testing::error_of;
 
 using ::testing::HasSubstr;
 

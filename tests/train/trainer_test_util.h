@@ -32,8 +32,6 @@ inline std::vector<int64_t> values(const torch::Tensor& t) {
   return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
 }
 
-using ::attnzoo::test_util::fresh_dir;
-
 // Class 0: horizontal stripes, 1: vertical, 2: diagonal; random period, phase, colours and noise.
 inline cv::Mat stripes(int label, std::mt19937& rng, int size = 40) {
   std::uniform_real_distribution<double> u(0.0, 1.0);
@@ -76,7 +74,7 @@ inline void write_stripes_folder(const std::string& root, int per_class, unsigne
 // `samples` (clamped to [-1, 1]) as 16-bit PCM: each one times 32767, rounded.
 inline void write_wav16(const std::string& path, const std::vector<float>& samples, int rate) {
   const auto x = torch::tensor(samples, torch::kDouble).clamp(-1.0, 1.0) * (32767.0 / 32768.0);
-  test_util::write_wav16(path, x, rate);
+  write_wav16(path, x, static_cast<int64_t>(rate));
 }
 
 // The cells of each line of a CSV text (no quoting: metrics.csv's), empty cells kept.
