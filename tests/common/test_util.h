@@ -6,11 +6,13 @@
 #include <torch/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
 #include <type_traits>
 
 namespace attnzoo::testing {
@@ -44,9 +46,15 @@ std::string error_of(F&& f) {
 }
 
 // The whole of a file, as bytes (empty when it cannot be read).
-inline std::string read_text(const std::string& path) {
+inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// `bytes` as the whole of the file at `path`.
+inline void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 // An empty folder of the temp dir, private to this process: CTest runs each case as its own
@@ -58,6 +66,30 @@ inline std::string fresh_dir(const std::string& name) {
   std::filesystem::create_directories(dir);
   return dir.string();
 }
+
+// A fresh_dir of the running test (named after its suite and case), removed with its contents
+// when the test is done with it.
+class Scratch {
+ public:
+  Scratch() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    auto name = std::string(info->test_suite_name()) + "." + info->name();
+    std::replace(name.begin(), name.end(), '/', '_');  // parameterised tests: Suite/Case/0
+    dir_ = fresh_dir(name);
+  }
+  ~Scratch() {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+
+  // A file (or folder) of the scratch folder.
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+
+ private:
+  std::string dir_;
+};
 
 // `samples` ([n], in [-1, 1]) as a 16-bit PCM mono WAV file at `rate`: each sample times 32768,
 // rounded and clamped, so that a reader that divides by 32768 (libsndfile) gets back samples

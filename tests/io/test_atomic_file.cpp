@@ -24,14 +24,10 @@ namespace test_atomic_file {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using testing::read_file;
 using ::testing::UnorderedElementsAre;
 
 fs::path fresh_dir(const std::string& name) { return testing::fresh_dir("atomic_" + name); }
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 std::vector<std::string> names_in(const fs::path& dir) {
   std::vector<std::string> names;
@@ -49,10 +45,10 @@ TEST(AtomicFile, WritesTheWholeContentAndLeavesNoTemporary) {
   const auto dir = fresh_dir("whole");
   const std::string bytes("a\0b\nc", 5);
   write_file_atomically((dir / "out.bin").string(), bytes);
-  EXPECT_EQ(read_text(dir / "out.bin"), bytes);
+  EXPECT_EQ(read_file(dir / "out.bin"), bytes);
   EXPECT_THAT(names_in(dir), UnorderedElementsAre("out.bin"));
   write_file_atomically((dir / "out.bin").string(), "");
-  EXPECT_EQ(read_text(dir / "out.bin"), "");
+  EXPECT_EQ(read_file(dir / "out.bin"), "");
 }
 
 TEST(AtomicFile, TheDestinationChangesOnlyAtCommit) {
@@ -63,10 +59,10 @@ TEST(AtomicFile, TheDestinationChangesOnlyAtCommit) {
     AtomicFileWriter file(path.string());
     file.stream() << "new content";
     file.stream().flush();
-    EXPECT_EQ(read_text(path), "old") << "written, not committed";
+    EXPECT_EQ(read_file(path), "old") << "written, not committed";
     EXPECT_EQ(names_in(dir).size(), 2u) << "the temporary beside it";
     file.commit();
-    EXPECT_EQ(read_text(path), "new content");
+    EXPECT_EQ(read_file(path), "new content");
     EXPECT_THROW(file.commit(), Error);
   }
   EXPECT_THAT(names_in(dir), UnorderedElementsAre("report.json"));
@@ -80,7 +76,7 @@ TEST(AtomicFile, AWriterDroppedBeforeCommitLeavesTheOldFile) {
     AtomicFileWriter file(path.string());
     file.stream() << "half of a new fi";
   }
-  EXPECT_EQ(read_text(path), "old");
+  EXPECT_EQ(read_file(path), "old");
   EXPECT_THAT(names_in(dir), UnorderedElementsAre("model.safetensors"));
 }
 

@@ -2,6 +2,8 @@
 // Python package) in both directions, and every kind of malformed file rejected with a message.
 #include <attnzoo/io/safetensors.h>
 
+#include "common/test_util.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -17,34 +19,11 @@ namespace test_safetensors {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using testing::read_file;
+using testing::Scratch;
+using testing::write_file;
 
 namespace fs = std::filesystem;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-// A scratch directory per test, removed afterwards.
-class Scratch {
- public:
-  Scratch() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("attnzoo_io_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  ~Scratch() { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
- private:
-  fs::path dir_;
-};
 
 // A file made of an explicit header and data, for the malformed cases.
 std::string file_with(const std::string& header, const std::string& data,

@@ -1,50 +1,27 @@
-// Shared by the audio frontend's tests: the reference directory written by
-// make_audio_reference.py (a CTest fixture), its manifest, files written with libsndfile, and
-// the comparison rule against float32 references.
+// Shared by the audio frontend's tests: the reference files written by make_audio_reference.py (a
+// CTest fixture), files written with libsndfile, and the comparison rule against float32
+// references.
 #pragma once
 
-#include <attnzoo/io/safetensors.h>
+#include "common/reference_files.h"
+#include "common/test_util.h"
+
 #include <attnzoo/preprocess/audio/fbank.h>
 
-#include <gtest/gtest.h>
 #include <sndfile.h>
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
-#include <unistd.h>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <map>
+#include <cstdint>
+#include <cstdlib>
 #include <string>
 
 namespace attnzoo::testing {
 
-inline std::string reference_dir() { return ATTNZOO_AUDIO_REFERENCE_DIR; }
-inline std::string reference_path(const std::string& relative) {
-  return reference_dir() + "/" + relative;
-}
-
-inline const nlohmann::json& manifest() {
-  static const nlohmann::json value = [] {
-    std::ifstream in(reference_path("manifest.json"));
-    if (!in) {
-      throw std::runtime_error("no " + reference_path("manifest.json") +
-                               ": run the fixture (ctest -R audio)");
-    }
-    return nlohmann::json::parse(in);
-  }();
-  return value;
-}
-
-// The tensors of one reference file, loaded once.
-inline const io::TensorDict& reference_tensors(const std::string& file) {
-  static std::map<std::string, io::TensorDict> cache;
-  auto found = cache.find(file);
-  if (found == cache.end()) {
-    found = cache.emplace(file, io::load_safetensors(reference_path(file)).tensors).first;
-  }
-  return found->second;
+// The folder make_audio_reference.py writes (the fixture preprocess.make_audio_reference).
+inline const ReferenceFiles& reference() {
+  static const ReferenceFiles files(ATTNZOO_AUDIO_REFERENCE_DIR, "audio");
+  return files;
 }
 
 // An option set of the manifest (AudioFeatureOptions' field names) as options.
@@ -87,36 +64,6 @@ inline Parity parity(const torch::Tensor& ours, const torch::Tensor& reference,
   p.count = d.numel();
   p.ok = (d <= 1e-3 + 2.0 * own).all().item<bool>();
   return p;
-}
-
-inline double max_difference(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
-
-// A scratch directory per test, removed afterwards.
-class Scratch {
- public:
-  Scratch() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("attnzoo_audio_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir_);
-  }
-  ~Scratch() { std::filesystem::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
- private:
-  std::filesystem::path dir_;
-};
-
-inline std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-inline void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 // Writes frames [N, C] float32 (interleaved by row) with libsndfile in `format`

@@ -17,8 +17,7 @@ namespace attnzoo {
 namespace test_audio_features {
 
 using ::testing::HasSubstr;
-using testing::manifest;
-using testing::reference_path;
+using testing::reference;
 
 std::vector<AudioFeatureOptions> pipelines() {
   AudioFeatureOptions fbank, mirror, whisper;
@@ -30,8 +29,8 @@ std::vector<AudioFeatureOptions> pipelines() {
 
 // Any rate, any channels, any block size: the same features as the whole file at once.
 TEST(AudioFeatures, BlocksEqualTheWholeFile) {
-  for (const auto& [name, file] : manifest()["stereo"].items()) {
-    const auto path = reference_path(file.get<std::string>());
+  for (const auto& [name, file] : reference().manifest()["stereo"].items()) {
+    const auto path = reference().path(file.get<std::string>());
     const auto wave = read_audio(path);
     const auto mono = resample(wave.samples, double(wave.info.sample_rate), 16000.0);
     for (const auto& options : pipelines()) {

@@ -17,18 +17,18 @@ namespace attnzoo {
 namespace test_audio_read {
 
 using ::testing::HasSubstr;
-using testing::manifest;
-using testing::read_bytes;
-using testing::reference_path;
+using testing::read_file;
+using testing::reference;
 using testing::Scratch;
 using ::testing::StartsWith;
-using testing::write_bytes;
+using testing::write_file;
 using testing::write_sndfile;
 
 // The fixture's 16 kHz speech, 16-bit exact (k / 32768), as [N, 1].
 torch::Tensor speech() {
   static const torch::Tensor x =
-      read_audio(reference_path(manifest()["signals"]["speech_16k"].get<std::string>()))
+      read_audio(
+          reference().path(reference().manifest()["signals"]["speech_16k"].get<std::string>()))
           .samples.unsqueeze(1);
   return x;
 }
@@ -80,7 +80,7 @@ TEST(AudioRead, LosslessEncodings) {
     EXPECT_EQ(wave.info.channels, 1);
     EXPECT_EQ(wave.info.encoding, c.encoding);
     ASSERT_EQ(wave.samples.size(0), x.size(0));
-    EXPECT_LE(testing::max_difference(wave.samples, x.squeeze(1)), c.tolerance);
+    EXPECT_LE(testing::max_abs_diff(wave.samples, x.squeeze(1)), c.tolerance);
   }
 }
 
@@ -136,7 +136,8 @@ TEST(AudioRead, ChannelsAreAveragedOrPicked) {
 }
 
 TEST(AudioRead, BlocksAndMemoryEqualTheFile) {
-  const auto path = reference_path(manifest()["stereo"]["speech_44k_stereo"].get<std::string>());
+  const auto path =
+      reference().path(reference().manifest()["stereo"]["speech_44k_stereo"].get<std::string>());
   const auto whole = read_audio(path);
   AudioReadOptions options;
   options.block_frames = 1000;
@@ -149,7 +150,7 @@ TEST(AudioRead, BlocksAndMemoryEqualTheFile) {
   EXPECT_EQ(reader.read().numel(), 0);  // stays at the end
   EXPECT_TRUE(torch::equal(torch::cat(blocks), whole.samples));
   EXPECT_EQ(reader.frames_read(), whole.info.frames);
-  const auto bytes = read_bytes(path);
+  const auto bytes = read_file(path);
   const auto memory = read_audio_from_memory(bytes.data(), bytes.size(), "speech in memory");
   EXPECT_TRUE(torch::equal(memory.samples, whole.samples));
   EXPECT_EQ(memory.info.sample_rate, 44100);
@@ -162,27 +163,27 @@ TEST(AudioRead, RefusesBadFiles) {
   const auto x = speech();
   const auto wav = scratch.path("good.wav");
   ASSERT_TRUE(write_sndfile(wav, x, 16000, SF_FORMAT_WAV | SF_FORMAT_PCM_16));
-  const auto bytes = read_bytes(wav);
+  const auto bytes = read_file(wav);
 
   EXPECT_EQ(read_error(scratch.path("missing.wav")),
             scratch.path("missing.wav") + ": no such file");
   EXPECT_EQ(read_error(scratch.path("")), scratch.path("") + ": is a directory, not an audio file");
   const auto empty = scratch.path("empty.wav");
-  write_bytes(empty, "");
+  write_file(empty, "");
   EXPECT_EQ(read_error(empty), empty + ": empty file (0 bytes)");
   const auto text = scratch.path("text.wav");
-  write_bytes(text, "This is not audio at all.\n");
+  write_file(text, "This is not audio at all.\n");
   EXPECT_EQ(read_error(text), text +
                                   ": not audio in a supported format (WAV, FLAC, Ogg "
                                   "Vorbis/Opus, MP3); it starts with 54 68 69 73 20 69 73 20");
   const auto cut = scratch.path("cut.wav");
-  write_bytes(cut, bytes.substr(0, bytes.size() / 2));
+  write_file(cut, bytes.substr(0, bytes.size() / 2));
   EXPECT_EQ(read_error(cut), cut + ": truncated WAV: the data chunk announces " +
                                  std::to_string(bytes.size() - 44) + " bytes, the file holds " +
                                  std::to_string(bytes.size() / 2 - 44) +
                                  " after its header (was the download or copy interrupted?)");
   const auto header_only = scratch.path("header_only.wav");
-  write_bytes(header_only, bytes.substr(0, 30));
+  write_file(header_only, bytes.substr(0, 30));
   EXPECT_THAT(read_error(header_only), StartsWith(header_only + ": cannot decode the WAV data"));
 
   const auto silent = scratch.path("zero_length.wav");
@@ -246,8 +247,8 @@ TEST(AudioRead, RefusesTruncatedCompressedFiles) {
       continue;
     }
     const auto cut = scratch.path(c.name);
-    const auto bytes = read_bytes(whole);
-    write_bytes(cut, bytes.substr(0, bytes.size() * 6 / 10));
+    const auto bytes = read_file(whole);
+    write_file(cut, bytes.substr(0, bytes.size() * 6 / 10));
     EXPECT_THAT(read_error(cut), StartsWith(cut + c.expected));
   }
 }
@@ -275,7 +276,7 @@ TEST(AudioRead, FuzzSeedCorpusDecodes) {
   for (const auto& entry : std::filesystem::directory_iterator(ATTNZOO_FUZZ_AUDIO_CORPUS_DIR)) {
     if (entry.path().filename().string().rfind("regress_", 0) == 0) continue;
     SCOPED_TRACE(entry.path().string());
-    const auto bytes = read_bytes(entry.path().string());
+    const auto bytes = read_file(entry.path().string());
     EXPECT_GT(read_audio_from_memory(bytes.data(), bytes.size()).samples.size(0), 0);
     ++files;
   }

@@ -24,13 +24,12 @@ namespace test_fbank {
 using testing::error_of;
 
 using ::testing::HasSubstr;
-using testing::manifest;
-using testing::max_difference;
-using testing::reference_path;
-using testing::reference_tensors;
+using testing::max_abs_diff;
+using testing::reference;
 
 torch::Tensor signal(const std::string& name) {
-  return read_audio(reference_path(manifest()["signals"][name].get<std::string>())).samples;
+  return read_audio(reference().path(reference().manifest()["signals"][name].get<std::string>()))
+      .samples;
 }
 
 // Compares ours with both references for every option set on `signals` (name -> 16 kHz
@@ -38,11 +37,11 @@ torch::Tensor signal(const std::string& name) {
 // difference between the two references themselves.
 double check_fbank_parity(const std::map<std::string, torch::Tensor>& signals,
                           const std::string& file) {
-  const auto& refs = reference_tensors(file);
+  const auto& refs = reference().tensors(file);
   double between = 0.0;
   std::printf("%-22s %-18s %6s  %-22s %-22s %s\n", "set", "signal", "frames",
               "max|ours-knf| (knf's)", "max|ours-ta| (ta's)", "max|ours-float64|");
-  for (const auto& [set, values] : manifest()["sets"].items()) {
+  for (const auto& [set, values] : reference().manifest()["sets"].items()) {
     const FeatureExtractor fbank(testing::fbank_options(values));
     for (const auto& [name, x] : signals) {
       SCOPED_TRACE(set + " / " + name);
@@ -54,7 +53,7 @@ double check_fbank_parity(const std::map<std::string, torch::Tensor>& signals,
       }
       const auto knf = testing::parity(ours, refs[set + "/" + name + "/knf"], oracle);
       const auto ta = testing::parity(ours, refs[set + "/" + name + "/torchaudio"], oracle);
-      const double exact = max_difference(ours, oracle);
+      const double exact = max_abs_diff(ours, oracle);
       std::printf("%-22s %-18s %6ld  %.2e (%.1e) %3ld>  %.2e (%.1e) %3ld>  %.2e\n", set.c_str(),
                   name.c_str(), long(ours.size(0)), knf.max, knf.reference_max, long(knf.over),
                   ta.max, ta.reference_max, long(ta.over), exact);
@@ -74,8 +73,8 @@ double check_fbank_parity(const std::map<std::string, torch::Tensor>& signals,
               .to(torch::kDouble);
       const auto excess = (ours.to(torch::kDouble) - oracle).abs() - half_ulp;
       EXPECT_LE(excess.max().item<double>(), 1e-9) << "more than half a float32 ulp from float64";
-      between = std::max(between, max_difference(refs[set + "/" + name + "/knf"],
-                                                 refs[set + "/" + name + "/torchaudio"]));
+      between = std::max(between, max_abs_diff(refs[set + "/" + name + "/knf"],
+                                               refs[set + "/" + name + "/torchaudio"]));
     }
   }
   std::printf("max |knf - torchaudio| over all cases: %.2e\n", between);
@@ -84,7 +83,8 @@ double check_fbank_parity(const std::map<std::string, torch::Tensor>& signals,
 
 TEST(Fbank, MatchesKaldiNativeFbankAndTorchaudio) {
   std::map<std::string, torch::Tensor> signals;
-  for (const auto& [name, file] : manifest()["signals"].items()) signals[name] = signal(name);
+  for (const auto& [name, file] : reference().manifest()["signals"].items())
+    signals[name] = signal(name);
   const double between = check_fbank_parity(signals, "fbank.safetensors");
   // Why the rule above and not a plain max <= 1e-3 from each reference: the two references
   // differ from each other by more than 2e-3 in some element, so no features at all lie within
@@ -110,8 +110,8 @@ TEST(Fbank, ResampledStereoMatchesReferencesOnOurSignal) {
   const FeatureExtractor fbank{AudioFeatureOptions{}};
   std::map<std::string, torch::Tensor> signals;
   io::TensorDict tensors;
-  for (const auto& [name, file] : manifest()["stereo"].items()) {
-    const auto path = reference_path(file.get<std::string>());
+  for (const auto& [name, file] : reference().manifest()["stereo"].items()) {
+    const auto path = reference().path(file.get<std::string>());
     const auto wave = read_audio(path);
     ASSERT_EQ(wave.info.channels, 2);
     const auto mono = resample(wave.samples, double(wave.info.sample_rate), 16000.0);
@@ -133,7 +133,7 @@ TEST(Fbank, ResampledStereoMatchesReferencesOnOurSignal) {
   const auto refs = io::load_safetensors(out).tensors;
   std::printf("%-22s %-18s %6s  %-22s %-22s\n", "set", "signal", "frames", "max|ours-knf| (knf's)",
               "max|ours-ta| (ta's)");
-  for (const auto& [set, values] : manifest()["sets"].items()) {
+  for (const auto& [set, values] : reference().manifest()["sets"].items()) {
     const FeatureExtractor extractor(testing::fbank_options(values));
     for (const auto& [name, x] : signals) {
       SCOPED_TRACE(set + " / " + name);
@@ -146,15 +146,15 @@ TEST(Fbank, ResampledStereoMatchesReferencesOnOurSignal) {
                   ta.max, ta.reference_max, long(ta.over));
       EXPECT_TRUE(knf.ok) << knf.max;
       EXPECT_TRUE(ta.ok) << ta.max;
-      EXPECT_LE(max_difference(ours, oracle), 1e-5);
+      EXPECT_LE(max_abs_diff(ours, oracle), 1e-5);
     }
   }
 }
 
 TEST(WhisperLogMel, MatchesOpenaiWhisperAndTheNumpyTranscription) {
-  const auto& refs = reference_tensors("whisper.safetensors");
+  const auto& refs = reference().tensors("whisper.safetensors");
   std::printf("%-28s %-28s %6s %s\n", "case", "reference", "frames", "max |ours - reference|");
-  for (const auto& [key, c] : manifest()["whisper"].items()) {
+  for (const auto& [key, c] : reference().manifest()["whisper"].items()) {
     SCOPED_TRACE(key);
     AudioFeatureOptions o;
     o.kind = AudioFeatureKind::kWhisperLogMel;
@@ -165,7 +165,7 @@ TEST(WhisperLogMel, MatchesOpenaiWhisperAndTheNumpyTranscription) {
     const auto ours = FeatureExtractor(o)(signal(c["signal"].get<std::string>()));
     const auto& theirs = refs[key];
     ASSERT_EQ(ours.sizes(), theirs.sizes());
-    const double max = max_difference(ours, theirs);
+    const double max = max_abs_diff(ours, theirs);
     std::printf("%-28s %-28s %6ld %.2e\n", key.c_str(), c["reference"].get<std::string>().c_str(),
                 long(ours.size(0)), max);
     EXPECT_LE(max, 1e-3);
@@ -199,7 +199,7 @@ TEST(MelFilters, ShapesAndRefusals) {
 TEST(FeatureStream, BlocksEqualOneShot) {
   const auto speech = signal("speech_16k").narrow(0, 0, 16000 + 123);
   std::vector<AudioFeatureOptions> all;
-  for (const auto& [set, values] : manifest()["sets"].items()) {
+  for (const auto& [set, values] : reference().manifest()["sets"].items()) {
     all.push_back(testing::fbank_options(values));
   }
   AudioFeatureOptions whisper;
@@ -226,7 +226,7 @@ TEST(FeatureStream, BlocksEqualOneShot) {
       const auto streamed = torch::cat(parts);
       ASSERT_EQ(streamed.sizes(), whole.sizes()) << "blocks up to " << max_block;
       EXPECT_TRUE(torch::equal(streamed, whole))
-          << "blocks up to " << max_block << ": max diff " << max_difference(streamed, whole);
+          << "blocks up to " << max_block << ": max diff " << max_abs_diff(streamed, whole);
     }
   }
 }

@@ -16,10 +16,10 @@ namespace test_image_augment {
 using testing::error_of;
 
 using ::testing::HasSubstr;
-using testing::reference_tensors;
+using testing::reference;
 
 const torch::Tensor& augment_reference(const std::string& name) {
-  const auto* found = reference_tensors("augment.safetensors").find(name);
+  const auto* found = reference().tensors("augment.safetensors").find(name);
   if (!found) throw std::runtime_error("augment.safetensors has no '" + name + "'");
   return *found;
 }

@@ -17,12 +17,10 @@ namespace test_image_decode {
 
 using ::testing::HasSubstr;
 using testing::image_file;
-using testing::manifest;
-using testing::read_bytes;
-using testing::reference_path;
-using testing::reference_tensors;
+using testing::read_file;
+using testing::reference;
 using testing::Scratch;
-using testing::write_bytes;
+using testing::write_file;
 
 std::string decode_error(const std::string& path, const ImageDecodeOptions& options = {}) {
   try {
@@ -42,9 +40,9 @@ torch::Tensor as_tensor(const cv::Mat& rgb) {  // [H, W, 3] uint8
 // as a tolerance of one level to stay robust to a library update. The reference of the RGBA TIFF
 // is PIL's pixels composited on black, the documented exception (image_decode.h).
 TEST(ImageDecode, MatchesPil) {
-  const auto& decoded = reference_tensors("decoded.safetensors");
+  const auto& decoded = reference().tensors("decoded.safetensors");
   std::printf("%-28s %-10s %s\n", "image", "size", "max |ours - PIL| (levels)");
-  for (const auto& [name, info] : manifest()["images"].items()) {
+  for (const auto& [name, info] : reference().manifest()["images"].items()) {
     SCOPED_TRACE(name);
     const cv::Mat rgb = decode_image(image_file(name));
     ASSERT_EQ(rgb.type(), CV_8UC3);
@@ -61,7 +59,7 @@ TEST(ImageDecode, MatchesPil) {
 
 // A photo stored sideways with an EXIF orientation comes out upright (PIL's exif_transpose).
 TEST(ImageDecode, ExifOrientation) {
-  const auto& decoded = reference_tensors("decoded.safetensors");
+  const auto& decoded = reference().tensors("decoded.safetensors");
   for (int orientation = 1; orientation <= 8; ++orientation) {
     const std::string name = "exif_orientation_" + std::to_string(orientation);
     const cv::Mat rgb = decode_image(image_file(name));
@@ -75,8 +73,8 @@ TEST(ImageDecode, ExifOrientation) {
 TEST(ImageDecode, FromMemoryEqualsFromFile) {
   for (const char* name :
        {"baboon", "png_37x53", "webp_lossless_211x300", "tiff_lzw_150x203", "exif_orientation_6"}) {
-    if (!manifest()["images"].contains(name)) continue;
-    const auto bytes = read_bytes(image_file(name));
+    if (!reference().manifest()["images"].contains(name)) continue;
+    const auto bytes = read_file(image_file(name));
     const cv::Mat a = decode_image(image_file(name));
     const cv::Mat b = decode_image_from_memory(bytes.data(), bytes.size(), name);
     EXPECT_TRUE(torch::equal(as_tensor(a), as_tensor(b))) << name;
@@ -85,7 +83,7 @@ TEST(ImageDecode, FromMemoryEqualsFromFile) {
 
 // The list: each a clear error naming the file; no crash, no hang.
 TEST(ImageDecode, BadInputs) {
-  const auto bad = [](const std::string& file) { return reference_path("bad/" + file); };
+  const auto bad = [](const std::string& file) { return reference().path("bad/" + file); };
   EXPECT_EQ(decode_error(bad("missing.jpg")), bad("missing.jpg") + ": no such file");
   EXPECT_EQ(decode_error(bad("empty.jpg")), bad("empty.jpg") + ": empty file (0 bytes)");
   EXPECT_EQ(decode_error(bad("text.jpg")),
@@ -103,8 +101,8 @@ TEST(ImageDecode, BadInputs) {
             bad("huge_header.png") +
                 ": PNG of 50000x50000 = 2500000000 pixels, more than the limit of 100000000 "
                 "pixels");
-  EXPECT_EQ(decode_error(reference_path("bad")),
-            reference_path("bad") + ": is a directory, not an image");
+  EXPECT_EQ(decode_error(reference().path("bad")),
+            reference().path("bad") + ": is a directory, not an image");
 
   // A FIFO would block a reader forever.
   Scratch scratch;
@@ -113,9 +111,9 @@ TEST(ImageDecode, BadInputs) {
   EXPECT_EQ(decode_error(fifo), fifo + ": is not a regular file");
 
   // Valid structure, garbage content: the decoder's failure, named.
-  auto png = read_bytes(image_file("png_37x53"));
+  auto png = read_file(image_file("png_37x53"));
   for (size_t i = 41; i < png.size() - 20; ++i) png[i] = static_cast<char>(i * 37);
-  write_bytes(scratch.path("garbage.png"), png);
+  write_file(scratch.path("garbage.png"), png);
   EXPECT_THAT(decode_error(scratch.path("garbage.png")),
               HasSubstr(scratch.path("garbage.png") + ": cannot decode the PNG data"));
 }

@@ -13,8 +13,8 @@ namespace test_image_header {
 
 using ::testing::HasSubstr;
 using testing::image_file;
-using testing::manifest;
-using testing::read_bytes;
+using testing::read_file;
+using testing::reference;
 using ::testing::StartsWith;
 
 std::string be16(uint32_t v) { return {static_cast<char>(v >> 8), static_cast<char>(v)}; }
@@ -128,8 +128,8 @@ TEST(ImageHeader, CraftedFormats) {
 }
 
 TEST(ImageHeader, RealFilesMatchPil) {
-  for (const auto& [name, image] : manifest()["images"].items()) {
-    const auto bytes = read_bytes(image_file(name));
+  for (const auto& [name, image] : reference().manifest()["images"].items()) {
+    const auto bytes = read_file(image_file(name));
     const auto h = header_of(bytes, name);
     EXPECT_EQ(h.width, image["size"][0].get<int64_t>()) << name;
     EXPECT_EQ(h.height, image["size"][1].get<int64_t>()) << name;
@@ -139,7 +139,7 @@ TEST(ImageHeader, RealFilesMatchPil) {
 // Every prefix of a JPEG or PNG is refused as truncated: no EOI, no IEND.
 TEST(ImageHeader, EveryPrefixIsTruncated) {
   for (const char* name : {"jpeg_333x517", "jpeg_progressive_257x263", "png_37x53"}) {
-    const auto bytes = read_bytes(image_file(name));
+    const auto bytes = read_file(image_file(name));
     ASSERT_NO_THROW(header_of(bytes)) << name;
     // From 8 bytes on, where the signature is complete.
     for (size_t cut = 8; cut < bytes.size(); cut += 1 + cut / 7) {
@@ -148,7 +148,7 @@ TEST(ImageHeader, EveryPrefixIsTruncated) {
     }
     EXPECT_THAT(error_of(bytes.substr(0, bytes.size() - 1), name), HasSubstr(": truncated "));
   }
-  const auto webp = read_bytes(image_file("webp_lossy_211x300"));
+  const auto webp = read_file(image_file("webp_lossy_211x300"));
   EXPECT_THAT(error_of(webp.substr(0, webp.size() - 1), "x.webp"),
               HasSubstr("x.webp: truncated WebP (the RIFF header announces"));
 }

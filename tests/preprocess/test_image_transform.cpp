@@ -18,9 +18,8 @@ using testing::error_of;
 
 using ::testing::HasSubstr;
 using testing::image_file;
-using testing::manifest;
 using testing::options_from_json;
-using testing::reference_tensors;
+using testing::reference;
 
 constexpr double kMeanTolerance = 1.0 / 255.0;
 
@@ -28,7 +27,7 @@ constexpr double kMeanTolerance = 1.0 / 255.0;
 void compare(const std::string& reference_file, const ImageTransformOptions& options,
              const std::vector<std::string>& names, const std::string& label) {
   const EvalImageTransform transform(options);
-  const auto& references = reference_tensors(reference_file);
+  const auto& references = reference().tensors(reference_file);
   std::printf("%s (%lldx%lld, crop_pct %g, %s)\n", label.c_str(),
               static_cast<long long>(options.height), static_cast<long long>(options.width),
               options.crop_pct, to_string(options.interpolation));
@@ -45,7 +44,7 @@ void compare(const std::string& reference_file, const ImageTransformOptions& opt
 }
 
 std::vector<std::string> names_of(const nlohmann::json& list, bool photos) {
-  const auto& all_photos = manifest()["photos"];
+  const auto& all_photos = reference().manifest()["photos"];
   std::vector<std::string> names;
   for (const auto& n : list) {
     const bool is_photo = std::find(all_photos.begin(), all_photos.end(), n) != all_photos.end();
@@ -57,17 +56,18 @@ std::vector<std::string> names_of(const nlohmann::json& list, bool photos) {
 // The photos are part of the suite (tools/setup.sh installs opencv-doc): a missing one is a
 // failure, not a skip, so that a broken setup cannot pass the parity test on synthetic images only.
 void require_photos() {
-  EXPECT_FALSE(manifest()["photos"].empty())
+  EXPECT_FALSE(reference().manifest()["photos"].empty())
       << "the opencv-doc photos are missing; tools/setup.sh installs opencv-doc";
-  EXPECT_TRUE(manifest()["missing_photos"].empty())
-      << "missing opencv-doc photos: " << manifest()["missing_photos"];
+  EXPECT_TRUE(reference().manifest()["missing_photos"].empty())
+      << "missing opencv-doc photos: " << reference().manifest()["missing_photos"];
 }
 
 // timm's Resize step gives these sizes (recorded by the fixture): ours must be the same.
 TEST(EvalTransform, GeometryMatchesTimm) {
-  const auto& decoded = reference_tensors("decoded.safetensors");
-  for (const auto& [config_name, run] : manifest()["timm"].items()) {
-    const EvalImageTransform transform(options_from_json(manifest()["configs"][config_name]));
+  const auto& decoded = reference().tensors("decoded.safetensors");
+  for (const auto& [config_name, run] : reference().manifest()["timm"].items()) {
+    const EvalImageTransform transform(
+        options_from_json(reference().manifest()["configs"][config_name]));
     for (const auto& [name, size] : run["resized"].items()) {
       const auto& image = decoded[name];  // [H, W, 3]
       const auto p = transform.plan(image.size(0), image.size(1));
@@ -79,23 +79,23 @@ TEST(EvalTransform, GeometryMatchesTimm) {
 
 TEST(EvalTransform, TimmPhotos) {
   require_photos();
-  for (const auto& [config_name, run] : manifest()["timm"].items()) {
+  for (const auto& [config_name, run] : reference().manifest()["timm"].items()) {
     compare("timm_" + config_name + ".safetensors",
-            options_from_json(manifest()["configs"][config_name]), names_of(run["images"], true),
-            "timm " + config_name);
+            options_from_json(reference().manifest()["configs"][config_name]),
+            names_of(run["images"], true), "timm " + config_name);
   }
 }
 
 TEST(EvalTransform, TimmSynthetic) {
-  for (const auto& [config_name, run] : manifest()["timm"].items()) {
+  for (const auto& [config_name, run] : reference().manifest()["timm"].items()) {
     compare("timm_" + config_name + ".safetensors",
-            options_from_json(manifest()["configs"][config_name]), names_of(run["images"], false),
-            "timm " + config_name);
+            options_from_json(reference().manifest()["configs"][config_name]),
+            names_of(run["images"], false), "timm " + config_name);
   }
 }
 
 TEST(EvalTransform, TorchvisionPreset) {
-  for (const auto& [preset, run] : manifest()["torchvision"].items()) {
+  for (const auto& [preset, run] : reference().manifest()["torchvision"].items()) {
     auto names = names_of(run["images"], true);
     const auto synthetic = names_of(run["images"], false);
     names.insert(names.end(), synthetic.begin(), synthetic.end());
@@ -161,7 +161,7 @@ TEST(EvalTransform, Batch) {
     EXPECT_TRUE(torch::equal(batch[i], transform(decode_image(files[i]))));
   }
   // One bad file: the error names it.
-  const auto bad = testing::reference_path("bad/text.jpg");
+  const auto bad = testing::reference().path("bad/text.jpg");
   try {
     load_image_batch({files[0], bad}, transform);
     ADD_FAILURE() << "no error";

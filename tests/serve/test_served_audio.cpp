@@ -38,11 +38,6 @@ const std::string kStopWav = kRepo + "/assets/samples/keyword_stop.wav";
 const std::string kMicro =
     std::string(ATTNZOO_CONFIGS_TEST_DATA_DIR) + "/conformer_micro_stream.yaml";
 
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 std::shared_ptr<const SpeechRecognizer> digits_recognizer() {
   static auto recognizer = [] {
     SpeechRecognizerOptions options;
@@ -123,7 +118,7 @@ TEST(ServedSpeechRecognizer, TranscribesAsTheLibraryInOneBatch) {
   const auto wav = read_audio(kDigitsWav).samples;
   const auto half = wav.narrow(0, 0, wav.size(0) / 2);
   const auto outcomes =
-      run_batch(served, {request_of(audio_input({file_bytes(kDigitsWav)})),
+      run_batch(served, {request_of(audio_input({testing::read_file(kDigitsWav)})),
                          request_of(waveform_input(half.unsqueeze(0)), {"text"}),
                          request_of(waveform_input(torch::stack({wav, wav})), {"transcript"})});
   for (const auto& o : outcomes) ASSERT_TRUE(o.ok()) << o.error;
@@ -153,7 +148,7 @@ TEST(ServedSpeechRecognizer, TranscribesAsTheLibraryInOneBatch) {
   EXPECT_EQ(json::parse(two.byte_elements().at(1))["text"], whole.best().text);
 
   // The file route.
-  auto call = served.file_call(file_bytes(kDigitsWav), "");
+  auto call = served.file_call(testing::read_file(kDigitsWav), "");
   const auto answered = run_batch(served, {call.request});
   ASSERT_TRUE(answered[0].ok()) << answered[0].error;
   const auto body = json::parse(call.answer(answered[0].outputs));
@@ -217,7 +212,7 @@ TEST(ServedSpeechEncoder, ABatchOfLengthsEqualsEachAlone) {
   // The file route: the embedding, and the frames on request.
   const std::string dir = ::testing::TempDir();
   testing::write_wav16(dir + "/served_encoder.wav", signals[1], 16000);
-  auto call = served.file_call(file_bytes(dir + "/served_encoder.wav"), "encoded=1");
+  auto call = served.file_call(testing::read_file(dir + "/served_encoder.wav"), "encoded=1");
   const auto answered = run_batch(served, {call.request});
   ASSERT_TRUE(answered[0].ok()) << answered[0].error;
   const auto body = json::parse(call.answer(answered[0].outputs));
@@ -262,7 +257,7 @@ TEST(ServedAudioClassifier, ClassifiesAsTheLibrary) {
   EXPECT_STREQ(served.file_route(), "classify");
   EXPECT_THAT(served.why_no_stream(), HasSubstr("does not stream"));
   const auto expected = classifier->classify(kStopWav, 3);
-  auto request = request_of(audio_input({file_bytes(kStopWav)}), {"probabilities"});
+  auto request = request_of(audio_input({testing::read_file(kStopWav)}), {"probabilities"});
   request.outputs.push_back({"logits", std::nullopt, 3});  // the classification extension
   const auto outcomes = run_batch(served, {request});
   ASSERT_TRUE(outcomes[0].ok()) << outcomes[0].error;
@@ -272,7 +267,7 @@ TEST(ServedAudioClassifier, ClassifiesAsTheLibrary) {
   ASSERT_EQ(top.size(), 3u);
   EXPECT_THAT(std::string(top[0]),
               HasSubstr(":" + std::to_string(expected[0].index) + ":" + expected[0].label));
-  auto call = served.file_call(file_bytes(kStopWav), "top=2");
+  auto call = served.file_call(testing::read_file(kStopWav), "top=2");
   const auto answered = run_batch(served, {call.request});
   const auto body = json::parse(call.answer(answered[0].outputs));
   ASSERT_EQ(body["predictions"].size(), 2u);

@@ -23,7 +23,7 @@ namespace test_metrics_writer {
 
 using ::testing::HasSubstr;
 
-using testing::read_text;
+using testing::read_file;
 
 TrainMetrics row_at(int64_t step, bool evaluated = false) {
   TrainMetrics r;
@@ -43,7 +43,7 @@ TrainMetrics row_at(int64_t step, bool evaluated = false) {
 
 // The steps of a file's rows, after checking its header and that every row is complete.
 std::vector<int64_t> steps_of(const std::string& path) {
-  const auto text = read_text(path);
+  const auto text = read_file(path);
   EXPECT_TRUE(text.empty() || text.back() == '\n');
   const auto rows = testing::csv_cells(text);
   std::vector<int64_t> steps;
@@ -66,7 +66,7 @@ TEST(Metrics, RowsAsWritten) {
     r.epoch = 1.0;
     csv.write(r);
     // Flushed as written: readable while the writer is open.
-    EXPECT_EQ(read_text(path), std::string(MetricsWriter::kHeader) +
+    EXPECT_EQ(read_file(path), std::string(MetricsWriter::kHeader) +
                                    "\n6,1,0.12345679,0.003,0.25,812.5,0.5,0.75,1,,\n");
     csv.write(row_at(7));
     // A CTC model's evaluation: val_wer and val_cer, the classifier's columns empty.
@@ -76,7 +76,7 @@ TEST(Metrics, RowsAsWritten) {
     ctc.val_cer = 1.0 / 3.0;
     csv.write(ctc);
   }
-  const auto rows = testing::csv_cells(read_text(path));
+  const auto rows = testing::csv_cells(read_file(path));
   ASSERT_EQ(rows.size(), 4u);
   EXPECT_EQ(rows[0], (std::vector<std::string>{"step", "epoch", "loss", "lr", "grad_norm",
                                                "examples_per_second", "val_loss", "val_top1",
@@ -111,12 +111,12 @@ TEST(Metrics, AResumedRunContinuesTheFile) {
     MetricsWriter csv(path, 0);
     for (int64_t s = 1; s <= 5; ++s) csv.write(row_at(s, s == 3));
   }
-  const auto before = read_text(path);
+  const auto before = read_file(path);
   {
     MetricsWriter csv(path, 5);
     for (int64_t s = 6; s <= 8; ++s) csv.write(row_at(s));
   }
-  const auto after = read_text(path);
+  const auto after = read_file(path);
   EXPECT_EQ(after.substr(0, before.size()), before);
   EXPECT_EQ(steps_of(path), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
 }
@@ -137,7 +137,7 @@ TEST(Metrics, AResumedNineColumnFileKeepsItsRows) {
     csv.write(row_at(3));
   }
   EXPECT_EQ(steps_of(path), (std::vector<int64_t>{1, 2, 3}));
-  const auto rows = testing::csv_cells(read_text(path));
+  const auto rows = testing::csv_cells(read_file(path));
   ASSERT_EQ(rows.size(), 4u);
   EXPECT_EQ(rows[2], (std::vector<std::string>{"2", "1", "0.8", "0.002", "0.2", "100", "0.7", "0.6",
                                                "1", "", ""}));
@@ -159,7 +159,7 @@ TEST(Metrics, AResumedRunHasNoDuplicatedOrTornRows) {
     for (int64_t s = 6; s <= 9; ++s) csv.write(row_at(s));
   }
   EXPECT_EQ(steps_of(path), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
-  const auto text = read_text(path);
+  const auto text = read_file(path);
   EXPECT_EQ(text.find("0.98765"), std::string::npos);
   const auto rows = testing::csv_cells(text);
   EXPECT_EQ(rows[6][0], "6");

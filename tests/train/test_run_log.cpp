@@ -18,7 +18,7 @@
 namespace attnzoo {
 namespace test_run_log {
 
-using testing::read_text;
+using testing::read_file;
 
 TEST(RunLog, DiagnosticsLineStep) {
   EXPECT_EQ(diagnostics_line_step(R"({"step": 12, "gradients": {}})"), 12);
@@ -42,7 +42,7 @@ TEST(RunLog, AResumedRunKeepsTheCompleteLinesUpToItsStep) {
     RunLog log(path, 4, "", diagnostics_line_step);
     log.append(R"({"step": 6})");
   }
-  EXPECT_EQ(read_text(path), "{\"step\": 0}\n{\"step\": 2}\n{\"step\": 4}\n{\"step\": 6}\n");
+  EXPECT_EQ(read_file(path), "{\"step\": 0}\n{\"step\": 2}\n{\"step\": 4}\n{\"step\": 6}\n");
 }
 
 TEST(RunLog, AFileWithNothingToDropIsAppendedToAsItIs) {
@@ -55,12 +55,12 @@ TEST(RunLog, AFileWithNothingToDropIsAppendedToAsItIs) {
     RunLog log(path, 2, "step", step_of);
     log.append("3");
   }
-  EXPECT_EQ(read_text(path), "step\n1\n2\n3\n");
+  EXPECT_EQ(read_file(path), "step\n1\n2\n3\n");
   {
     RunLog fresh(path, 0, "step", step_of);  // a new run replaces the file
     fresh.append("1");
   }
-  EXPECT_EQ(read_text(path), "step\n1\n");
+  EXPECT_EQ(read_file(path), "step\n1\n");
 }
 
 TEST(RunLog, AnUnwritableFolderIsAnErrorNamingTheFile) {
