@@ -1,26 +1,32 @@
-// PackedLinear: the oneDNN inference path equals torch::linear + the activation (to the matrix
-// product's rounding), is taken only where no autograd can see it, repacks when the weight
+// PackedLinear: the oneDNN inference path equals x·Wᵀ + b and the activation in float64 (to the
+// matrix product's rounding), is taken only where no autograd can see it, repacks when the weight
 // changes, and serves several threads at once.
 #include <attnzoo/layers/packed_linear.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <thread>
 
 namespace attnzoo {
 namespace test_packed_linear {
 
+// y = act(x·Wᵀ + b) in float64 from the definitions of the activations, written independently of
+// apply_activation (which the fallback path calls): GELU x·Φ(x) by erf, its tanh approximation,
+// SiLU x / (1 + e^-x).
 torch::Tensor reference(const torch::nn::Linear& linear, const torch::Tensor& x,
                         Activation activation) {
-  const auto y = torch::linear(x, linear->weight, linear->bias);
+  const auto w = linear->weight.to(torch::kDouble);
+  auto y = torch::matmul(x.to(torch::kDouble), w.t());
+  if (linear->bias.defined()) y = y + linear->bias.to(torch::kDouble);
   switch (activation) {
     case Activation::kGelu:
-      return torch::gelu(y);
+      return 0.5 * y * (1.0 + torch::erf(y / std::sqrt(2.0)));
     case Activation::kGeluTanh:
-      return torch::gelu(y, "tanh");
+      return 0.5 * y * (1.0 + torch::tanh(std::sqrt(2.0 / M_PI) * (y + 0.044715 * y.pow(3))));
     case Activation::kSilu:
-      return torch::silu(y);
+      return y / (1.0 + torch::exp(-y));
     case Activation::kNone:
       break;
   }
