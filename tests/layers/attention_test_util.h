@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,15 +27,51 @@ inline Qkv random_qkv(int64_t b, int64_t h, int64_t l, int64_t s, int64_t e,
           torch::randn({b, h, s, ev > 0 ? ev : e}, o)};
 }
 
-inline AttentionResult run_backend(const Qkv& t, const AttentionMask& mask,
-                                   const std::string& backend, bool need_weights = false) {
+// t.q attending to t.k and t.v under `mask`; the rest of the problem (scale, dropout, weights,
+// backend options) as AttentionProblem has it.
+inline AttentionProblem problem_of(const Qkv& t, const AttentionMask& mask = AttentionMask()) {
   AttentionProblem p;
   p.query = t.q;
   p.key = t.k;
   p.value = t.v;
   p.mask = mask;
+  return p;
+}
+
+inline AttentionResult run_backend(const Qkv& t, const AttentionMask& mask,
+                                   const std::string& backend, bool need_weights = false) {
+  auto p = problem_of(t, mask);
   p.need_weights = need_weights;
   return scaled_dot_product_attention(p, backend);
+}
+
+// Autograd's gradient of `loss()` w.r.t. `input` (float64) against central differences, on up to
+// `samples` elements drawn at random (all of them for small tensors).
+inline void expect_gradient_near_central_differences(const std::function<torch::Tensor()>& loss,
+                                                     torch::Tensor input, const std::string& name,
+                                                     int64_t samples = 48) {
+  SCOPED_TRACE("input " + name);
+  ASSERT_EQ(input.scalar_type(), torch::kDouble);
+  if (input.grad().defined()) input.mutable_grad().zero_();
+  loss().backward();
+  const auto analytic = input.grad().clone();
+  torch::NoGradGuard no_grad;
+  auto flat = input.view(-1);
+  const int64_t n = flat.numel();
+  const auto picks = n <= samples ? torch::arange(n) : torch::randperm(n).narrow(0, 0, samples);
+  const double eps = 1e-6;
+  for (int64_t i = 0; i < picks.numel(); ++i) {
+    const int64_t j = picks[i].item<int64_t>();
+    const double saved = flat[j].item<double>();
+    flat[j] = saved + eps;
+    const double up = loss().item<double>();
+    flat[j] = saved - eps;
+    const double down = loss().item<double>();
+    flat[j] = saved;
+    const double numeric = (up - down) / (2 * eps);
+    const double exact = analytic.view(-1)[j].item<double>();
+    EXPECT_NEAR(exact, numeric, 1e-7 + 1e-5 * std::abs(numeric)) << "element " << j;
+  }
 }
 
 // Every mask kind alone and combined, with biases of several broadcast shapes, for a problem of

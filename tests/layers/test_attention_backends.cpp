@@ -193,11 +193,7 @@ TEST_F(Backends, PaddedKeysDoNotChangeTheResult) {
 
 // On the CPU: flash (first in the order) runs on CUDA only, see test_attention_flash.cpp.
 TEST_F(Backends, AutoPicksSdpaButMathForWeights) {
-  AttentionProblem p;
-  const auto t = random_qkv(1, 1, 2, 2, 4);
-  p.query = t.q;
-  p.key = t.k;
-  p.value = t.v;
+  auto p = testing::problem_of(random_qkv(1, 1, 2, 2, 4));
   EXPECT_EQ(select_attention_backend("auto", p).name(), "sdpa");
   p.need_weights = true;
   EXPECT_EQ(select_attention_backend("auto", p).name(), "math");

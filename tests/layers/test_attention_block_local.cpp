@@ -66,11 +66,7 @@ Qkv self_attention_qkv(int64_t b, int64_t h, int64_t l, int64_t e, torch::Dtype 
 
 AttentionResult run(const Qkv& t, const AttentionMask& mask, const std::string& backend,
                     const AttentionBackendOptions& options = {}, double dropout_p = 0.0) {
-  AttentionProblem p;
-  p.query = t.q;
-  p.key = t.k;
-  p.value = t.v;
-  p.mask = mask;
+  auto p = testing::problem_of(t, mask);
   p.options = options;
   p.dropout_p = dropout_p;
   return scaled_dot_product_attention(p, backend);
@@ -305,10 +301,7 @@ TEST_F(BlockLocal, ErrorsNameTheBackendAndTheNumbers) {
   EXPECT_NE(message.find("L = 5, S = 7"), std::string::npos) << message;
 
   const auto t = testing::random_qkv(1, 2, 5, 5, 8);
-  AttentionProblem p;
-  p.query = t.q;
-  p.key = t.k;
-  p.value = t.v;
+  auto p = testing::problem_of(t);
   p.need_weights = true;
   const auto weights = error_of([&] { scaled_dot_product_attention(p, "block_local"); });
   EXPECT_NE(weights.find("block_local"), std::string::npos) << weights;

@@ -35,11 +35,7 @@ const std::vector<int64_t> kChunks = {1, 4, 7, 256};
 
 AttentionResult run(const Qkv& t, const AttentionMask& mask, const std::string& backend,
                     int64_t chunk = 256, bool need_weights = false, double dropout_p = 0.0) {
-  AttentionProblem p;
-  p.query = t.q;
-  p.key = t.k;
-  p.value = t.v;
-  p.mask = mask;
+  auto p = testing::problem_of(t, mask);
   p.need_weights = need_weights;
   p.dropout_p = dropout_p;
   p.options.chunk_size(chunk);
@@ -283,11 +279,7 @@ TEST_F(Chunked, RefusesWeightsAndDropoutNamingTheBackend) {
 }
 
 TEST_F(Chunked, IsExactAndRanksBetweenSdpaAndMath) {
-  AttentionProblem p;
-  const auto t = random_qkv(1, 1, 2, 2, 4);
-  p.query = t.q;
-  p.key = t.k;
-  p.value = t.v;
+  const auto p = testing::problem_of(random_qkv(1, 1, 2, 2, 4));
   const auto& chunked = select_attention_backend("chunked", p);
   EXPECT_EQ(chunked.name(), "chunked");
   EXPECT_TRUE(chunked.exact());

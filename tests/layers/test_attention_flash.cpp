@@ -20,12 +20,9 @@ using testing::max_abs_diff;
 #define SKIP_WITHOUT_CUDA() \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine"
 
-AttentionProblem problem_of(const testing::Qkv& t, const AttentionMask& mask) {
-  AttentionProblem p;
-  p.query = t.q;
-  p.key = t.k;
-  p.value = t.v;
-  p.mask = mask;
+// The problem with its scale stated (1/√E).
+AttentionProblem scaled_problem_of(const testing::Qkv& t, const AttentionMask& mask) {
+  auto p = testing::problem_of(t, mask);
   p.scale = 1.0 / std::sqrt(static_cast<double>(t.q.size(3)));
   return p;
 }
@@ -40,7 +37,7 @@ TEST(FlashBackend, EveryMaskKindEqualsMathOnTheReference) {
        std::vector<std::array<int64_t, 5>>{{2, 3, 5, 7, 36}, {3, 2, 9, 9, 16}, {1, 1, 1, 4, 8}}) {
     const auto t = testing::random_qkv(b, h, l, s, e, torch::kDouble);
     for (const auto& [name, mask] : testing::all_mask_cases(b, h, l, s, torch::kDouble)) {
-      const auto p = problem_of(t, mask);
+      const auto p = scaled_problem_of(t, mask);
       const auto expected = math->run(p).output;
       const auto got = flash->run(p).output;
       ASSERT_EQ(got.sizes(), expected.sizes()) << name;
@@ -70,7 +67,7 @@ TEST(FlashBackend, GradientsEqualMathOnTheReference) {
          v = t.v.clone().requires_grad_(), bb = bias.clone().requires_grad_();
     auto m = mask;
     m.bias(bb);
-    auto p = problem_of({q, k, v}, m);
+    auto p = scaled_problem_of({q, k, v}, m);
     const auto out = backend->run(p).output;
     (out * torch::cos(out)).sum().backward();
     grads.push_back({q.grad(), k.grad(), v.grad(), bb.grad()});
@@ -85,7 +82,7 @@ TEST(FlashBackend, GradientsEqualMathOnTheReference) {
 
 TEST(FlashBackend, AutoTakesItOnlyWhereTheKernelRuns) {
   const auto t = testing::random_qkv(1, 2, 4, 4, 8);
-  auto p = problem_of(t, AttentionMask());
+  auto p = scaled_problem_of(t, AttentionMask());
   // The CPU: sdpa; asked by name, flash says why not.
   EXPECT_EQ(select_attention_backend("auto", p).name(), "sdpa");
   EXPECT_THAT(testing::error_of([&] { select_attention_backend("flash", p); }),
@@ -95,7 +92,7 @@ TEST(FlashBackend, AutoTakesItOnlyWhereTheKernelRuns) {
   if (!torch::cuda::is_available() || !ATTNZOO_WITH_CUDA) return;
   const testing::Qkv cuda{t.q.cuda().to(torch::kBFloat16), t.k.cuda().to(torch::kBFloat16),
                           t.v.cuda().to(torch::kBFloat16)};
-  p = problem_of(cuda, AttentionMask());
+  p = scaled_problem_of(cuda, AttentionMask());
   // auto takes the kernel only when opted in (ATTNZOO_FLASH_AUTO=1), until it is verified.
   const char* before = std::getenv("ATTNZOO_FLASH_AUTO");
   const std::string saved = before ? before : "";
@@ -109,7 +106,8 @@ TEST(FlashBackend, AutoTakesItOnlyWhereTheKernelRuns) {
   p.need_weights = true;
   EXPECT_EQ(select_attention_backend("auto", p).name(), "math");
   const testing::Qkv single{t.q.cuda(), t.k.cuda(), t.v.cuda()};
-  EXPECT_EQ(select_attention_backend("auto", problem_of(single, AttentionMask())).name(), "sdpa");
+  EXPECT_EQ(select_attention_backend("auto", scaled_problem_of(single, AttentionMask())).name(),
+            "sdpa");
   if (before) {
     setenv("ATTNZOO_FLASH_AUTO", saved.c_str(), 1);
   } else {

@@ -7,34 +7,6 @@ namespace test_attention_grad {
 
 using testing::max_abs_diff;
 
-// Compares autograd's gradient of `loss()` w.r.t. `input` with central differences on up to
-// `samples` elements (all of them for small tensors).
-void check_gradient(const std::function<torch::Tensor()>& loss, torch::Tensor input,
-                    const std::string& name, int64_t samples = 48) {
-  SCOPED_TRACE("input " + name);
-  ASSERT_EQ(input.scalar_type(), torch::kDouble);
-  if (input.grad().defined()) input.mutable_grad().zero_();
-  loss().backward();
-  const auto analytic = input.grad().clone();
-  torch::NoGradGuard no_grad;
-  auto flat = input.view(-1);
-  const int64_t n = flat.numel();
-  const auto picks = n <= samples ? torch::arange(n) : torch::randperm(n).narrow(0, 0, samples);
-  const double eps = 1e-6;
-  for (int64_t i = 0; i < picks.numel(); ++i) {
-    const int64_t j = picks[i].item<int64_t>();
-    const double saved = flat[j].item<double>();
-    flat[j] = saved + eps;
-    const double up = loss().item<double>();
-    flat[j] = saved - eps;
-    const double down = loss().item<double>();
-    flat[j] = saved;
-    const double numeric = (up - down) / (2 * eps);
-    const double exact = analytic.view(-1)[j].item<double>();
-    EXPECT_NEAR(exact, numeric, 1e-7 + 1e-5 * std::abs(numeric)) << "element " << j;
-  }
-}
-
 class Gradients : public ::testing::Test {
  protected:
   void SetUp() override { torch::manual_seed(7); }
@@ -51,11 +23,11 @@ TEST_F(Gradients, MathPathMatchesFiniteDifferencesForSelfAttention) {
                         .attn_mask(torch::rand({5, 5}) < 0.2)
                         .bias(bias);
   const auto loss = [&] { return (layer(x, mask) * weights).sum(); };
-  check_gradient(loss, x, "x");
-  check_gradient(loss, bias, "bias");
-  check_gradient(loss, layer->qkv->weight, "qkv.weight", 60);
-  check_gradient(loss, layer->qkv->bias, "qkv.bias");
-  check_gradient(loss, layer->proj->weight, "proj.weight", 30);
+  testing::expect_gradient_near_central_differences(loss, x, "x");
+  testing::expect_gradient_near_central_differences(loss, bias, "bias");
+  testing::expect_gradient_near_central_differences(loss, layer->qkv->weight, "qkv.weight", 60);
+  testing::expect_gradient_near_central_differences(loss, layer->qkv->bias, "qkv.bias");
+  testing::expect_gradient_near_central_differences(loss, layer->proj->weight, "proj.weight", 30);
 }
 
 TEST_F(Gradients, MathPathMatchesFiniteDifferencesForCrossAttention) {
@@ -68,9 +40,9 @@ TEST_F(Gradients, MathPathMatchesFiniteDifferencesForCrossAttention) {
   const auto weights = torch::randn({2, 3, 8}, torch::kDouble);
   const auto mask = AttentionMask().causal(true, CausalAlignment::kBottomRight);
   const auto loss = [&] { return (layer->forward_cross(query, memory, mask) * weights).sum(); };
-  check_gradient(loss, query, "query");
-  check_gradient(loss, memory, "memory");
-  check_gradient(loss, layer->kv->weight, "kv.weight");
+  testing::expect_gradient_near_central_differences(loss, query, "query");
+  testing::expect_gradient_near_central_differences(loss, memory, "memory");
+  testing::expect_gradient_near_central_differences(loss, layer->kv->weight, "kv.weight");
 }
 
 // Gradients of q, k, v and bias from one backend, for the same upstream gradient.
