@@ -4,6 +4,8 @@
 // the sanitizers too.)
 #include <attnzoo/serve/http_server.h>
 
+#include "serve_test_util.h"
+
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -14,7 +16,6 @@
 #include <atomic>
 #include <chrono>
 #include <future>
-#include <mutex>
 #include <regex>
 #include <thread>
 
@@ -26,15 +27,10 @@ using namespace std::chrono_literals;
 // Echoes the method, path and body length; answers `delay` later from a thread of its own.
 class EchoHandler : public HttpHandler {
  public:
-  explicit EchoHandler(std::chrono::milliseconds delay = 0ms) : delay_(delay) {}
-  ~EchoHandler() override {
-    for (auto& t : threads_) t.join();
-  }
+  explicit EchoHandler(std::chrono::milliseconds delay = 0ms) : later_(delay) {}
   void handle(HttpRequest request, Respond respond) override {
     ++received;
-    std::lock_guard<std::mutex> lock(mutex_);
-    threads_.emplace_back([this, request = std::move(request), respond = std::move(respond)] {
-      std::this_thread::sleep_for(delay_);
+    later_.post([request = std::move(request), respond = std::move(respond)] {
       HttpResponse response;
       response.content_type = "text/plain";
       response.body =
@@ -45,9 +41,7 @@ class EchoHandler : public HttpHandler {
   std::atomic<int> received{0};
 
  private:
-  std::chrono::milliseconds delay_;
-  std::mutex mutex_;
-  std::vector<std::thread> threads_;
+  testing::LaterReplies later_;
 };
 
 class Client {

@@ -4,6 +4,8 @@
 // shutdown (1001).
 #include <attnzoo/serve/http_server.h>
 
+#include "serve_test_util.h"
+
 #include <gtest/gtest.h>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -13,7 +15,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <thread>
 
 namespace attnzoo::serve {
@@ -31,15 +32,10 @@ using namespace std::chrono_literals;
 class EchoStream : public StreamHandler {
  public:
   EchoStream(std::atomic<int>& received, std::chrono::milliseconds delay)
-      : received_(received), delay_(delay) {}
-  ~EchoStream() override {
-    for (auto& t : threads_) t.join();
-  }
+      : received_(received), later_(delay) {}
   void on_message(WebSocketMessage message, StreamRespond respond) override {
     ++received_;
-    std::lock_guard<std::mutex> lock(mutex_);
-    threads_.emplace_back([this, message = std::move(message), respond = std::move(respond)] {
-      std::this_thread::sleep_for(delay_);
+    later_.post([message = std::move(message), respond = std::move(respond)] {
       StreamReply reply;
       if (message.text && message.data == "bye") {
         reply.messages.push_back({true, "bye"});
@@ -55,9 +51,7 @@ class EchoStream : public StreamHandler {
 
  private:
   std::atomic<int>& received_;
-  std::chrono::milliseconds delay_;
-  std::mutex mutex_;
-  std::vector<std::thread> threads_;
+  testing::LaterReplies later_;
 };
 
 class StreamingHandler : public HttpHandler {
