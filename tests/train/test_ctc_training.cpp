@@ -276,13 +276,8 @@ TEST(CtcTraining, EvaluationAgreesWithItsParts) {
   {
     torch::NoGradGuard no_grad;
     model.module->eval();
-    LoaderOptions o;
-    o.batch_size = 1;
-    o.shuffle = false;
-    o.drop_last = false;
-    o.pad = true;
-    o.workers = 0;
-    EpochLoader loader(val, example_loader(model.config, nullptr), o, 0);
+    EpochLoader loader(val, example_loader(model.config, nullptr),
+                       evaluation_loader_options(1, 0, true), 0);
     while (auto batch = loader.next()) {
       torch::Tensor log_probs, lengths;
       for (const auto& [name, value] : model.forward({batch->inputs, batch->lengths})) {
@@ -331,29 +326,17 @@ TEST(CtcTraining, ResumeWithDynamicChunksEqualsTheUninterruptedRun) {
   TrainerOptions options;
   options.log = &log;
   const auto a_dir = testing::fresh_dir("ctc_resume_a"), b_dir = testing::fresh_dir("ctc_resume_b");
-  Trainer a(ctc_config(a_dir, extra), options);
-  const auto full = a.run();
-  ASSERT_EQ(full.size(), 18u);
-
-  auto stop = options;
-  stop.stop_at_step = 10;
-  Trainer b1(ctc_config(b_dir, extra), stop);
-  const auto head = b1.run();
-  ASSERT_EQ(head.size(), 10u);
-  auto resume = options;
-  resume.resume = b_dir + "/checkpoint.safetensors";
   auto more_workers = extra;
   more_workers.push_back("data.workers=2");
-  Trainer b2(ctc_config(b_dir, more_workers), resume);
-  EXPECT_EQ(b2.step(), 10);
-  const auto tail = b2.run();
-  ASSERT_EQ(tail.size(), 8u);
-  testing::expect_same_losses(full, head, tail);
-  EXPECT_NEAR(tail.back().val_loss, full.back().val_loss, 1e-6);
-  EXPECT_EQ(tail.back().val_wer, full.back().val_wer);
-  EXPECT_LE(
-      testing::max_weight_difference(a_dir + "/model.safetensors", b_dir + "/model.safetensors"),
-      1e-6);
+  const auto run =
+      testing::expect_resume_equals_whole_run(ctc_config(a_dir, extra), ctc_config(b_dir, extra),
+                                              ctc_config(b_dir, more_workers), 10, options);
+  const auto& full = run.whole;
+  ASSERT_EQ(full.size(), 18u);
+  EXPECT_EQ(run.head.size(), 10u);
+  ASSERT_EQ(run.tail.size(), 8u);
+  EXPECT_NEAR(run.tail.back().val_loss, full.back().val_loss, 1e-6);
+  EXPECT_EQ(run.tail.back().val_wer, full.back().val_wer);
 
   // The chunks matter: without dynamic chunks the same seed trains differently.
   auto plain = extra;
@@ -653,18 +636,12 @@ TEST(CtcTraining, TranscriptLists) {
       HasSubstr("missing.txt"));
 
   // The loader's batches carry the tokens: targets zero-padded to the longest, their lengths.
-  LoaderOptions o;
-  o.batch_size = 4;
-  o.shuffle = false;
-  o.drop_last = false;
-  o.pad = true;
-  o.workers = 0;
   EpochLoader loader(
       d,
       [](const LabelledExample& e, std::mt19937_64&) {
         return torch::ones({static_cast<int64_t>(e.path.size()), 2});
       },
-      o, 0);
+      evaluation_loader_options(4, 0, true), 0);
   const auto batch = loader.next();
   ASSERT_TRUE(batch.has_value());
   EXPECT_EQ(testing::values(batch->target_lengths), (std::vector<int64_t>{2, 2, 0, 1}));

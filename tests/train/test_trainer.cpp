@@ -131,29 +131,15 @@ TEST(Trainer, ResumeEqualsTheUninterruptedRun) {
   TrainerOptions options;
   options.log = &log;
   const auto a_dir = testing::fresh_dir("resume_a"), b_dir = testing::fresh_dir("resume_b");
-  Trainer a(vit_config(a_dir, extra), options);
-  const auto full = a.run();
-  ASSERT_EQ(full.size(), 30u);
-
-  auto stop = options;
-  stop.stop_at_step = 20;
-  auto with_workers = extra;
-  with_workers.push_back("data.workers=0");
-  Trainer b1(vit_config(b_dir, with_workers), stop);
-  const auto head = b1.run();
-  ASSERT_EQ(head.size(), 20u);
-  EXPECT_FALSE(fs::exists(b_dir + "/model.safetensors"));
-  auto resume = options;
-  resume.resume = b_dir + "/checkpoint.safetensors";
-  with_workers.back() = "data.workers=3";
-  Trainer b2(vit_config(b_dir, with_workers), resume);
-  EXPECT_EQ(b2.step(), 20);
-  const auto tail = b2.run();
-  ASSERT_EQ(tail.size(), 10u);
-  testing::expect_same_losses(full, head, tail);
-  EXPECT_LE(
-      testing::max_weight_difference(a_dir + "/model.safetensors", b_dir + "/model.safetensors"),
-      1e-6);
+  auto no_workers = extra, three_workers = extra;
+  no_workers.push_back("data.workers=0");
+  three_workers.push_back("data.workers=3");
+  const auto run = testing::expect_resume_equals_whole_run(
+      vit_config(a_dir, extra), vit_config(b_dir, no_workers), vit_config(b_dir, three_workers), 20,
+      options);
+  EXPECT_EQ(run.whole.size(), 30u);
+  EXPECT_EQ(run.head.size(), 20u);
+  EXPECT_EQ(run.tail.size(), 10u);
   // metrics.csv of the resumed run continues the first part's rows.
   EXPECT_EQ(testing::read_csv(b_dir + "/metrics.csv").size(), 31u);
 

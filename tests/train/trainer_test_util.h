@@ -6,6 +6,7 @@
 
 #include <attnzoo/io/safetensors.h>
 #include <attnzoo/train/metrics_writer.h>
+#include <attnzoo/train/trainer.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -98,19 +99,6 @@ inline std::vector<std::vector<std::string>> read_csv(const std::string& path) {
   return csv_cells({std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()});
 }
 
-// A run stopped and resumed (rows `head`, then `tail`) against the uninterrupted run's `full`:
-// the same steps, losses within 1e-6.
-inline void expect_same_losses(const std::vector<TrainMetrics>& full,
-                               const std::vector<TrainMetrics>& head,
-                               const std::vector<TrainMetrics>& tail) {
-  ASSERT_EQ(head.size() + tail.size(), full.size());
-  for (size_t i = 0; i < full.size(); ++i) {
-    const auto& row = i < head.size() ? head[i] : tail[i - head.size()];
-    EXPECT_EQ(row.step, full[i].step);
-    EXPECT_NEAR(row.loss, full[i].loss, 1e-6) << "step " << row.step;
-  }
-}
-
 // max |a - b| over the tensors of two safetensors files holding the same names.
 inline double max_weight_difference(const std::string& a, const std::string& b) {
   const auto wa = io::load_safetensors(a).tensors;
@@ -121,6 +109,48 @@ inline double max_weight_difference(const std::string& a, const std::string& b) 
     max_diff = std::max(max_diff, (item.value() - wb[item.key()]).abs().max().item<double>());
   }
   return max_diff;
+}
+
+// The metrics rows of a run trained whole and of the same run stopped and resumed.
+struct ResumedRun {
+  std::vector<TrainMetrics> whole;
+  std::vector<TrainMetrics> head;  // until the stop
+  std::vector<TrainMetrics> tail;  // from the resume
+};
+
+// Trains `whole` without a stop; then `first` stopped after `stop_at` steps and `second` resumed
+// from the checkpoint written there (the two share an output folder, not whole's). Expects the
+// resumed run to be the uninterrupted one: the stop writes no model.safetensors, the resume starts
+// at step `stop_at`, the rows have the same steps and losses (within 1e-6), and the final weights
+// are the same (within 1e-6).
+inline ResumedRun expect_resume_equals_whole_run(const TrainConfig& whole, const TrainConfig& first,
+                                                 const TrainConfig& second, int64_t stop_at,
+                                                 const TrainerOptions& options) {
+  ResumedRun run;
+  Trainer a(whole, options);
+  run.whole = a.run();
+
+  auto stop = options;
+  stop.stop_at_step = stop_at;
+  Trainer b1(first, stop);
+  run.head = b1.run();
+  EXPECT_FALSE(std::filesystem::exists(b1.output_dir() + "/model.safetensors"));
+  auto resume = options;
+  resume.resume = b1.output_dir() + "/checkpoint.safetensors";
+  Trainer b2(second, resume);
+  EXPECT_EQ(b2.step(), stop_at);
+  run.tail = b2.run();
+
+  EXPECT_EQ(run.head.size() + run.tail.size(), run.whole.size());
+  for (size_t i = 0; i < run.whole.size() && i < run.head.size() + run.tail.size(); ++i) {
+    const auto& row = i < run.head.size() ? run.head[i] : run.tail[i - run.head.size()];
+    EXPECT_EQ(row.step, run.whole[i].step);
+    EXPECT_NEAR(row.loss, run.whole[i].loss, 1e-6) << "step " << row.step;
+  }
+  EXPECT_LE(max_weight_difference(a.output_dir() + "/model.safetensors",
+                                  b2.output_dir() + "/model.safetensors"),
+            1e-6);
+  return run;
 }
 
 // An audio list: tones of 300, 900 or 2400 Hz (classes low, mid, high), 0.5 to 0.9 s, with noise;
