@@ -110,9 +110,25 @@ struct Layout {
   std::function<at::Tensor(const at::TensorOptions&)> make_residual;
 };
 
-Layout plain(const std::string& name, std::vector<int64_t> shape) {
-  return {name, [shape](const auto& o) { return randn(shape, o); },
-          [shape](const auto& o) { return randn(shape, o, 3); }};
+// What makes a layout of a tensor drawn contiguous: a transpose, a permutation, a slice, ...
+using View = std::function<at::Tensor(const at::Tensor&)>;
+
+at::Tensor as_drawn(const at::Tensor& t) { return t; }
+at::Tensor transposed(const at::Tensor& t) { return t.t(); }
+at::Tensor dims_reversed(const at::Tensor& t) { return t.permute({2, 1, 0}); }
+View columns(int64_t begin, int64_t end) {
+  return [=](const at::Tensor& t) { return t.slice(1, begin, end); };
+}
+
+// x drawn as `x_shape`, then `x_view` of it; the residual likewise (drawn around 3).
+Layout viewed(const std::string& name, std::vector<int64_t> x_shape, View x_view,
+              std::vector<int64_t> residual_shape, View residual_view) {
+  return {name, [=](const auto& o) { return x_view(randn(x_shape, o)); },
+          [=](const auto& o) { return residual_view(randn(residual_shape, o, 3)); }};
+}
+
+Layout plain(const std::string& name, const std::vector<int64_t>& shape) {
+  return viewed(name, shape, as_drawn, shape, as_drawn);
 }
 
 // Every row length of the brief (1, an odd one, the Conformer's 36, BERT's 768, 1000) with a few
@@ -127,34 +143,11 @@ std::vector<Layout> cpu_layouts() {
   layouts.push_back(plain("1-D N=1", {1}));
   layouts.push_back(plain("3-D", {2, 3, 36}));
   layouts.push_back(plain("no rows", {0, 7}));
-  layouts.push_back({"transposed x",
-                     [](const auto& o) {
-                       return randn({7, 4}, o).t();
-                     },
-                     [](const auto& o) {
-                       return randn({4, 7}, o, 3);
-                     }});
-  layouts.push_back({"transposed residual",
-                     [](const auto& o) {
-                       return randn({4, 36}, o);
-                     },
-                     [](const auto& o) {
-                       return randn({36, 4}, o, 3).t();
-                     }});
-  layouts.push_back({"permuted 3-D",
-                     [](const auto& o) {
-                       return randn({7, 3, 2}, o).permute({2, 1, 0});
-                     },
-                     [](const auto& o) {
-                       return randn({2, 3, 7}, o, 3);
-                     }});
-  layouts.push_back({"slices of wider rows",
-                     [](const auto& o) {
-                       return randn({4, 10}, o).slice(1, 1, 8);
-                     },
-                     [](const auto& o) {
-                       return randn({4, 12}, o, 3).slice(1, 5, 12);
-                     }});
+  layouts.push_back(viewed("transposed x", {7, 4}, transposed, {4, 7}, as_drawn));
+  layouts.push_back(viewed("transposed residual", {4, 36}, as_drawn, {36, 4}, transposed));
+  layouts.push_back(viewed("permuted 3-D", {7, 3, 2}, dims_reversed, {2, 3, 7}, as_drawn));
+  layouts.push_back(
+      viewed("slices of wider rows", {4, 10}, columns(1, 8), {4, 12}, columns(5, 12)));
   return layouts;
 }
 
@@ -880,48 +873,23 @@ std::vector<Layout> cuda_layouts() {
   layouts.push_back(plain("3-D", {2, 3, 64}));
   layouts.push_back(plain("many rows", {300, 3, 40}));
   layouts.push_back(plain("no rows", {0, 64}));
-  layouts.push_back({"transposed x",
-                     [](const auto& o) {
-                       return randn({64, 8}, o).t();
-                     },
-                     [](const auto& o) {
-                       return randn({8, 64}, o, 3);
-                     }});
-  layouts.push_back({"permuted residual",
-                     [](const auto& o) {
-                       return randn({2, 3, 64}, o);
-                     },
-                     [](const auto& o) {
-                       return randn({64, 3, 2}, o, 3).permute({2, 1, 0});
-                     }});
-  layouts.push_back({"misaligned rows",
-                     [](const auto& o) {
-                       return randn({6, 80}, o).slice(1, 1, 65);
-                     },
-                     [](const auto& o) {
-                       return randn({6, 64}, o, 3);
-                     }});
-  layouts.push_back({"aligned strided rows",
-                     [](const auto& o) {
-                       return randn({6, 80}, o).slice(1, 8, 72);
-                     },
-                     [](const auto& o) {
-                       return randn({6, 96}, o, 3).slice(1, 16, 80);
-                     }});
-  layouts.push_back({"misaligned base",
-                     [](const auto& o) {
-                       return randn({6 * 64 + 1}, o).slice(0, 1).view({6, 64});
-                     },
-                     [](const auto& o) {
-                       return randn({6, 64}, o, 3);
-                     }});
-  layouts.push_back({"broadcast rows",
-                     [](const auto& o) {
-                       return randn({1, 64}, o).expand({5, 64});
-                     },
-                     [](const auto& o) {
-                       return randn({5, 64}, o, 3);
-                     }});
+  layouts.push_back(viewed("transposed x", {64, 8}, transposed, {8, 64}, as_drawn));
+  layouts.push_back(viewed("permuted residual", {2, 3, 64}, as_drawn, {64, 3, 2}, dims_reversed));
+  layouts.push_back(viewed("misaligned rows", {6, 80}, columns(1, 65), {6, 64}, as_drawn));
+  layouts.push_back(
+      viewed("aligned strided rows", {6, 80}, columns(8, 72), {6, 96}, columns(16, 80)));
+  layouts.push_back(viewed(
+      "misaligned base", {6 * 64 + 1},
+      [](const at::Tensor& t) {
+        return t.slice(0, 1).view({6, 64});
+      },
+      {6, 64}, as_drawn));
+  layouts.push_back(viewed(
+      "broadcast rows", {1, 64},
+      [](const at::Tensor& t) {
+        return t.expand({5, 64});
+      },
+      {5, 64}, as_drawn));
   return layouts;
 }
 

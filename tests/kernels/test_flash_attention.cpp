@@ -6,6 +6,7 @@
 // attnzoo::flash_attention_backward (the fused backward kernel on CUDA), directly and through
 // autograd.
 #include <attnzoo/kernels/ops.h>
+#include "common/test_util.h"
 
 #include <torch/torch.h>
 
@@ -24,6 +25,7 @@ namespace test_flash_attention {
 
 using attnzoo::kernels::flash_attention;
 using attnzoo::kernels::flash_attention_backward;
+using attnzoo::testing::error_of;
 using ::testing::HasSubstr;
 
 constexpr const char* kKernelName = "flash_attention";
@@ -352,23 +354,18 @@ TEST(FlashAttention, BackwardIgnoresKeysPastTheLength) {
 TEST(FlashAttention, BackwardInputChecksNameTheArgument) {
   const auto q = torch::randn({2, 5, 3, 8});
   const auto lse = torch::randn({2, 3, 5});
-  const auto error = [](auto&& f) {
-    try {
-      f();
-    } catch (const c10::Error& e) {
-      return std::string(e.what_without_backtrace());
-    }
-    return std::string("(no error)");
-  };
-  EXPECT_THAT(error([&] { flash_attention_backward(q, q, q, q[0], q, lse); }),
+  EXPECT_THAT(error_of<c10::Error>([&] { flash_attention_backward(q, q, q, q[0], q, lse); }),
               HasSubstr("out and d_out must be q's shape"));
-  EXPECT_THAT(error([&] { flash_attention_backward(q, q, q, q, q.to(torch::kFloat64), lse); }),
+  EXPECT_THAT(error_of<c10::Error>(
+                  [&] { flash_attention_backward(q, q, q, q, q.to(torch::kFloat64), lse); }),
               HasSubstr("out and d_out must have q's dtype"));
-  EXPECT_THAT(error([&] { flash_attention_backward(q, q, q, q, q, lse.transpose(1, 2)); }),
-              HasSubstr("lse must be float32 [B, H, L] = [2, 3, 5]"));
-  EXPECT_THAT(error([&] { flash_attention_backward(q, q, q, q, q, lse.to(torch::kFloat64)); }),
+  EXPECT_THAT(
+      error_of<c10::Error>([&] { flash_attention_backward(q, q, q, q, q, lse.transpose(1, 2)); }),
+      HasSubstr("lse must be float32 [B, H, L] = [2, 3, 5]"));
+  EXPECT_THAT(error_of<c10::Error>(
+                  [&] { flash_attention_backward(q, q, q, q, q, lse.to(torch::kFloat64)); }),
               HasSubstr("lse must be float32"));
-  EXPECT_THAT(error([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 flash_attention_backward(q, q, torch::randn({2, 6, 3, 8}), q, q, lse);
               }),
               HasSubstr("k and v must have the same S"));
@@ -376,35 +373,27 @@ TEST(FlashAttention, BackwardInputChecksNameTheArgument) {
 
 TEST(FlashAttention, InputChecksNameTheArgument) {
   const auto q = torch::randn({2, 5, 3, 8});
-  const auto error = [](auto&& f) {
-    try {
-      f();
-    } catch (const c10::Error& e) {
-      return std::string(e.what_without_backtrace());
-    }
-    return std::string("(no error)");
-  };
-  EXPECT_THAT(error([&] { flash_attention(q[0], q, q); }),
+  EXPECT_THAT(error_of<c10::Error>([&] { flash_attention(q[0], q, q); }),
               HasSubstr("q, k and v must be [B, L, H, E]"));
-  EXPECT_THAT(error([&] { flash_attention(q, q.to(torch::kFloat64), q); }),
+  EXPECT_THAT(error_of<c10::Error>([&] { flash_attention(q, q.to(torch::kFloat64), q); }),
               HasSubstr("k and v must have q's dtype"));
-  EXPECT_THAT(error([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 flash_attention(q, torch::randn({2, 5, 4, 8}), q);
               }),
               HasSubstr("must share B and H"));
-  EXPECT_THAT(error([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 flash_attention(q, q, torch::randn({2, 6, 3, 8}));
               }),
               HasSubstr("k and v must have the same S"));
-  EXPECT_THAT(error([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 flash_attention(q, q, q, torch::tensor({1.0, 2.0}));
               }),
               HasSubstr("key_lengths must be integer [B] = [2]"));
-  EXPECT_THAT(error([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 flash_attention(q, q, q, std::nullopt, torch::randn({2, 3, 5, 4}));
               }),
               HasSubstr("bias must be [1|B, 1|H, L, S] = [1|2, 1|3, 5, 5]"));
-  EXPECT_THAT(error([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 flash_attention(q, q, q, std::nullopt, torch::randn({2, 3, 5, 5}, torch::kFloat64));
               }),
               HasSubstr("bias must have q's dtype"));
