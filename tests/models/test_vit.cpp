@@ -26,6 +26,22 @@ Reference reference(const std::string& name) {
           io::load_safetensors(dir + "/" + name + ".io.safetensors")};
 }
 
+// The model of the reference "vit_options" (make_vit_reference.py): registers, no class
+// embedding, average pooling, QK norm and layer scale.
+ViTOptions vit_options_model() {
+  return ViTOptions()
+      .img_size(64)
+      .embed_dim(96)
+      .depth(3)
+      .num_heads(4)
+      .num_classes(10)
+      .reg_tokens(2)
+      .no_embed_class(true)
+      .global_pool(GlobalPool::kAvg)
+      .qk_norm(true)
+      .init_values(0.1);
+}
+
 void check_against_timm(const std::string& name, const ViTOptions& options) {
   SCOPED_TRACE(name);
   const auto ref = reference(name);
@@ -48,17 +64,7 @@ TEST(ViT, MatchesTimmVitTiny) {
 }
 
 TEST(ViT, MatchesTimmWithRegistersNoEmbedClassAvgPoolQkNormLayerScale) {
-  check_against_timm("vit_options", ViTOptions()
-                                        .img_size(64)
-                                        .embed_dim(96)
-                                        .depth(3)
-                                        .num_heads(4)
-                                        .num_classes(10)
-                                        .reg_tokens(2)
-                                        .no_embed_class(true)
-                                        .global_pool(GlobalPool::kAvg)
-                                        .qk_norm(true)
-                                        .init_values(0.1));
+  check_against_timm("vit_options", vit_options_model());
 }
 
 TEST(ViT, MatchesTimmAtAnotherInputSize) {
@@ -193,19 +199,8 @@ TEST(ViT, EveryAttentionBackendGivesTheSameLogits) {
   const auto ref = reference("vit_options");
   const auto& pixels = ref.io.tensors["pixels"];
   for (const char* backend : {"math", "sdpa", "chunked"}) {
-    VisionTransformer model(ViTOptions()
-                                .img_size(64)
-                                .embed_dim(96)
-                                .depth(3)
-                                .num_heads(4)
-                                .num_classes(10)
-                                .reg_tokens(2)
-                                .no_embed_class(true)
-                                .global_pool(GlobalPool::kAvg)
-                                .qk_norm(true)
-                                .init_values(0.1)
-                                .attention_backend(backend)
-                                .attention_options(AttentionBackendOptions().chunk_size(5)));
+    VisionTransformer model(vit_options_model().attention_backend(backend).attention_options(
+        AttentionBackendOptions().chunk_size(5)));
     model->eval();
     load_state_dict(*model, ref.weights.tensors);
     torch::NoGradGuard no_grad;
