@@ -18,10 +18,9 @@ import torch
 import yaml
 from PIL import Image
 from safetensors.torch import save_file
-from timm.models.vision_transformer import VisionTransformer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
-from make_forward_reference import timm_kwargs  # noqa: E402
+from make_forward_reference import perturbed_vit  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
 from state_dict import save_state_dict  # noqa: E402
@@ -31,11 +30,7 @@ def main() -> None:
     config_path, out = Path(sys.argv[1]), Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
     config = yaml.safe_load(config_path.read_text())
-    torch.manual_seed(0)
-    model = VisionTransformer(**timm_kwargs(config["architecture"])).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.2)
+    model = perturbed_vit(config["architecture"], 0.2)
     save_state_dict(model.state_dict(), out / "weights.safetensors")
 
     rng = np.random.default_rng(0)

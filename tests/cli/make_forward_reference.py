@@ -35,18 +35,25 @@ def timm_kwargs(architecture: dict) -> dict:
     return kwargs
 
 
+def perturbed_vit(architecture: dict, scale: float) -> VisionTransformer:
+    """timm's VisionTransformer of a config's `architecture:` in eval mode, seeded (0), with every
+    parameter moved by `scale` times a standard normal draw: timm's init leaves norms at 1/0 and
+    tokens near 0, and a swapped or ignored tensor must show in the outputs."""
+    torch.manual_seed(0)
+    model = VisionTransformer(**timm_kwargs(architecture)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * scale)
+    return model
+
+
 def main() -> None:
     config_path, out = Path(sys.argv[1]), Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
     config = yaml.safe_load(config_path.read_text())
-    torch.manual_seed(0)
-    model = VisionTransformer(**timm_kwargs(config["architecture"])).eval()
+    model = perturbed_vit(config["architecture"], 0.05)
     _, height, width = config["preprocess"]["input_size"]
     with torch.no_grad():
-        # timm's init leaves norms at 1/0 and tokens near 0; perturb everything so that a swapped
-        # or ignored tensor shows in the outputs.
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
         pixels = torch.randn(2, model.patch_embed.proj.in_channels, height, width)
         tokens = model.forward_features(pixels)
         logits = model.forward_head(tokens)
