@@ -4,15 +4,10 @@
 # random weights: the PNG's signature, size (from the layout rules of command_attention_map.cpp)
 # and content (tiles that differ where the maps differ), and the refusals of bad input.
 set -u
-case_name=$1
-bin=$2
-py=$3
-data=$4
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+scenario "$@"
+py=$3 data=$4
 vit=$data/vit_micro_test.yaml
 conformer=$data/conformer_micro_stream.yaml
 # A 40 x 48 RGB PNG (gradients and a bright square), written with zlib alone; a chirp of 1.2 s and
@@ -163,7 +158,7 @@ PY
     refused 1 'no_such_model' attention-map --model no_such_model "$out/image.png" --out "$out/x.png"
     refused 2 '--out' attention-map --model "$vit" "$out/image.png"
     refused 2 '--layer' attention-map --model "$vit" --layer one "$out/image.png" --out "$out/x.png"
-    [ ! -e "$out/x.png" ] || { echo "FAIL: a refused run wrote x.png"; exit 1; }
+    not_written "$out/x.png"
     ;;
   *)
     echo "unknown case $case_name"

@@ -3,13 +3,9 @@
 # the JSON (with python3's json module) and the PNG. Small sizes only: the benchmark's numbers are
 # not checked for speed, only for being measured and for the growth attention must show.
 set -u
-case_name=$1
-bin=$2
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+scenario "$@"
 usage_error() { # usage_error ARGS...: exit 1 or 2, one line on stderr
   "$bin" "$@" >"$out/stdout" 2>"$out/stderr"
   local status=$?
@@ -19,10 +15,6 @@ usage_error() { # usage_error ARGS...: exit 1 or 2, one line on stderr
     exit 1
   fi
   lines stderr 1
-}
-is_png() { # is_png FILE: the PNG signature, then an IHDR chunk
-  head -c 16 "$1" | od -An -tx1 | tr -d ' \n' | grep -q '^89504e470d0a1a0a0000000d49484452' ||
-    { echo "FAIL: $1 is not a PNG"; exit 1; }
 }
 check_json() { # check_json FILE PYTHON: runs PYTHON with `d` = the parsed file; it raises on failure
   python3 - "$1" "$2" <<'EOF' || exit 1

@@ -5,17 +5,10 @@
 # images, bad flags; the README's example program, classify_image, built against an install in
 # EXAMPLES_DIR (tests/install/).
 set -u
-case_name=$1
-bin=$2
-py=$3
-ref=$4
-yaml=$5
-examples=$6
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+scenario "$@"
+py=$3 ref=$4 yaml=$5 examples=$6
 w=$ref/weights.safetensors
 
 case "$case_name" in

@@ -1,13 +1,9 @@
 #!/usr/bin/env bash
 # cli_test.sh CASE ATTNZOO_BINARY: runs one scenario and checks its exit status and output.
 set -u
-case_name=$1
-bin=$2
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+scenario "$@"
 
 case "$case_name" in
   version)
@@ -67,9 +63,7 @@ case "$case_name" in
     run 0 demo --length 32 --dim 64 --heads 4 --png "$out/map.png"
     expect stdout 'all checks passed'
     expect stdout 'backend sdpa: max \|out - math\|'
-    # A real PNG: the signature, then an IHDR chunk.
-    head -c 16 "$out/map.png" | od -An -tx1 | tr -d ' \n' | grep -q '^89504e470d0a1a0a0000000d49484452' ||
-      { echo "FAIL: $out/map.png is not a PNG"; exit 1; }
+    is_png "$out/map.png"
     ;;
   demo_bad_value)
     run 1 demo --dim 30 --heads 4

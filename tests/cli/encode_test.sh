@@ -4,16 +4,10 @@
 # chunk mask, error entries for bad files; the README's example program, encode_audio, built
 # against an install in EXAMPLES_DIR (tests/install/).
 set -u
-case_name=$1
-bin=$2
-py=$3
-data=$4
-examples=$5
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+scenario "$@"
+py=$3 data=$4 examples=$5
 yaml=$data/conformer_micro_stream.yaml
 # Two chirps (1.2 s at 16 kHz, 0.9 s at 8 kHz) and one too short (0.04 s), 16-bit mono WAV.
 python3 - "$out" <<'PY'
@@ -49,14 +43,7 @@ PY
     # Batched (the default, 8 per pass: a.wav and b.wav together) equals one file per pass.
     run 1 encode --model "$yaml" --batch-size 1 --out "$out/one.safetensors" "$out/a.wav" \
       "$out/missing.wav" "$out/b.wav" "$out/short.wav"
-    "$py" - "$out/e.safetensors" "$out/one.safetensors" <<'PY' || exit 1
-import sys
-from safetensors.torch import load_file
-a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
-assert sorted(a) == sorted(b), (sorted(a), sorted(b))
-for k in a:
-    assert a[k].shape == b[k].shape and (a[k] - b[k]).abs().max() < 1e-5, k
-PY
+    same "$out/e.safetensors" "$out/one.safetensors" 1e-5
     run 2 encode --model "$yaml" --batch-size 0 "$out/a.wav"
     expect stderr '--batch-size'
     ;;
@@ -82,14 +69,7 @@ PY
     expect stdout 'streaming in chunks of 4 encoder frames$'
     run 0 encode --model "$yaml" --stream --chunk-ms 80 --out "$out/s80.safetensors" "$out/a.wav"
     expect stdout 'streaming in chunks of 2 encoder frames$'
-    "$py" - "$out/offline.safetensors" "$out/stream.safetensors" <<'PY' || exit 1
-import sys
-from safetensors.torch import load_file
-a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
-d = (a["encoded_0"] - b["encoded_0"]).abs().max().item()
-print(f"max |stream - offline| = {d:.3g}")
-assert d <= 1e-5, d
-PY
+    same "$out/offline.safetensors" "$out/stream.safetensors" 1e-5 encoded_0
     ;;
   encode_bad)
     run 1 encode --model vit_tiny_patch16_224 "$out/a.wav"

@@ -4,16 +4,10 @@
 # make_audio_reference.py: espeak-ng speech, kaldi-native-fbank, torchaudio, openai-whisper) and
 # its refusals of bad input.
 set -u
-case_name=$1
-bin=$2
-py=$3
-ref=$4
-data=$5
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+scenario "$@"
+py=$3 ref=$4 data=$5
 # compare OUTPUT REFERENCE_FILE TOLERANCE KEY...: features[i, :lengths[i]] against
 # REFERENCE_FILE[KEY_i] (max abs diff <= TOLERANCE; KEY "-" skips the entry), zeros after it.
 compare() {
@@ -121,7 +115,7 @@ w.setframerate(16000); w.writeframes(bytes(2 * 160)); w.close()" "$out/short.wav
     done
     refused 1 "^attnzoo features: .*/speech_16k.wav: has 1 channel; channel 1 was asked for \(channels count from 0\)$" \
       features --model wenet_conformer_librispeech --channel 1 "$good" --out "$o"
-    [ ! -e "$o" ] || { echo "FAIL: an output was written for bad input"; exit 1; }
+    not_written "$o"
     ;;
   features_bad_args)
     good=$audio/speech_16k.wav
@@ -134,7 +128,7 @@ w.setframerate(16000); w.writeframes(bytes(2 * 160)); w.close()" "$out/short.wav
       features --model vit_base_patch16_224 "$good" --out "$o"
     refused 1 "^attnzoo features: .*wenet_conformer_librispeech.yaml: override 'features.window=hann': features.window: " \
       features --model wenet_conformer_librispeech --set features.window=hann "$good" --out "$o"
-    [ ! -e "$o" ] || { echo "FAIL: an output was written for bad arguments"; exit 1; }
+    not_written "$o"
     ;;
   *)
     echo "unknown case $case_name"

@@ -3,16 +3,10 @@
 # timm (reference files from make_forward_reference.py, a CTest fixture) and its refusals of bad
 # input; `attnzoo models` on the zoo.
 set -u
-case_name=$1
-bin=$2
-py=$3
-ref=$4
-yaml=$5
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+scenario "$@"
+py=$3 ref=$4 yaml=$5
 compare() { # compare OUTPUT TENSOR TOLERANCE: OUTPUT holds only TENSOR, within TOLERANCE of timm's
   "$py" - "$1" "$ref/expected.safetensors" "$2" "$3" <<'EOF' || exit 1
 import sys
@@ -87,7 +81,7 @@ case "$case_name" in
     refused 1 "^attnzoo forward: .*/input.safetensors: tensor 'pixels' \[2, 3, 32, 32\]: H and W must be positive multiples of the patch size 12$" \
       forward --model "$yaml" --set architecture.patch_size=12 --set architecture.img_size=36 \
       --set preprocess.input_size=[3,36,36] --input "$input" --output "$o"
-    [ ! -e "$o" ] || { echo "FAIL: an output was written for bad input"; exit 1; }
+    not_written "$o"
     ;;
   forward_bad_model)
     o=$out/o.safetensors
@@ -113,7 +107,7 @@ case "$case_name" in
     run 1 forward --model "$yaml" --set architecture.num_classes=0 --weights "$weights" \
       --input "$input" --output "$o"
     expect stderr '^  unexpected \(2\):$'
-    [ ! -e "$o" ] || { echo "FAIL: an output was written for bad weights"; exit 1; }
+    not_written "$o"
     ;;
   forward_bad_flags)
     o=$out/o.safetensors

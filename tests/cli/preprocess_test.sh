@@ -3,16 +3,10 @@
 # against timm's eval transform (images and reference tensors written by
 # tests/preprocess/make_preprocess_reference.py, a CTest fixture) and its refusals of bad input.
 set -u
-case_name=$1
-bin=$2
-py=$3
-ref=$4
-yaml=$5
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+scenario "$@"
+py=$3 ref=$4 yaml=$5
 compare() { # compare OUTPUT REFERENCE NAME...: 'pixels' [i] against REFERENCE[NAME_i], mean <= 1/255
   "$py" - "$@" <<'EOF' || exit 1
 import sys
@@ -88,7 +82,7 @@ case "$case_name" in
       preprocess --model "$yaml" "$ref/bad" --out "$o"
     refused 1 "^attnzoo preprocess: .*/png_37x53.png: PNG of 53x37 = 1961 pixels, more than the limit of 1000 pixels$" \
       preprocess --model "$yaml" --max-pixels 1000 "$good" --out "$o"
-    [ ! -e "$o" ] || { echo "FAIL: an output was written for bad input"; exit 1; }
+    not_written "$o"
     ;;
   preprocess_bad_args)
     refused 2 '^attnzoo: .*images' preprocess --model "$yaml" --out "$o"
@@ -98,7 +92,7 @@ case "$case_name" in
       preprocess --model vit_nope "$img/png_37x53.png" --out "$o"
     refused 1 "^attnzoo preprocess: .*vit_micro_test.yaml: override 'preprocess.crop_pct=2': preprocess.crop_pct: " \
       preprocess --model "$yaml" --set preprocess.crop_pct=2 "$img/png_37x53.png" --out "$o"
-    [ ! -e "$o" ] || { echo "FAIL: an output was written for bad arguments"; exit 1; }
+    not_written "$o"
     ;;
   *)
     echo "unknown case $case_name"

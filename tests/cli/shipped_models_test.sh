@@ -9,16 +9,10 @@
 # search on its real outputs against flashlight-text's (torchaudio's ctc_decoder). DATA_DIR holds
 # the test sets, made by tools/data/ (a CTest fixture; tools/setup.sh makes the same ones).
 set -u
-case_name=$1
-bin=$2
-py=$3
-root=$4
-data=$5
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+scenario "$@"
+py=$3 root=$4 data=$5
 vit=$root/configs/vit/vit_digits.yaml
 vit_w=$root/assets/weights/vit_digits.safetensors
 kws=$root/configs/conformer/conformer_kws.yaml

@@ -5,15 +5,10 @@
 # evaluation agreeing with the run's last validation, two data-parallel ranks ending as one
 # process, and the refusals of bad input.
 set -u
-case_name=$1
-bin=$2
-py=$3
-data=$4
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+scenario "$@"
+py=$3 data=$4
 
 # The CTC cases' data: utterances of 1 to 3 tones of three pitches between silences, transcribed
 # "high low mid" (36 to train, 12 to validate), a table of word units, and a small streaming
@@ -118,8 +113,7 @@ case "$case_name" in
     for f in metrics.csv model.safetensors checkpoint.safetensors; do
       [ -s "$out/run/$f" ] || { echo "FAIL: no run/$f"; exit 1; }
     done
-    head -c 8 "$out/curves.png" | od -An -tx1 | tr -d ' \n' | grep -q '^89504e470d0a1a0a' ||
-      { echo "FAIL: curves.png is not a PNG"; exit 1; }
+    is_png "$out/curves.png"
     run 0 eval --model "$data/vit_train_micro.yaml" --weights "$out/run/model.safetensors" \
       --data "$out/val" --json --workers 0
     lines stdout 1
@@ -197,8 +191,7 @@ PY
     expect stderr '^step 180: val CTC loss [0-9.]+, WER [0-9.]+%, CER [0-9.]+% \(12 utterances\)$'
     expect stderr '^done: 180 steps; '
     ! grep -q 'top-1' "$out/stderr" || { echo "FAIL: a classifier's accuracy in a CTC run"; exit 1; }
-    head -c 8 "$out/curves.png" | od -An -tx1 | tr -d ' \n' | grep -q '^89504e470d0a1a0a' ||
-      { echo "FAIL: curves.png is not a PNG"; exit 1; }
+    is_png "$out/curves.png"
     run 0 eval --model "$out/model.yaml" --weights "$out/run/model.safetensors" \
       --data "$out/val/list.txt" --json --workers 0
     lines stdout 1

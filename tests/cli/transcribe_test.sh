@@ -5,15 +5,10 @@
 # file, n-best, greedy search, the live partial results and their final result against the
 # offline decode under the same chunk mask, and the refusals of bad tables and flags.
 set -u
-case_name=$1
-bin=$2
-py=$3
-data=$4
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+scenario "$@"
+py=$3 data=$4
 yaml=$data/conformer_micro_stream.yaml
 printf '<blank> 0\n<unk> 1\nalpha 2\nbravo 3\ncharlie 4\ndelta 5\n<sos/eos> 6\n' >"$out/units.txt"
 words=(--units "$out/units.txt" --set decoding.text=words)
