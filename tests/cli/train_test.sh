@@ -168,7 +168,10 @@ from safetensors.torch import load_file
 ddp, single = (load_file(f"{d}/model.safetensors") for d in sys.argv[1:])
 diff = max((ddp[k] - single[k]).abs().max().item() for k in single)
 print(f"max |2 ranks - 1 process| over the weights: {diff:.2e}")
-assert sorted(ddp) == sorted(single) and diff < 5e-5, diff
+# The ranks' averaged gradients and the one process's differ by float32 rounding, which Adam's
+# normalisation can make a visible part of a step (lr 3e-3) over the 18 steps: measured 5.6e-5 on
+# an AVX2 CPU, under 5e-5 on AVX-512 ones.
+assert sorted(ddp) == sorted(single) and diff < 1e-4, diff
 rows = [list(csv.DictReader(open(f"{d}/metrics.csv"))) for d in sys.argv[1:]]
 assert len(rows[0]) == len(rows[1]) == 18
 for a, b in zip(*rows):

@@ -88,7 +88,9 @@ TEST_P(FamilyConformance, ForwardNamesItsOutputsWithTheBatchAndTheHeads) {
   for (const auto& [name, tensor] : outputs) {
     SCOPED_TRACE(name);
     EXPECT_EQ(tensor.size(0), 2);
-    if (tensor.is_floating_point()) EXPECT_TRUE(torch::isfinite(tensor).all().item<bool>());
+    if (tensor.is_floating_point()) {
+      EXPECT_TRUE(torch::isfinite(tensor).all().item<bool>());
+    }
   }
   const auto find = [&](const std::string& name) {
     for (const auto& [n, t] : outputs) {

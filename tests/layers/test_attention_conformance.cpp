@@ -111,8 +111,9 @@ TEST_P(BackendConformance, MatchesMathInFloat64ForEveryMaskItTakes) {
     GTEST_SKIP() << name << " takes no CPU float64 problem: " << refused;
   }
   // Every exact backend takes the plain problem and key lengths at least.
-  if (is_exact_attention_backend(name))
+  if (is_exact_attention_backend(name)) {
     EXPECT_GE(compared, 2 * static_cast<int64_t>(kSizes.size()));
+  }
 }
 
 // On a GPU, in the dtypes attention runs in there: the backend's error against float64 is at most
