@@ -3,10 +3,10 @@
 #include <attnzoo/core/dtype_device.h>
 #include <attnzoo/layers/attention_backend.h>
 #include "tools/bench/memory_tracking.h"
+#include "tools/bench/scaling.h"
 #include "tools/bench/timing.h"
 #include "tools/cli/bench_attention_report.h"
 #include "tools/cli/bench_machine.h"
-#include "tools/cli/bench_scaling.h"
 #include "tools/cli/progress_line.h"
 
 #include <torch/cuda.h>
@@ -205,10 +205,11 @@ int run_attention_bench(const AttentionBenchOptions& o) {
       m.backend = state.name;
       m.length = n;
       const auto from_model = model_bytes(state.name, o, n, element);
-      const auto from_trend = extrapolate_cost(state.lengths, state.peaks, static_cast<double>(n));
+      const auto from_trend =
+          bench::extrapolate_cost(state.lengths, state.peaks, static_cast<double>(n));
       m.predicted_bytes = std::max(from_model, from_trend.value_or(0.0));
       const auto predicted_ms =
-          extrapolate_cost(state.lengths, state.medians, static_cast<double>(n));
+          bench::extrapolate_cost(state.lengths, state.medians, static_cast<double>(n));
       std::ostringstream why;
       if (!state.stop_reason.empty()) {
         why << state.stop_reason;

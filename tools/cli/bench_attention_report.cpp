@@ -1,9 +1,9 @@
 #include "tools/cli/bench_attention_report.h"
 
 #include <attnzoo/io/atomic_file.h>
+#include "tools/bench/scaling.h"
 #include "tools/bench/timing.h"
 #include "tools/cli/bench_machine.h"
-#include "tools/cli/bench_scaling.h"
 #include "tools/cli/plot.h"
 
 #include <torch/torch.h>
@@ -56,7 +56,7 @@ std::string format_value(double v) {
 
 // The exponents of time and peak memory against N.
 struct CostExponents {
-  ScalingExponent time, memory;
+  bench::ScalingExponent time, memory;
 };
 
 // A backend's exponents over its measured lengths (memory over those with a peak above zero).
@@ -72,7 +72,7 @@ CostExponents cost_exponents(const AttentionResults& r, const std::string& backe
       m.push_back(static_cast<double>(meas.peak_bytes));
     }
   }
-  return {scaling_exponent(x, t), scaling_exponent(x_mem, m)};
+  return {bench::scaling_exponent(x, t), bench::scaling_exponent(x_mem, m)};
 }
 
 CostExponents notes_exponents() {
@@ -82,7 +82,7 @@ CostExponents notes_exponents() {
     t.push_back(p.time_ms);
     m.push_back(p.memory_mb);
   }
-  return {scaling_exponent(x, t), scaling_exponent(x, m)};
+  return {bench::scaling_exponent(x, t), bench::scaling_exponent(x, m)};
 }
 
 std::string measurement_cell(const AttentionMeasurement& m, bool time) {

@@ -1,6 +1,6 @@
 // What `attnzoo bench attention` measured, and its three reports of it: the table on stdout, the
 // JSON record and the log-log plot, each beside the reference estimates of standard multi-head
-// attention and with the fitted scaling exponents (bench_scaling.h).
+// attention and with the fitted scaling exponents (tools/bench/scaling.h).
 #pragma once
 
 #include "tools/cli/bench_attention.h"

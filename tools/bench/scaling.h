@@ -1,13 +1,13 @@
 // How a cost scales with the sequence length N, read on a log-log scale: the exponent k of
 // cost ∝ N^k fitted to measured points, and the cost at a larger N extrapolated from the largest
-// ones. Pure functions of the points: `bench attention` fits its table's and JSON's exponents with
-// them, and its sweep skips the lengths they predict to exceed its limits.
+// ones. Pure functions of the points: `attnzoo bench attention` fits its table's and JSON's
+// exponents with them, and its sweep skips the lengths they predict to exceed its limits.
 #pragma once
 
 #include <optional>
 #include <vector>
 
-namespace attnzoo::cli {
+namespace attnzoo::bench {
 
 // Least-squares slope of log y against log x over the points with x > 0 and a finite y > 0: the
 // k of y ∝ x^k. Empty with fewer than two distinct such x.
@@ -28,4 +28,4 @@ ScalingExponent scaling_exponent(const std::vector<double>& x, const std::vector
 std::optional<double> extrapolate_cost(const std::vector<double>& x, const std::vector<double>& y,
                                        double n);
 
-}  // namespace attnzoo::cli
+}  // namespace attnzoo::bench

@@ -1,10 +1,10 @@
-#include "tools/cli/bench_scaling.h"
+#include "tools/bench/scaling.h"
 
 #include <algorithm>
 #include <cmath>
 #include <utility>
 
-namespace attnzoo::cli {
+namespace attnzoo::bench {
 
 std::optional<double> loglog_slope(const std::vector<double>& x, const std::vector<double>& y) {
   std::vector<std::pair<double, double>> points;
@@ -49,4 +49,4 @@ std::optional<double> extrapolate_cost(const std::vector<double>& x, const std::
   return y1 * std::pow(n / x1, k);
 }
 
-}  // namespace attnzoo::cli
+}  // namespace attnzoo::bench
