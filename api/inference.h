@@ -1,6 +1,6 @@
 // A model of the zoo ready for inference: built from its config, its weights loaded, in eval mode
-// on the device and in the dtype asked for. What the task APIs (api/model_setup.h) and the CLI's
-// commands that run a bare model (forward, attention-map) share.
+// on the device and in the dtype asked for. What the task APIs (api/model_setup.h) share with
+// programs that run the bare model, such as `attnzoo attention-map`.
 //
 //   const auto config = attnzoo::resolve_model_config("vit_digits");
 //   std::string weights;
