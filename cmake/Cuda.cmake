@@ -22,6 +22,16 @@ if(NOT ATTNZOO_CUDA STREQUAL "OFF")
   endif()
 endif()
 if(ATTNZOO_WITH_CUDA)
+  # nvcc's host compiler is GCC when the C++ compiler is clang. LibTorch's CMake files otherwise
+  # hand nvcc the C++ compiler, and clang as nvcc's host warns under -Wall about the unused static
+  # functions of CUDA's own headers. A host compiler named in CUDAHOSTCXX or the cache wins.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang" AND NOT DEFINED ENV{CUDAHOSTCXX}
+     AND NOT DEFINED CACHE{CMAKE_CUDA_HOST_COMPILER})
+    find_program(ATTNZOO_CUDA_HOST_GXX NAMES g++ c++-gcc)
+    if(ATTNZOO_CUDA_HOST_GXX)
+      set(CMAKE_CUDA_HOST_COMPILER ${ATTNZOO_CUDA_HOST_GXX})
+    endif()
+  endif()
   set(CMAKE_CUDA_ARCHITECTURES ${ATTNZOO_CUDA_ARCHITECTURES})
   enable_language(CUDA)
 endif()

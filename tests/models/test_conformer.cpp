@@ -709,7 +709,8 @@ TEST(ConformerEncoder, CtcHeadAndUtteranceEmbedding) {
   EXPECT_LE(max_abs_diff(embedding[0], encoded[0].narrow(0, 0, 6).mean(0)), 1e-6);
   EXPECT_LE(max_abs_diff(embedding[1], encoded[1].narrow(0, 0, 2).mean(0)), 1e-6);
   ConformerEncoder no_head(ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 1, 5)));
-  EXPECT_THAT(error_of<c10::Error>([&] { no_head->ctc_log_probs(encoded); }),
+  const torch::Tensor features = encoded;  // a structured binding cannot be captured in C++17
+  EXPECT_THAT(error_of<c10::Error>([&] { no_head->ctc_log_probs(features); }),
               HasSubstr("no CTC head"));
   EXPECT_THAT(error_of<c10::Error>([] {
                 ConformerEncoder(ConformerEncoderOptions(20, ConformerOptions(16, 4, 32, 1, 5))
