@@ -1,8 +1,8 @@
+#include <attnzoo/layers/cpu_features.h>
 #include <attnzoo/layers/packed_linear.h>
 
 #include <ATen/Context.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/cpu/Utils.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/torch.h>
 
@@ -41,14 +41,9 @@ const OneDnnOps& onednn_ops() {
 // and DQ) or AVX-NE-CONVERT, and refuses otherwise (mkldnn_reorder_linear_weight: "bf16 path needs
 // the cpu support ..."). Elsewhere bfloat16 takes LibTorch's own linear.
 bool onednn_bf16_supported() {
-  static const bool supported = [] {
-    const auto capabilities = at::cpu::get_cpu_capabilities();
-    const auto has = [&](const char* name) {
-      const auto found = capabilities.find(name);
-      return found != capabilities.end() && found->second.isBool() && found->second.toBool();
-    };
-    return (has("avx512_bw") && has("avx512_vl") && has("avx512_dq")) || has("avx_ne_convert");
-  }();
+  static const bool supported = (detail::cpu_has("avx512_bw") && detail::cpu_has("avx512_vl") &&
+                                 detail::cpu_has("avx512_dq")) ||
+                                detail::cpu_has("avx_ne_convert");
   return supported;
 }
 

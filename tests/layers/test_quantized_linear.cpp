@@ -39,6 +39,21 @@ TEST(Int8Linear, ExactWhereNothingIsRounded) {
   EXPECT_EQ(ours.sizes(), (std::vector<int64_t>{37, 48}));
 }
 
+TEST(Int8Linear, SumsPast2To24StayCloseToExact) {
+  // Rows of 4096 products of ±127 with ±127: sums up to 6.6·10^7, past float32's exact integers.
+  // Exact where the CPU multiplies int8 (VNNI, AMX); elsewhere the float32 product of the same
+  // integers, within a relative 10^-6 of the exact sums (layers/quantized_linear.cpp).
+  torch::manual_seed(3);
+  const auto x = (torch::randint(0, 2, {9, 4096}) * 2 - 1).to(torch::kFloat) * 127;
+  x[0].fill_(127);
+  const auto w = (torch::randint(0, 2, {16, 4096}) * 2 - 1).to(torch::kFloat) * 127;
+  w[0].fill_(127);
+  const auto ours = int8_linear(x, quantize_weight_int8(w), {}).to(torch::kDouble);
+  const auto expected = torch::matmul(x.to(torch::kDouble), w.t().to(torch::kDouble));
+  EXPECT_EQ(expected[0][0].item<double>(), 4096.0 * 127 * 127);
+  EXPECT_LE(max_abs_diff(ours, expected), 1e-6 * 4096.0 * 127 * 127);
+}
+
 TEST(Int8Linear, WithinTheRoundingBoundAndRowsAreIndependent) {
   torch::manual_seed(2);
   auto x = torch::randn({3, 5, 96});
