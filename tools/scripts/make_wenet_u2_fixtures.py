@@ -23,9 +23,13 @@ LayerNorm in the convolution module, dynamic chunk) with a `bitransformer` decod
 right-to-left block). Both are built by WeNet's init_model from the config, then made sensitive:
 the CTC head is scaled so the CTC posteriors depend on the input, and the attention decoders
 alone are trained 120 Adam steps with WeNet's attention loss toward chosen hypotheses of each
-utterance's CTC n-best, so that attention rescoring overturns CTC prefix beam search on some
-utterances and depends on its weights on others (checked: the script fails if not). All outputs
-are then computed from the folder as written, reloaded with WeNet's wenet.cli.model.load_model.
+utterance's CTC n-best (u2pp's right-to-left decoder toward others than its left-to-right one on
+two utterances), so that attention rescoring overturns CTC prefix beam search on some
+utterances and depends on its weights on others, and so that each implementation mistake of
+MISTAKES (a wrong <sos/eos> id, no sqrt(D) embedding scale, an unreversed right-to-left input,
+ctc_weight 0), simulated with WeNet's decoder, changes at least one rescoring pick (checked: the
+script fails if not). All outputs are then computed from the folder as written, reloaded with
+WeNet's wenet.cli.model.load_model.
 
 usage: make_wenet_u2_fixtures.py --wenet DIR OUT_DIR
   DIR      a WeNet source tree at WENET_COMMIT: a git checkout of wenet-e2e/wenet (its commit is
@@ -40,6 +44,7 @@ import argparse
 import copy
 import importlib
 import json
+import math
 import os
 import platform
 import subprocess
@@ -70,11 +75,35 @@ SETTINGS = {
 # Decoding modes (decoding_chunk_size, num_decoding_left_chunks): full context for both, and
 # chunks of 4 encoder frames with all left chunks for the dynamic-chunk u2pp.
 MODES = {"u2": [(-1, -1)], "u2pp": [(-1, -1), (4, -1)]}
-# Which entries of each utterance's CTC n-best the attention decoder is trained toward: not the
-# best (index 0) on some utterances, so that rescoring has something to overturn; two entries
-# on some, so that the decoder barely prefers either and the weights decide (picked by trying
-# a few: u2's utt3 then depends on ctc_weight, u2pp's utt2 in chunks of 4 on reverse_weight).
-TARGET_RANK = {"u2": [(1,), (0,), (2,), (0, 1)], "u2pp": [(2, 0), (1, 0), (0,), (3,)]}
+# Which entries of each utterance's CTC n-best the attention decoder is trained toward (#0 is
+# prefix beam search's best): not the best on some utterances, so that rescoring has something
+# to overturn; two entries on some, so that the decoder barely prefers either and the weights,
+# the <sos/eos> id and the embedding scale decide. u2pp's right-to-left decoder is trained
+# toward other entries than its left-to-right one on utt0 and utt1 (RIGHT_TARGET_RANK), so that
+# at reverse_weight 0.3 the right decoder decides some picks: an implementation that feeds it
+# the hypothesis unreversed then picks otherwise. Chosen by trying a few, so that each mistake
+# of MISTAKES changes a pick (checked: the script fails if not).
+TARGET_RANK = {"u2": [(0, 3), (0, 3), (3,), (1, 2)], "u2pp": [(2, 0), (1, 0), (0,), (3,)]}
+RIGHT_TARGET_RANK = {"u2pp": [(3,), (0, 2), (0,), (3,)]}
+# Implementation mistakes the C++ tests must catch, per model; each, simulated here with
+# WeNet's own decoder, must change at least one attention rescoring pick (checked), by at least
+# MIN_PICK_MARGIN so that float32 rounding in another implementation cannot undo it. WeNet's own
+# picks must beat the runner-up by as much (checked), for the same reason.
+MISTAKES = {
+    "u2": ["wrong_sos_eos", "missing_sqrt_d_scale", "ctc_weight_zero"],
+    "u2pp": ["wrong_sos_eos", "missing_sqrt_d_scale", "unreversed_right_to_left",
+             "ctc_weight_zero"],
+}
+MISTAKE_DESCRIPTIONS = {
+    "wrong_sos_eos": "0 (the blank) instead of <sos/eos> as the start token, the padding and the "
+                     "closing token scored after each hypothesis, in both directions",
+    "missing_sqrt_d_scale": "the decoder input embed(tokens) not multiplied by sqrt(D) (as "
+                            "embed[0].weight divided by sqrt(D)), in both directions",
+    "unreversed_right_to_left": "the right-to-left decoder fed <sos> + tokens in their order "
+                                "instead of reversed, and scored on that input",
+    "ctc_weight_zero": "ctc_weight 0 at every setting",
+}
+MIN_PICK_MARGIN = 0.01
 CTC_SCALE = 8.0  # ctc.ctc_lo.weight is multiplied by this
 BLANK_BIAS = 1.5  # added to ctc.ctc_lo.bias[blank] so hypotheses are shorter than the input
 TRAIN_STEPS = 120
@@ -356,30 +385,55 @@ def encode(model, feats, chunk=-1, left=-1):
         return model._forward_encoder(speech, lengths, chunk, left)
 
 
-def train_decoder(model, examples):
-    """TRAIN_STEPS Adam steps on the attention decoder alone, with WeNet's attention loss
-    (ASRModel._calc_att_loss: LabelSmoothingLoss on the left-to-right decoder, and for a
-    bitransformer its right-to-left decoder on the reversed targets, mixed by the model's
-    reverse_weight), on (features, target tokens) pairs. The encoder stays in eval mode and
-    frozen."""
-    targets = [t for _, t in examples]
+def _batch(model, examples):
+    """(memory, memory_mask, ys_pad, ys_lens) of (features, target tokens) pairs: the frozen
+    encoder's full-context outputs, padded, and the targets padded with ignore_id."""
     encoded = [encode(model, f)[0][0] for f, _ in examples]
     lengths = torch.tensor([e.shape[0] for e in encoded])
     memory = torch.nn.utils.rnn.pad_sequence(encoded, batch_first=True)
     memory_mask = (torch.arange(memory.shape[1])[None, :] < lengths[:, None]).unsqueeze(1)
-    ys = torch.nn.utils.rnn.pad_sequence([torch.tensor(t) for t in targets], batch_first=True,
-                                         padding_value=model.ignore_id)
-    ys_lens = torch.tensor([len(t) for t in targets])
+    ys = torch.nn.utils.rnn.pad_sequence([torch.tensor(t) for _, t in examples],
+                                         batch_first=True, padding_value=model.ignore_id)
+    ys_lens = torch.tensor([len(t) for _, t in examples])
+    return memory, memory_mask, ys, ys_lens
+
+
+def train_decoder(model, steps, examples, right_examples=None):
+    """`steps` Adam steps on the attention decoder alone, with WeNet's attention loss
+    (ASRModel._calc_att_loss: LabelSmoothingLoss on the left-to-right decoder, and for a
+    bitransformer its right-to-left decoder on the reversed targets, mixed by the model's
+    reverse_weight rw), on (features, target tokens) pairs. The encoder stays in eval mode and
+    frozen.
+
+    With `right_examples`, the right-to-left decoder learns other targets than the left one:
+    the loss is then (1 - rw) * _calc_att_loss(examples) at reverse_weight 0 (the left decoder
+    alone) + rw * _calc_att_loss(right_examples) at reverse_weight 1 (the right decoder alone
+    on the reversed targets), the value of _calc_att_loss itself when both lists are the same."""
+    batch = _batch(model, examples)
+    right_batch = _batch(model, right_examples) if right_examples is not None else None
+    reverse_weight = model.reverse_weight
     optimizer = torch.optim.Adam(model.decoder.parameters(), lr=TRAIN_LR)
     model.eval()
     model.decoder.train()
-    for step in range(TRAIN_STEPS):
-        optimizer.zero_grad()
-        loss, acc = model._calc_att_loss(memory, memory_mask, ys, ys_lens)
-        loss.backward()
-        optimizer.step()
-        if step % 30 == 0 or step == TRAIN_STEPS - 1:
-            print(f"    step {step:3d}: attention loss {loss.item():.4f}, accuracy {acc:.3f}")
+    try:
+        for step in range(steps):
+            optimizer.zero_grad()
+            if right_batch is None:
+                loss, acc = model._calc_att_loss(*batch)
+            else:
+                model.reverse_weight = 0.0
+                left_loss, acc = model._calc_att_loss(*batch)
+                model.reverse_weight = 1.0
+                right_loss, _ = model._calc_att_loss(*right_batch)
+                model.reverse_weight = reverse_weight
+                loss = (1 - reverse_weight) * left_loss + reverse_weight * right_loss
+            loss.backward()
+            optimizer.step()
+            if step % 50 == 0 or step == steps - 1:
+                print(f"    step {step:3d}: attention loss {loss.item():.4f}, "
+                      f"left-to-right accuracy {acc:.3f}")
+    finally:
+        model.reverse_weight = reverse_weight
     model.eval()
 
 
@@ -533,6 +587,146 @@ def run_reference(model, wenet, name, utts):
 
 
 # ----------------------------------------------------------------------------------------------
+# Implementation mistakes, simulated with WeNet's decoder
+# ----------------------------------------------------------------------------------------------
+
+def decoder_sums(decoder, encoder_out, hyps, start, reverse_right, reverse_weight):
+    """Attention rescoring's decoder terms of each hypothesis, with WeNet's decoder module (its
+    forward, as ASRModel.forward_attention_decoder calls it) on inputs built here: `start` as the
+    start, padding and closing token (<sos/eos> when right, 0 for the wrong-id mistake), and the
+    right-to-left input reversed or not. Returns (l2r, r2l): per hypothesis the sum of the
+    log-softmax at each fed token and at `start` after the last (r2l None at reverse_weight 0).
+    With start = <sos/eos> and reverse_right these are rescoring_components' l2r and r2l."""
+    n = len(hyps)
+    longest = max(len(h) for h in hyps)
+    left = [list(h) for h in hyps]
+    right = [list(reversed(h)) if reverse_right else list(h) for h in hyps]
+
+    def padded(seqs):
+        tokens = torch.full((n, longest + 1), start, dtype=torch.long)
+        for i, seq in enumerate(seqs):
+            tokens[i, 1:len(seq) + 1] = torch.tensor(seq, dtype=torch.long)
+        return tokens
+
+    def sums(log_probs, seqs):
+        return [sum(float(log_probs[i][j][w]) for j, w in enumerate(seq))
+                + float(log_probs[i][len(seq)][start]) for i, seq in enumerate(seqs)]
+
+    lens = torch.tensor([len(h) + 1 for h in hyps], dtype=torch.long)
+    memory = encoder_out.repeat(n, 1, 1)
+    memory_mask = torch.ones(n, 1, memory.shape[1], dtype=torch.bool)
+    with torch.no_grad():
+        out, r_out, _ = decoder(memory, memory_mask, padded(left), lens, padded(right),
+                                reverse_weight)
+    l2r = sums(torch.log_softmax(out, dim=-1), left)
+    r2l = sums(torch.log_softmax(r_out, dim=-1), right) if reverse_weight > 0 else None
+    return l2r, r2l
+
+
+def rescoring_pick(l2r, r2l, ctc_scores, ctc_weight, reverse_weight):
+    """WeNet's attention_rescoring choice from the decoder terms: total = (1 - rw) * l2r + rw *
+    r2l (l2r alone at rw 0) + ctc_weight * CTC score; the first maximum wins. Returns (index,
+    totals)."""
+    totals = []
+    best, best_index = -float("inf"), 0
+    for i, left in enumerate(l2r):
+        score = left * (1 - reverse_weight) + r2l[i] * reverse_weight if reverse_weight > 0 \
+            else left
+        score += ctc_scores[i] * ctc_weight
+        totals.append(score)
+        if score > best:
+            best, best_index = score, i
+    return best_index, totals
+
+
+def unscaled_decoder(decoder):
+    """A copy of `decoder` whose token embeddings (both directions of a bitransformer) are
+    divided by sqrt(D): the same as leaving out the sqrt(D) scale of WeNet's PositionalEncoding
+    (x * xscale + pe), which is checked to be that scale."""
+    copied = copy.deepcopy(decoder)
+    parts = ([copied.left_decoder, copied.right_decoder] if hasattr(copied, "right_decoder")
+             else [copied])
+    with torch.no_grad():
+        for part in parts:
+            embedding, positional = part.embed[0], part.embed[1]
+            root = math.sqrt(embedding.weight.shape[1])
+            if positional.xscale != root:
+                raise SystemExit(f"the decoder's embedding scale is {positional.xscale}, not "
+                                 f"sqrt(D) = {root}")
+            embedding.weight.div_(root)
+    return copied
+
+
+def mistake_picks(model, name, utts, decodes):
+    """Per mistake of MISTAKES[name]: the rescoring picks it produces over every decoding mode
+    (in `decodes` order), utterance (in key order, as a JSON reader iterates them) and setting
+    (in attention_rescoring order), how many differ from WeNet's, and by how much the clearest
+    change wins. The same computation without a mistake must reproduce WeNet's picks and
+    decoder terms, each pick beating the runner-up by at least MIN_PICK_MARGIN; each mistake
+    must change a pick by at least as much."""
+    unscaled = unscaled_decoder(model.decoder)
+    sos = model.sos
+    picks = {m: [] for m in MISTAKES[name]}
+    margins = {m: [] for m in MISTAKES[name]}
+    expected = []
+    for mode in decodes:
+        chunk, left = mode["decoding_chunk_size"], mode["num_decoding_left_chunks"]
+        for utt in sorted(mode["utterances"]):
+            rec = mode["utterances"][utt]
+            encoder_out, _ = encode(model, utts[utt], chunk, left)
+            hyps = rec["ctc_prefix_beam_search"]["nbest"]
+            ctc = rec["ctc_prefix_beam_search"]["nbest_scores"]
+            for r in rec["attention_rescoring"]:
+                cw, rw = r["ctc_weight"], r["reverse_weight"]
+                l2r, r2l = decoder_sums(model.decoder, encoder_out, hyps, sos, True, rw)
+                index, totals = rescoring_pick(l2r, r2l, ctc, cw, rw)
+                runner_up = max((t for i, t in enumerate(totals) if i != index),
+                                default=-float("inf"))
+                if totals[index] - runner_up < MIN_PICK_MARGIN:
+                    raise SystemExit(f"{name} chunk {chunk} {utt} cw {cw} rw {rw}: WeNet's pick "
+                                     f"wins by {totals[index] - runner_up:.2e} only")
+                terms = r["nbest_rescored"]
+                if index != r["nbest_index"] or any(
+                        abs(l2r[i] - t["l2r"]) > 1e-4
+                        or (rw > 0 and abs(r2l[i] - t["r2l"]) > 1e-4)
+                        for i, t in enumerate(terms)):
+                    raise SystemExit(f"{name} chunk {chunk} {utt} cw {cw} rw {rw}: the mistake "
+                                     "simulation without a mistake does not reproduce WeNet")
+                expected.append(index)
+                for mistake in MISTAKES[name]:
+                    if mistake == "wrong_sos_eos":
+                        terms_m, cw_m = decoder_sums(model.decoder, encoder_out, hyps, 0, True,
+                                                     rw), cw
+                    elif mistake == "missing_sqrt_d_scale":
+                        terms_m, cw_m = decoder_sums(unscaled, encoder_out, hyps, sos, True,
+                                                     rw), cw
+                    elif mistake == "unreversed_right_to_left":
+                        terms_m, cw_m = decoder_sums(model.decoder, encoder_out, hyps, sos,
+                                                     False, rw), cw
+                    else:  # ctc_weight_zero
+                        terms_m, cw_m = (l2r, r2l), 0.0
+                    wrong, totals = rescoring_pick(*terms_m, ctc, cw_m, rw)
+                    picks[mistake].append(wrong)
+                    margins[mistake].append(totals[wrong] - totals[index])
+    record = {}
+    for mistake in MISTAKES[name]:
+        changed = [i for i, p in enumerate(picks[mistake]) if p != expected[i]]
+        margin = max((margins[mistake][i] for i in changed), default=0.0)
+        print(f"  {name} mistake {mistake}: {len(changed)} of {len(expected)} picks change "
+              f"(the clearest by {margin:.4f})")
+        if not changed:
+            raise SystemExit(f"{name}: the mistake {mistake} changes no rescoring pick; the "
+                             "fixtures would not catch it")
+        if margin < MIN_PICK_MARGIN:
+            raise SystemExit(f"{name}: the mistake {mistake} changes picks by {margin:.2e} at "
+                             f"most, under {MIN_PICK_MARGIN}")
+        record[mistake] = {"description": MISTAKE_DESCRIPTIONS[mistake],
+                           "picks": picks[mistake], "num_differing": len(changed),
+                           "largest_margin": round(margin, 6)}
+    return record
+
+
+# ----------------------------------------------------------------------------------------------
 # One model
 # ----------------------------------------------------------------------------------------------
 
@@ -563,18 +757,25 @@ def build_model(wenet, name, out, utts):
     perturb_norms(model, gen)
     sharpen_ctc(model, utts)
 
-    # Targets: chosen entries of each utterance's CTC n-best (non-empty).
-    targets = {}
+    # Targets: chosen entries of each utterance's CTC n-best (non-empty); for u2pp's
+    # right-to-left decoder, other entries on some utterances (RIGHT_TARGET_RANK).
+    targets, right_targets = {}, {}
     for k, (utt, feats) in enumerate(utts.items()):
         prefix, _ = decode_utterance(model, feats, -1, -1, [(0.0, 0.0)])
         hyps = [h for h in prefix["nbest"] if h]
         targets[utt] = [hyps[min(rank, len(hyps) - 1)] for rank in TARGET_RANK[name][k]]
-        print(f"  {name} {utt}: n-best {prefix['nbest']}, training toward {targets[utt]}")
-    train_decoder(model, [(utts[u], t) for u in utts for t in targets[u]])
+        if name in RIGHT_TARGET_RANK:
+            right_targets[utt] = [hyps[min(rank, len(hyps) - 1)]
+                                  for rank in RIGHT_TARGET_RANK[name][k]]
+        print(f"  {name} {utt}: n-best {prefix['nbest']}, training toward {targets[utt]}"
+              + (f", right-to-left toward {right_targets[utt]}" if right_targets else ""))
+    train_decoder(model, TRAIN_STEPS, [(utts[u], t) for u in utts for t in targets[u]],
+                  [(utts[u], t) for u in utts for t in right_targets[u]]
+                  if right_targets else None)
 
     save_checkpoint(model, name, folder / "final.pt")
     print(f"  wrote {folder}/final.pt, train.yaml, global_cmvn, units.txt")
-    return config, targets
+    return config, targets, right_targets
 
 
 def save_checkpoint(model, name, path):
@@ -610,7 +811,8 @@ def reload_model(wenet, folder):
     return model
 
 
-def write_outputs(folder, name, config, targets, utts, tensors, decodes, parity, commit_info):
+def write_outputs(folder, name, config, targets, right_targets, utts, tensors, decodes,
+                  parity, mistakes, commit_info):
     for utt, feats in utts.items():
         tensors[f"feats.{utt}"] = feats.contiguous()
     tensors = {k: tensors[k] for k in sorted(tensors)}
@@ -658,6 +860,7 @@ def write_outputs(folder, name, config, targets, utts, tensors, decodes, parity,
             "decoder_train_steps": TRAIN_STEPS,
             "decoder_train_lr": TRAIN_LR,
             "decoder_train_targets": targets,
+            **({"decoder_train_right_to_left_targets": right_targets} if right_targets else {}),
         },
         "settings": [{"ctc_weight": c, "reverse_weight": r} for c, r in SETTINGS[name]],
         "fields": {
@@ -672,9 +875,15 @@ def write_outputs(folder, name, config, targets, utts, tensors, decodes, parity,
                               "same on the right-to-left output, total = (1 - rw) * l2r + rw * "
                               "r2l + ctc_weight * nbest_scores[i]; WeNet's score is the float32 "
                               "total of its pick (checked to 1e-4)",
+            "mistakes": "per implementation mistake, simulated with WeNet's decoder module: "
+                        "the picks it gives for every decoding mode (in `decoding` order), "
+                        "utterance (key order) and setting (attention_rescoring order), how "
+                        "many differ from WeNet's (nbest_index), and by how much the total of "
+                        "the clearest wrong pick exceeds that of WeNet's pick",
         },
         "decoding": decodes,
         "decoder_parity": parity,
+        "mistakes": mistakes,
         "tensors": {k: {"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", "")}
                     for k, v in tensors.items()},
     }
@@ -707,8 +916,9 @@ def summarize(name, decodes):
 
 
 def write_readme(out, results):
-    """OUT_DIR/README.md: what the files are, how they were made, and where rescoring changes
-    the choice (from `results`: name -> (config, decodes))."""
+    """OUT_DIR/README.md: what the files are, how they were made, where rescoring changes the
+    choice and which picks each mistake changes (from `results`: name -> (config, decodes,
+    mistakes))."""
     lines = [
         "# WeNet U2 / U2++ reference fixtures",
         "",
@@ -725,7 +935,7 @@ def write_readme(out, results):
         "model (eval mode, float32, one utterance per batch):",
         "",
     ]
-    for name, (config, _) in results.items():
+    for name, (config, _, _) in results.items():
         enc, dec = config["encoder_conf"], config["decoder_conf"]
         kind = ("causal Conformer (causal conv, LayerNorm conv norm, dynamic chunk)"
                 if name == "u2pp" else "Conformer (full context, BatchNorm conv norm)")
@@ -766,17 +976,22 @@ def write_readme(out, results):
         "how the model was made sensitive, the tensor list, and per decoding mode and "
         "utterance: CTC prefix beam search (beam 4: best tokens and score, the n-best and "
         "their CTC scores) and attention rescoring per (ctc_weight, reverse_weight): tokens, "
-        "score, confidence, the chosen n-best index, and each n-best entry's decoder sums.",
+        "score, confidence, the chosen n-best index, and each n-best entry's decoder sums; "
+        "and `mistakes`: the picks each implementation mistake below gives.",
         "",
         "To make the outputs sensitive, the norms' affine parameters and BatchNorm statistics "
         "were moved off their defaults, the CTC head was scaled (x8) and centred, and the "
         f"attention decoders alone were trained {TRAIN_STEPS} Adam steps with WeNet's attention "
-        "loss toward chosen n-best entries of each utterance (the JSON's `construction`). The "
-        "n-best entry attention rescoring picks (#0 is CTC prefix beam search's best) per "
-        "setting (ctc_weight, reverse_weight); the scores themselves are in the JSON:",
+        "loss toward chosen n-best entries of each utterance, two on some (the JSON's "
+        "`construction`); u2pp's right-to-left decoder toward other entries than its "
+        "left-to-right one on utt0 and utt1 (loss (1 - rw) * left loss + rw * right loss, rw = "
+        "0.3, each WeNet's `_calc_att_loss` at reverse_weight 0 and 1), so that the right "
+        "decoder decides some picks. The n-best entry attention rescoring picks (#0 is CTC "
+        "prefix beam search's best) per setting (ctc_weight, reverse_weight); the scores "
+        "themselves are in the JSON:",
         "",
     ]
-    for name, (_, decodes) in results.items():
+    for name, (_, decodes, _) in results.items():
         settings = SETTINGS[name]
         lines += ["| model | decoding_chunk_size | utterance | "
                   + " | ".join(f"({c}, {r})" for c, r in settings) + " |",
@@ -787,6 +1002,29 @@ def write_readme(out, results):
                 lines.append(f"| {name} | {mode['decoding_chunk_size']} | {utt} | "
                              + " | ".join(picks) + " |")
         lines.append("")
+    lines += [
+        "Each implementation mistake below, simulated with WeNet's own decoder module (inputs "
+        "built with the mistake, or a copy of the decoder with its embeddings divided by "
+        "sqrt(D)) and WeNet's rescoring formula, changes at least one of these picks, so "
+        "tests that compare picks with the ones above catch it (checked by the script, as is "
+        f"that the changed pick and each of WeNet's own win by at least {MIN_PICK_MARGIN}; the "
+        "JSON's `mistakes` lists every pick, in the order decoding mode, utterance, setting):",
+        "",
+    ]
+    for mistake, description in MISTAKE_DESCRIPTIONS.items():
+        lines.append(f"- `{mistake}`: {description}.")
+    lines += ["", "| model | mistake | picks changed | where: chunk, utterance, (ctc_weight, "
+              "reverse_weight): WeNet's pick -> the mistake's |", "|---|---|---|---|"]
+    for name, (_, decodes, mistakes) in results.items():
+        places = [(mode["decoding_chunk_size"], utt, r["ctc_weight"], r["reverse_weight"],
+                   r["nbest_index"]) for mode in decodes for utt in sorted(mode["utterances"])
+                  for r in mode["utterances"][utt]["attention_rescoring"]]
+        for mistake, rec in mistakes.items():
+            where = [f"{c}, {u}, ({cw}, {rw}): #{p} -> #{q}"
+                     for (c, u, cw, rw, p), q in zip(places, rec["picks"]) if p != q]
+            lines.append(f"| {name} | `{mistake}` | {rec['num_differing']} of {len(places)} | "
+                         + "; ".join(where) + " |")
+    lines.append("")
     (out / "README.md").write_text("\n".join(lines), encoding="utf-8")
 
 
@@ -815,15 +1053,16 @@ def main():
     results = {}
     for name in ("u2", "u2pp"):
         print(f"building {name}")
-        config, targets = build_model(wenet, name, args.out_dir, utts)
+        config, targets, right_targets = build_model(wenet, name, args.out_dir, utts)
         folder = args.out_dir / name
         print(f"reloading {name} with wenet.cli.model.load_model and decoding")
         model = reload_model(wenet, folder)
         tensors, decodes, parity = run_reference(model, wenet, name, utts)
         summary[name] = summarize(name, decodes)
-        results[name] = (config, decodes)
-        write_outputs(folder, name, config, targets, utts, tensors, decodes, parity,
-                      commit_info)
+        mistakes = mistake_picks(model, name, utts, decodes)
+        results[name] = (config, decodes, mistakes)
+        write_outputs(folder, name, config, targets, right_targets, utts, tensors, decodes,
+                      parity, mistakes, commit_info)
         print(f"  wrote {folder}/wenet_outputs.safetensors, wenet_outputs.json")
     write_readme(args.out_dir, results)
     print(f"wrote {args.out_dir}/README.md")
