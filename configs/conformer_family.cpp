@@ -174,6 +174,12 @@ class ConformerFamily final : public ModelFamily {
     LoadOptions options;
     options.ignore = mapped.ignored;
     options.source = source;
+    // A WeNet checkpoint's attention decoder, for a model built without one (CTC decoding).
+    if (encoder_module(module).decoder.is_empty()) {
+      for (const auto& item : mapped.tensors) {
+        if (item.key().rfind("decoder.", 0) == 0) options.ignore.insert(item.key());
+      }
+    }
     load_state_dict(module, mapped.tensors, options);
     return {conformer_format_name(layout), {}};
   }

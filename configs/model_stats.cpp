@@ -2,6 +2,7 @@
 
 #include <attnzoo/configs/model_family.h>
 
+#include <attnzoo/models/attention_decoder.h>
 #include <attnzoo/models/conformer_frontend.h>
 
 namespace attnzoo {
@@ -99,6 +100,7 @@ int64_t conformer_parameter_count(const ConformerEncoderOptions& o) {
   if (o.final_norm()) n += layer_norm;
   if (o.vocab_size() > 0) n += d * o.vocab_size() + o.vocab_size();
   if (o.num_classes() > 0) n += d * o.num_classes() + o.num_classes();
+  if (o.decoder()) n += attention_decoder_parameter_count(*o.decoder());
   return n;
 }
 

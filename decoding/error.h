@@ -1,4 +1,4 @@
-// The exceptions of decoding/: both are attnzoo::Errors (io/error.h), so a caller that catches
+// The exceptions of decoding/: both are attnzoo::Errors (core/error.h), so a caller that catches
 // attnzoo::Error handles them with the rest.
 //   DecodingError  a decoder's input or options: the message names the argument (blank_id,
 //                  beam_size, log_probs at frame t, ...) and what was expected.

@@ -14,6 +14,8 @@ const char* to_string(Activation activation) {
       return "gelu_tanh";
     case Activation::kSilu:
       return "silu";
+    case Activation::kRelu:
+      return "relu";
   }
   return "?";
 }
@@ -26,6 +28,8 @@ torch::Tensor apply_activation(const torch::Tensor& y, Activation activation) {
       return torch::gelu(y, "tanh");
     case Activation::kSilu:
       return torch::silu(y);
+    case Activation::kRelu:
+      return torch::relu(y);
     case Activation::kNone:
       break;
   }

@@ -132,6 +132,9 @@ torch::Tensor PackedLinear::operator()(const torch::nn::Linear& linear, const to
     case Activation::kSilu:
       attr = "swish";
       break;
+    case Activation::kRelu:
+      attr = "relu";
+      break;
     case Activation::kNone:
       break;
   }

@@ -80,16 +80,26 @@ void insert_mapped(io::TensorDict& out, const std::string& name, const std::stri
   out.insert(name, tensor);
 }
 
+QkvParts::QkvParts(std::string order) : order_(std::move(order)) {
+  TORCH_CHECK(order_ == "qkv" || order_ == "kv", "QkvParts: unknown order '", order_, "'");
+}
+
 void QkvParts::add(const std::string& target, char part, const torch::Tensor& tensor) {
-  TORCH_CHECK(part == 'q' || part == 'k' || part == 'v', "QkvParts: unknown part '", part, "'");
+  TORCH_CHECK(order_.find(part) != std::string::npos, "QkvParts: unknown part '", part, "' (order ",
+              order_, ")");
   parts_[target][part] = tensor;
 }
 
 void QkvParts::insert_into(io::TensorDict& out) const {
   for (const auto& [target, parts] : parts_) {
-    if (parts.size() == 3) {
-      insert_mapped(out, target, target + ".q/k/v",
-                    torch::cat({parts.at('q'), parts.at('k'), parts.at('v')}, 0));
+    if (parts.size() == order_.size()) {
+      std::vector<torch::Tensor> rows;
+      std::string from;  // e.g. "<target>.q/k/v", for messages
+      for (const char part : order_) {
+        rows.push_back(parts.at(part));
+        from += (from.empty() ? target + "." : "/") + std::string(1, part);
+      }
+      insert_mapped(out, target, from, torch::cat(rows, 0));
     } else {
       for (const auto& [which, tensor] : parts) {
         insert_mapped(out, target + "." + which, target + "." + which, tensor);

@@ -52,16 +52,19 @@ void insert_mapped(io::TensorDict& out, const std::string& name, const std::stri
                    const torch::Tensor& tensor);
 
 // Separate q, k, v projections gathered per fused target (e.g. "blocks.3.attn.qkv.weight") and
-// emitted as the rows [q; k; v] of our fused projection (layers/attention.h). An incomplete set is
-// emitted under "<target>.q"-style names, so that the strict loader reports the target as missing
-// and the parts as unexpected.
+// emitted as the rows [q; k; v] of our fused projection (layers/attention.h), or [k; v] for a
+// cross-attention's kv (order "kv"). An incomplete set is emitted under "<target>.q"-style names,
+// so that the strict loader reports the target as missing and the parts as unexpected.
 class QkvParts {
  public:
-  // part: 'q', 'k' or 'v'.
+  // order: the parts of each target, in the order of their rows: "qkv" or "kv".
+  explicit QkvParts(std::string order = "qkv");
+  // part: one of order's letters.
   void add(const std::string& target, char part, const torch::Tensor& tensor);
   void insert_into(io::TensorDict& out) const;
 
  private:
+  std::string order_;
   std::map<std::string, std::map<char, torch::Tensor>> parts_;
 };
 

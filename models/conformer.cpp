@@ -228,6 +228,15 @@ void ConformerEncoderImpl::reset() {
   if (o.num_classes() > 0) {
     classifier = register_module("classifier", torch::nn::Linear(d, o.num_classes()));
   }
+  if (o.decoder()) {
+    const auto& decoder_options = *o.decoder();
+    TORCH_CHECK_VALUE(decoder_options.dim() == d, who, ": the attention decoder's dim ",
+                      decoder_options.dim(), " must be the model width ", d);
+    TORCH_CHECK_VALUE(decoder_options.vocab_size() == o.vocab_size(), who,
+                      ": the attention decoder's vocabulary (", decoder_options.vocab_size(),
+                      ") must be the CTC head's (vocab_size ", o.vocab_size(), ")");
+    decoder = register_module("decoder", AttentionDecoder(decoder_options));
+  }
 }
 
 std::tuple<torch::Tensor, torch::Tensor> ConformerEncoderImpl::forward(

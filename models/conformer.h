@@ -14,12 +14,14 @@
 #pragma once
 
 #include <attnzoo/layers/conformer_parts.h>
+#include <attnzoo/models/attention_decoder.h>
 #include <attnzoo/models/conformer_frontend.h>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/normalization.h>
 
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -151,6 +153,10 @@ struct ConformerEncoderOptions {
   // Utterance classes (keyword spotting, audio classification); 0: no classification head. The
   // head is a Linear [C, D] on the mean of the encoded frames over each utterance's valid ones.
   TORCH_ARG(int64_t, num_classes) = 0;
+  // An attention decoder over the encoded frames (models/attention_decoder.h: WeNet's U2 and
+  // U2++), for attention rescoring; its dim must be the model width D and its vocabulary the CTC
+  // head's.
+  TORCH_ARG(std::optional<AttentionDecoderOptions>, decoder) = std::nullopt;
 };
 
 class ConformerEncoderImpl : public torch::nn::Cloneable<ConformerEncoderImpl> {
@@ -219,6 +225,7 @@ class ConformerEncoderImpl : public torch::nn::Cloneable<ConformerEncoderImpl> {
   torch::nn::LayerNorm after_norm{nullptr};  // final_norm only
   torch::nn::Linear ctc{nullptr};            // [vocab, D], vocab_size > 0 only
   torch::nn::Linear classifier{nullptr};     // [classes, D], num_classes > 0 only
+  AttentionDecoder decoder{nullptr};         // options.decoder only
 };
 TORCH_MODULE(ConformerEncoder);
 

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
 #include <regex>
 #include <vector>
@@ -58,6 +59,51 @@ bool is_bare_encoder(const io::TensorDict& tensors) {
   return false;
 }
 
+// WeNet's attention decoder (TransformerDecoder, or BiTransformerDecoder's left_decoder and
+// right_decoder) onto AttentionDecoder's names (models/attention_decoder.h). The separate q, k, v
+// projections go to `self_qkv` (self-attention) and `src_kv` (the cross-attention's k and v) to be
+// fused. Returns false for a name that is not the decoder's.
+bool map_wenet_decoder(const std::string& name, const torch::Tensor& tensor,
+                       MappedConformerCheckpoint& out, QkvParts& self_qkv, QkvParts& src_kv) {
+  static const std::regex decoder(R"(decoder\.(?:(left|right)_decoder\.)?(.+))");
+  // "$1" is the block index throughout; the direction's prefix is put in front.
+  static const std::vector<RenameRule> rules = {
+      {std::regex(R"(embed\.0\.weight)"), "embed.weight"},
+      {std::regex(R"((after_norm|output_layer)\.(weight|bias))"), "$1.$2"},
+      {std::regex(R"(decoders\.(\d+)\.(self_attn|src_attn)\.linear_out\.(weight|bias))"),
+       "blocks.$1.$2.proj.$3"},
+      {std::regex(R"(decoders\.(\d+)\.src_attn\.linear_q\.(weight|bias))"),
+       "blocks.$1.src_attn.q.$2"},
+      {std::regex(R"(decoders\.(\d+)\.feed_forward\.w_([12])\.(weight|bias))"),
+       "blocks.$1.mlp.fc$2.$3"},
+      {std::regex(R"(decoders\.(\d+)\.(norm[123])\.(weight|bias))"), "blocks.$1.$2.$3"},
+  };
+  static const std::regex self_part(R"(decoders\.(\d+)\.self_attn\.linear_([qkv])\.(weight|bias))");
+  static const std::regex src_part(R"(decoders\.(\d+)\.src_attn\.linear_([kv])\.(weight|bias))");
+  std::smatch m;
+  if (!std::regex_match(name, m, decoder)) return false;
+  const std::string prefix =
+      "decoder." + std::string(m[1].str() == "right" ? "right" : "left") + ".";
+  const std::string rest = m[2].str();
+  std::smatch part;
+  if (rest == "embed.1.pe") {
+    out.ignored.insert(name);  // the sinusoid table, computed
+  } else if (std::regex_match(rest, part, self_part)) {
+    self_qkv.add(prefix + "blocks." + part[1].str() + ".self_attn.qkv." + part[3].str(),
+                 part[2].str()[0], tensor);
+  } else if (std::regex_match(rest, part, src_part)) {
+    src_kv.add(prefix + "blocks." + part[1].str() + ".src_attn.kv." + part[3].str(),
+               part[2].str()[0], tensor);
+  } else {
+    // An unknown name keeps its source name, for the strict loader to report.
+    const bool known = std::any_of(rules.begin(), rules.end(), [&](const RenameRule& rule) {
+      return std::regex_match(rest, rule.pattern);
+    });
+    insert_mapped(out.tensors, known ? prefix + rename_with(rules, rest) : name, name, tensor);
+  }
+  return true;
+}
+
 MappedConformerCheckpoint from_wenet(const io::TensorDict& tensors, bool espnet) {
   // "$1" is the block index throughout.
   static const std::vector<RenameRule> rules = {
@@ -98,13 +144,16 @@ MappedConformerCheckpoint from_wenet(const io::TensorDict& tensors, bool espnet)
   MappedConformerCheckpoint out;
   const bool bare = is_bare_encoder(tensors);
   // linear_q, linear_k, linear_v of each block and kind, gathered to be fused.
-  QkvParts parts;
+  QkvParts parts, decoder_qkv, decoder_kv("kv");
   for (const auto& item : tensors) {
     const auto name = bare ? "encoder." + item.key() : item.key();
     std::smatch m;
     if (std::regex_match(name, m, qkv)) {
       parts.add("conformer.layers." + m[1].str() + ".attn.mha.qkv." + m[3].str(), m[2].str()[0],
                 item.value());
+    } else if (!espnet && !bare &&
+               map_wenet_decoder(name, item.value(), out, decoder_qkv, decoder_kv)) {
+      continue;
     } else if (starts_with(name, "decoder.") || starts_with(name, "encoder.embed.pos_enc.") ||
                (espnet && starts_with(name, "frontend."))) {
       out.ignored.insert(item.key());
@@ -118,6 +167,8 @@ MappedConformerCheckpoint from_wenet(const io::TensorDict& tensors, bool espnet)
     }
   }
   parts.insert_into(out.tensors);
+  decoder_qkv.insert_into(out.tensors);
+  decoder_kv.insert_into(out.tensors);
   return out;
 }
 

@@ -31,7 +31,17 @@
 //                  norm_final                             -> final_norm
 //                encoder.after_norm                       -> after_norm
 //                ctc.ctc_lo                               -> ctc
-//                ignored: decoder.* (the attention decoder), encoder.embed.pos_enc.* (computed)
+//                the attention decoder (models/attention_decoder.h): decoder. (U2) or
+//                decoder.{left,right}_decoder. (U2++) -> decoder.{left,right}.
+//                  embed.0                                -> embed
+//                  decoders.{i}.self_attn.linear_{q,k,v}  -> blocks.{i}.self_attn.qkv
+//                  decoders.{i}.src_attn.linear_q         -> blocks.{i}.src_attn.q
+//                  decoders.{i}.src_attn.linear_{k,v}     -> blocks.{i}.src_attn.kv (rows [k; v])
+//                  decoders.{i}.{self,src}_attn.linear_out -> blocks.{i}.{self,src}_attn.proj
+//                  decoders.{i}.feed_forward.w_{1,2}      -> blocks.{i}.mlp.fc{1,2}
+//                  decoders.{i}.norm{1,2,3}, after_norm, output_layer (as is)
+//                (a model without a decoder ignores them: ConformerFamily's loader)
+//                ignored: encoder.embed.pos_enc.*, decoder embed.1.pe (computed)
 //   espnet       ESPnet's Conformer encoder (espnet.nets...conformer.encoder.Encoder, ESPnet2's
 //                ConformerEncoder) in an ASR model's state_dict: the same encoder.* and ctc.*
 //                names as WeNet, plus GlobalMVN's statistics

@@ -14,7 +14,7 @@ namespace test_packed_linear {
 
 // y = act(x·Wᵀ + b) in float64 from the definitions of the activations, written independently of
 // apply_activation (which the fallback path calls): GELU x·Φ(x) by erf, its tanh approximation,
-// SiLU x / (1 + e^-x).
+// SiLU x / (1 + e^-x), ReLU max(x, 0).
 torch::Tensor reference(const torch::nn::Linear& linear, const torch::Tensor& x,
                         Activation activation) {
   const auto w = linear->weight.to(torch::kDouble);
@@ -27,6 +27,8 @@ torch::Tensor reference(const torch::nn::Linear& linear, const torch::Tensor& x,
       return 0.5 * y * (1.0 + torch::tanh(std::sqrt(2.0 / M_PI) * (y + 0.044715 * y.pow(3))));
     case Activation::kSilu:
       return y / (1.0 + torch::exp(-y));
+    case Activation::kRelu:
+      return torch::where(y > 0, y, torch::zeros_like(y));
     case Activation::kNone:
       break;
   }
@@ -44,8 +46,8 @@ TEST(PackedLinear, EqualsLinearAndActivationInInference) {
   for (bool bias : {true, false}) {
     torch::nn::Linear linear(torch::nn::LinearOptions(48, 40).bias(bias));
     const PackedLinear packed;
-    for (auto activation :
-         {Activation::kNone, Activation::kGelu, Activation::kGeluTanh, Activation::kSilu}) {
+    for (auto activation : {Activation::kNone, Activation::kGelu, Activation::kGeluTanh,
+                            Activation::kSilu, Activation::kRelu}) {
       for (const auto& shape : std::vector<std::vector<int64_t>>{{7, 48}, {2, 5, 48}}) {
         const auto x = torch::randn(shape);
         torch::InferenceMode inference;
