@@ -41,6 +41,10 @@ CtcSearchSettings ctc_search_settings(const ModelConfig& config, const decoding:
   CtcSearchSettings s;
   s.search = config.decoding.search;
   s.beam = config.decoding.beam;
+  // Attention rescoring ranks the whole beam again (WeNet: its n-best is the beam).
+  if (config.decoding.mode == decoding::DecodingMode::kAttentionRescoring) {
+    s.beam.nbest = s.beam.beam_size;
+  }
   s.vocab = units.size();
   s.textless_id = units.sos_eos_id();
   s.stable_margin = config.decoding.stable_margin;

@@ -31,7 +31,8 @@ struct CtcSearchSettings {
   double stable_margin = 0.0;  // DecodingConfig::stable_margin
 };
 
-// The config's decoding section with the blank of `units` and the model's frame period.
+// The config's decoding section with the blank of `units` and the model's frame period; with
+// mode attention_rescoring, beam_size hypotheses returned (the n-best the decoder ranks).
 CtcSearchSettings ctc_search_settings(const ModelConfig& config, const decoding::Units& units);
 
 class CtcSearcher {

@@ -130,6 +130,29 @@ torch::Tensor SpeechEncoder::ctc_log_probs(const torch::Tensor& encoded) const {
   return s.conformer->ctc_log_probs(x)[0].to(torch::kCPU, torch::kFloat).contiguous();
 }
 
+bool SpeechEncoder::has_attention_decoder() const {
+  return !state_->conformer.is_empty() && !state_->conformer->decoder.is_empty();
+}
+
+bool SpeechEncoder::has_right_to_left_decoder() const {
+  return has_attention_decoder() && state_->conformer->decoder->bidirectional();
+}
+
+DecoderScores SpeechEncoder::attention_scores(const torch::Tensor& encoded,
+                                              const std::vector<std::vector<int64_t>>& hypotheses,
+                                              double reverse_weight) const {
+  auto& s = *state_;
+  TORCH_CHECK_VALUE(has_attention_decoder(), "SpeechEncoder::attention_scores: ", s.config.source,
+                    " has no attention decoder (architecture.decoder)");
+  const int64_t width = s.conformer->options.blocks().input_dim();
+  TORCH_CHECK_VALUE(
+      encoded.defined() && encoded.dim() == 2 && encoded.size(1) == width && encoded.size(0) > 0,
+      "SpeechEncoder::attention_scores: encoded must be [T' > 0, ", width, "], got ",
+      encoded.defined() ? encoded.sizes() : c10::IntArrayRef{});
+  torch::InferenceMode inference;
+  return s.conformer->decoder->score(encoded.to(s.device, s.dtype), hypotheses, reverse_weight);
+}
+
 EncodedSpeech SpeechEncoder::encode_one(const SpeechFeatures& utterance) const {
   auto& s = *state_;
   EncodedSpeech out;

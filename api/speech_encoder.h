@@ -17,6 +17,7 @@
 
 #include <attnzoo/configs/model_config.h>
 #include <attnzoo/configs/model_options.h>
+#include <attnzoo/models/attention_decoder.h>
 #include <attnzoo/preprocess/audio/read.h>
 
 #include <torch/types.h>
@@ -143,6 +144,19 @@ class SpeechEncoder {
   // log-probabilities [k, vocab] float32 on the CPU: what encode() gives as log_probs, for live
   // audio. c10::ValueError when the model has no CTC head or is not a Conformer.
   torch::Tensor ctc_log_probs(const torch::Tensor& encoded) const;
+
+  // Whether the model has an attention decoder (architecture.decoder), and with a right-to-left
+  // one.
+  bool has_attention_decoder() const;
+  bool has_right_to_left_decoder() const;
+  // The attention decoder's log-probabilities of each hypothesis (token ids, without <sos/eos>)
+  // given one utterance's encoder frames [T', D] (EncodedSpeech::encoded, or a Stream's frames
+  // concatenated), as attention rescoring weighs them (AttentionDecoderImpl::score; the right
+  // direction when reverse_weight > 0). c10::ValueError without a decoder, for frames of another
+  // width or none, or a token outside the vocabulary.
+  DecoderScores attention_scores(const torch::Tensor& encoded,
+                                 const std::vector<std::vector<int64_t>>& hypotheses,
+                                 double reverse_weight) const;
 
   const ModelConfig& config() const;
   const std::string& weights_description() const;

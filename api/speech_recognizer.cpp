@@ -51,18 +51,50 @@ TranscriptHypothesis hypothesis_of(const decoding::CtcHypothesis& h,
   return out;
 }
 
-std::vector<TranscriptHypothesis> hypotheses_of(const CtcSearcher& search,
-                                                const decoding::Tokenizer& tokenizer) {
-  std::vector<TranscriptHypothesis> out;
-  for (const auto& h : search.hypotheses()) out.push_back(hypothesis_of(h, tokenizer));
-  return out;
-}
-
 }  // namespace
 
 struct SpeechRecognizer::State {
   State(SpeechEncoder encoder, decoding::Tokenizer tokenizer)
       : encoder(std::move(encoder)), tokenizer(std::move(tokenizer)) {}
+  bool rescoring() const {
+    return encoder.config().decoding.mode == decoding::DecodingMode::kAttentionRescoring;
+  }
+
+  // The search's hypotheses, best first. With attention rescoring, the whole beam ranked again
+  // by the decoder over the utterance's encoder frames `encoded` [T', D], each scored with its
+  // rescoring score, the first decoding.nbest of them kept.
+  std::vector<TranscriptHypothesis> hypotheses(const CtcSearcher& search,
+                                               const torch::Tensor& encoded) const {
+    auto found = search.hypotheses();
+    if (rescoring() && !found.empty()) {
+      const auto& options = encoder.config().decoding.rescoring;
+      std::vector<std::vector<int64_t>> tokens;
+      std::vector<double> ctc;
+      for (const auto& h : found) {
+        tokens.push_back(h.tokens);
+        ctc.push_back(h.score);
+      }
+      const auto terms = encoder.attention_scores(encoded, tokens, options.reverse_weight);
+      const auto rescored = decoding::rescore_nbest(ctc, terms.left, terms.right, options);
+      std::vector<size_t> order(found.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      // Best first; among equal scores the earlier (rescore_nbest's first maximum stays first).
+      std::stable_sort(order.begin(), order.end(),
+                       [&](size_t a, size_t b) { return rescored.scores[a] > rescored.scores[b]; });
+      const auto keep =
+          std::min(order.size(), static_cast<size_t>(encoder.config().decoding.beam.nbest));
+      std::vector<decoding::CtcHypothesis> ranked;
+      for (size_t i = 0; i < keep; ++i) {
+        ranked.push_back(found[order[i]]);
+        ranked.back().score = rescored.scores[order[i]];
+      }
+      found = std::move(ranked);
+    }
+    std::vector<TranscriptHypothesis> out;
+    for (const auto& h : found) out.push_back(hypothesis_of(h, tokenizer));
+    return out;
+  }
+
   SpeechEncoder encoder;
   decoding::Tokenizer tokenizer;
   CtcSearchSettings search;
@@ -93,6 +125,21 @@ SpeechRecognizer::SpeechRecognizer(const std::string& model, SpeechRecognizerOpt
                     "SpeechRecognizer: ", config.source,
                     " has no CTC head (architecture.vocab_size is 0)");
   state->search = ctc_search_settings(config, state->tokenizer.units());
+  if (state->rescoring()) {
+    TORCH_CHECK_VALUE(state->encoder.has_attention_decoder(), "SpeechRecognizer: ", config.source,
+                      ": decoding.mode attention_rescoring needs an attention decoder "
+                      "(architecture.decoder)");
+    TORCH_CHECK_VALUE(
+        config.decoding.rescoring.reverse_weight == 0.0 ||
+            state->encoder.has_right_to_left_decoder(),
+        "SpeechRecognizer: ", config.source,
+        ": decoding.reverse_weight > 0 needs a right-to-left decoder (kind: bitransformer)");
+    const auto sos_eos = state->tokenizer.units().sos_eos_id();
+    const auto vocab = model_family(config.family).ctc_vocab(config);
+    TORCH_CHECK_VALUE(sos_eos == vocab - 1, "SpeechRecognizer: ", config.source,
+                      ": attention rescoring needs the token table's <sos/eos> as its last id (",
+                      vocab - 1, "), as the decoder was trained; the table's is ", sos_eos);
+  }
   state_ = std::move(state);
 }
 
@@ -115,7 +162,7 @@ Transcript SpeechRecognizer::decode(const EncodedSpeech& encoded) const {
   try {
     CtcSearcher search(state_->search);
     search.advance(encoded.log_probs);
-    out.hypotheses = hypotheses_of(search, state_->tokenizer);
+    out.hypotheses = state_->hypotheses(search, encoded.encoded);
   } catch (const std::exception& e) {
     out.hypotheses.clear();
     out.error = encoded.audio + ": " + e.what();
@@ -151,8 +198,10 @@ struct SpeechRecognizer::Stream::Impl {
         search(this->state->search),
         source(std::move(source)) {}
 
-  // Encoder frames [k, D] through the CTC head into the search.
+  // Encoder frames [k, D] through the CTC head into the search (and kept for the attention
+  // rescoring at the end).
   void advance(const torch::Tensor& frames) {
+    if (state->rescoring() && frames.size(0) > 0) encoded.push_back(frames);
     auto start = std::chrono::steady_clock::now();
     const auto log_probs = state->encoder.ctc_log_probs(frames);
     encode_ms += detail::ms_since(start);
@@ -164,6 +213,7 @@ struct SpeechRecognizer::Stream::Impl {
   std::shared_ptr<const State> state;
   SpeechEncoder::Stream encoder;
   CtcSearcher search;
+  std::vector<torch::Tensor> encoded;  // the encoder's frames so far, with attention rescoring
   std::string source;
   double encode_ms = 0.0, decode_ms = 0.0;
   bool finished = false;
@@ -208,7 +258,11 @@ Transcript SpeechRecognizer::Stream::finish() {
   Transcript out;
   out.audio = m.source;
   out.seconds = seconds_received();
-  out.hypotheses = hypotheses_of(m.search, m.state->tokenizer);
+  const auto rescoring_start = std::chrono::steady_clock::now();
+  // Rescored once, over every frame of the stream, as WeNet's runtime does at the end.
+  out.hypotheses =
+      m.state->hypotheses(m.search, m.encoded.empty() ? torch::Tensor() : torch::cat(m.encoded, 0));
+  m.decode_ms += detail::ms_since(rescoring_start);
   out.encode_ms = m.encode_ms;
   out.decode_ms = m.decode_ms;
   return out;

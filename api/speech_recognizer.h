@@ -13,6 +13,11 @@
 //   for (const auto& block : blocks) show(live.push(block).stable.text);  // only grows
 //   auto final_result = live.finish();
 //
+// With decoding.mode attention_rescoring (a model with an attention decoder: WeNet's U2 and U2++),
+// prefix beam search's whole beam is ranked again by the decoder (decoding/attention_rescoring.h):
+// offline for each utterance, and live once, at finish(), over all the stream's frames (the
+// partial results stay the CTC search's), as WeNet's runtime does.
+//
 // Offline, the model runs as SpeechEncoder runs it: the whole utterance, under the config's
 // streaming chunk mask when it has one (so a chunk-trained model decodes as it streams), batched
 // (options.encoder.batch_size). Live, the encoder's streaming path and the search advance chunk
@@ -65,7 +70,9 @@ struct TranscribedToken {
 struct TranscriptHypothesis {
   std::string text;
   std::vector<TranscribedToken> tokens;
-  double score = 0.0;       // log-probability of all its tokens (decoding/ctc_decoder.h)
+  // log-probability of all its tokens (decoding/ctc_decoder.h); with decoding.mode
+  // attention_rescoring, the rescoring score (decoding/attention_rescoring.h)
+  double score = 0.0;
   double confidence = 0.0;  // the mean of its tokens' confidences
 };
 
@@ -78,7 +85,7 @@ struct Transcript {
   std::vector<TranscriptHypothesis> hypotheses;
   double seconds = 0.0;    // the audio's duration
   double encode_ms = 0.0;  // features and encoder (a batch's shared by frames)
-  double decode_ms = 0.0;  // the CTC search
+  double decode_ms = 0.0;  // the CTC search (and the attention rescoring)
   std::string error;       // empty on success
   bool ok() const { return error.empty(); }
   const TranscriptHypothesis& best() const;  // hypotheses.front(); c10::Error when failed

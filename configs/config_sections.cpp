@@ -130,7 +130,8 @@ std::string existing_file(MapReader& section, const std::string& key, const std:
 
 }  // namespace
 
-DecodingConfig read_decoding(MapReader& root, const std::string& source, int64_t ctc_vocab) {
+DecodingConfig read_decoding(MapReader& root, const std::string& source, int64_t ctc_vocab,
+                             int64_t decoder_directions) {
   DecodingConfig d;
   if (!root.has("decoding")) return d;
   auto section = root.map("decoding", true);
@@ -168,7 +169,26 @@ DecodingConfig read_decoding(MapReader& root, const std::string& source, int64_t
   b.beam_unit = section.enumeration(
       "beam_unit", b.beam_unit, {decoding::BeamUnit::kPrefix, decoding::BeamUnit::kPrefixEnding});
   d.stable_margin = section.number("stable_margin", d.stable_margin, 0.0, 1e6);
+  d.mode = section.enumeration(
+      "mode", d.mode, {decoding::DecodingMode::kCtc, decoding::DecodingMode::kAttentionRescoring});
+  auto& r = d.rescoring;
+  r.ctc_weight = section.number("ctc_weight", r.ctc_weight, 0.0, 1e6);
+  r.reverse_weight = section.number("reverse_weight", r.reverse_weight, 0.0, 1.0);
   section.finish();
+  if (d.mode == decoding::DecodingMode::kAttentionRescoring) {
+    if (decoder_directions == 0) {
+      section.fail("mode", "attention_rescoring needs an attention decoder (architecture.decoder)");
+    }
+    if (d.search != decoding::CtcSearch::kPrefixBeam) {
+      section.fail(section.relation_key("search", "mode"),
+                   "attention_rescoring ranks the n-best of search: prefix_beam, not greedy");
+    }
+    if (r.reverse_weight > 0.0 && decoder_directions < 2) {
+      section.fail("reverse_weight",
+                   "reverse_weight > 0 needs a right-to-left decoder (architecture.decoder.kind: "
+                   "bitransformer)");
+    }
+  }
   return d;
 }
 

@@ -57,8 +57,11 @@ std::optional<AudioFeatureOptions> read_audio_features(MapReader& root, int64_t 
 
 // `decoding:` of a model whose CTC head has `ctc_vocab` outputs (DecodingConfig; absent: an
 // empty one). Files are resolved against the folder of `source`, the YAML file, and must exist;
-// a model without a CTC head (ctc_vocab 0) may not have the section.
-DecodingConfig read_decoding(MapReader& root, const std::string& source, int64_t ctc_vocab);
+// a model without a CTC head (ctc_vocab 0) may not have the section. decoder_directions: the
+// model's attention decoder's (0 none, 1 left to right, 2 both), which mode: attention_rescoring
+// and reverse_weight need.
+DecodingConfig read_decoding(MapReader& root, const std::string& source, int64_t ctc_vocab,
+                             int64_t decoder_directions = 0);
 
 // `checkpoint:` into `config`: its `format` (one of the family's `formats`), `file` (resolved
 // against config.source's folder; it must exist) and `key`.

@@ -21,6 +21,46 @@ using namespace detail;
 // `architecture:` of family conformer: ConformerEncoderOptions and its blocks' ConformerOptions.
 // Absent keys take WeNet's LibriSpeech conformer (80 fbank, 256 wide, 12 blocks, 4 heads, 2048
 // feed-forward units, kernel 15, conv2d x4, WeNet's relative positions).
+// `architecture.decoder:` (models/attention_decoder.h), WeNet's decoder_conf in our names:
+// kind transformer (U2) or bitransformer (U2++, with right_blocks), over the encoder's width and
+// the CTC head's vocabulary.
+AttentionDecoderOptions read_attention_decoder(MapReader decoder,
+                                               const ConformerEncoderOptions& encoder) {
+  const auto kind = decoder.choice("kind", std::nullopt, {"transformer", "bitransformer"});
+  AttentionDecoderOptions d(encoder.vocab_size(), encoder.blocks().input_dim());
+  d.num_heads(decoder.integer("num_heads", d.num_heads(), 1, kMaxHeads));
+  d.ffn_dim(decoder.integer("ffn_dim", d.ffn_dim(), 1, 8 * kMaxEmbedDim));
+  d.num_blocks(decoder.integer("num_blocks", d.num_blocks(), 1, kMaxDepth));
+  if (kind == "bitransformer") {
+    d.right_blocks(decoder.integer("right_blocks", std::nullopt, 1, kMaxDepth));
+  } else if (decoder.has("right_blocks")) {
+    decoder.fail("right_blocks", "a right-to-left decoder goes with kind: bitransformer");
+  }
+  d.dropout(decoder.number("dropout", d.dropout(), 0.0, kBelowOne));
+  d.positional_dropout(
+      decoder.number("positional_dropout", d.positional_dropout(), 0.0, kBelowOne));
+  d.self_attention_dropout(
+      decoder.number("self_attention_dropout", d.self_attention_dropout(), 0.0, kBelowOne));
+  d.src_attention_dropout(
+      decoder.number("src_attention_dropout", d.src_attention_dropout(), 0.0, kBelowOne));
+  decoder.finish();
+  if (encoder.vocab_size() < 2) {
+    decoder.fail_here(
+        "an attention decoder predicts the CTC head's tokens: it needs "
+        "architecture.vocab_size >= 2 (<sos/eos> is the last token)");
+  }
+  if (d.dim() % d.num_heads() != 0) {
+    decoder.fail("num_heads", "the decoder's width is encoder_dim " + std::to_string(d.dim()) +
+                                  ", which is not divisible by num_heads " +
+                                  std::to_string(d.num_heads()));
+  }
+  if (d.dim() % 2 != 0) {
+    decoder.fail_here("the decoder's sinusoidal positions need an even encoder_dim, got " +
+                      std::to_string(d.dim()));
+  }
+  return d;
+}
+
 ConformerEncoderOptions read_conformer_architecture(MapReader arch) {
   ConformerOptions blocks(256, 4, 2048, 12, 15);
   const int64_t input_dim = arch.integer("input_dim", 80, 1, kMaxFeatures);
@@ -51,6 +91,7 @@ ConformerEncoderOptions read_conformer_architecture(MapReader arch) {
   o.final_norm(arch.boolean("final_norm", o.final_norm()));
   o.vocab_size(arch.integer("vocab_size", o.vocab_size(), 0, kMaxClasses));
   o.num_classes(arch.integer("num_classes", o.num_classes(), 0, kMaxClasses));
+  if (arch.has("decoder")) o.decoder(read_attention_decoder(arch.map("decoder", true), o));
   arch.finish();
 
   // Relations between values, checked once every value is known to be well-formed, reported at
@@ -141,7 +182,8 @@ class ConformerFamily final : public ModelFamily {
         .head_gating(attention.head_gating);
     config.features = read_audio_features(root, o.input_dim(), "architecture.input_dim");
     config.streaming = read_streaming(root.map("streaming", false), o, attention.head_gating);
-    config.decoding = read_decoding(root, config.source, o.vocab_size());
+    const int64_t directions = !o.decoder() ? 0 : o.decoder()->right_blocks() > 0 ? 2 : 1;
+    config.decoding = read_decoding(root, config.source, o.vocab_size(), directions);
     if (root.has("checkpoint")) {
       read_checkpoint(root.map("checkpoint", true), checkpoint_formats(), config);
     }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <attnzoo/core/error.h>
+#include <attnzoo/decoding/attention_rescoring.h>
 #include <attnzoo/decoding/ctc_decoder.h>
 #include <attnzoo/decoding/units.h>
 #include <attnzoo/preprocess/audio/feature_options.h>
@@ -96,6 +97,11 @@ struct DecodingConfig {
   // then joins the pieces itself, and training cannot cut transcripts into pieces).
   std::string sentencepiece_model;
   decoding::CtcSearch search = decoding::CtcSearch::kPrefixBeam;
+  // ctc, or attention_rescoring: the beam's hypotheses (all beam_size of them) ranked again with
+  // the model's attention decoder (architecture.decoder), weighted by `rescoring`; needs search
+  // prefix_beam.
+  decoding::DecodingMode mode = decoding::DecodingMode::kCtc;
+  decoding::AttentionRescoringOptions rescoring;
   // beam_size, nbest, the per-frame pruning and beam_unit; blank_id comes from the units and
   // frame_period_seconds from the model.
   decoding::PrefixBeamSearchOptions beam;
