@@ -19,6 +19,7 @@ const std::vector<std::unique_ptr<ModelSource>>& sources() {
     std::vector<std::unique_ptr<ModelSource>> all;
     all.push_back(make_hf_source());
     all.push_back(make_timm_source());
+    all.push_back(make_wenet_source());
     return all;
   }();
   return list;
@@ -41,8 +42,9 @@ const ModelSource& model_source_of(const std::string& path) {
   if (!fs::exists(path, error)) throw ConfigError(path + ": no such file or folder", path, "");
   throw ConfigError(path +
                         ": not a model folder attnzoo reads: it looks for a Hugging Face folder "
-                        "(config.json with model_type vit, deit or audio-spectrogram-transformer) "
-                        "or a timm folder (config.json with architecture and pretrained_cfg)",
+                        "(config.json with model_type vit, deit or audio-spectrogram-transformer), "
+                        "a timm folder (config.json with architecture and pretrained_cfg) or a "
+                        "WeNet experiment folder (train.yaml)",
                     path, "");
 }
 
@@ -60,7 +62,7 @@ ModelConfig load_model_source(const std::string& path, const std::vector<std::st
   const auto& source = model_source_of(path);
   // Messages name the source's folder; relative paths of the document (none: its importers
   // write absolute ones) would resolve against it.
-  const std::string where = (fs::path(path) / "config.json").lexically_normal().string();
+  const std::string where = (fs::path(path) / source.config_name()).lexically_normal().string();
   return parse_model_config(source.document(path), where, overrides);
 }
 

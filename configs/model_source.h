@@ -1,9 +1,11 @@
 // Models as their sources ship them: a folder that Hugging Face's save_pretrained or timm's
-// save_for_hf wrote (config.json, the weights, the preprocessor's settings), given where a model
+// save_for_hf wrote (config.json, the weights, the preprocessor's settings), or a WeNet
+// experiment folder (train.yaml, final.pt, units.txt), given where a model
 // is asked for (`--model DIR`, ImageClassifier("DIR"), a serve config's `model:`), runs as it
 // is: no Python, no hand-written YAML.
 //
-// Each source is an importer, one file each (hf_source.cpp, timm_source.cpp), listed once in
+// Each source is an importer, one file each (hf_source.cpp, timm_source.cpp, wenet_source.cpp),
+// listed once in
 // model_source.cpp: it tells its folders by their files and reads the source's own config into an
 // attnzoo model document, the same YAML a user could write (so that overrides, validation and the
 // families read it as they read any config, and `attnzoo models --describe DIR` prints exactly
@@ -33,6 +35,8 @@ class ModelSource {
   // The model at `path` as an attnzoo model document (YAML text), its files named by absolute
   // paths. Throws ConfigError naming the source's file, key and value for what it cannot honour.
   virtual std::string document(const std::string& path) const = 0;
+  // The folder's own config file, which messages about the document name ("config.json").
+  virtual const char* config_name() const { return "config.json"; }
 };
 
 // Whether `path` is a model of one of the sources (a folder they recognise).

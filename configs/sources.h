@@ -17,6 +17,7 @@ namespace attnzoo {
 
 std::unique_ptr<ModelSource> make_hf_source();
 std::unique_ptr<ModelSource> make_timm_source();
+std::unique_ptr<ModelSource> make_wenet_source();
 
 namespace detail {
 

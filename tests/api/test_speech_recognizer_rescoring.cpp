@@ -6,6 +6,7 @@
 // search; live audio ends at the offline result under the same chunk mask; configs that cannot
 // rescore are refused naming the key.
 #include <attnzoo/api/speech_recognizer.h>
+#include <attnzoo/configs/model_source.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/core/error.h>
 #include <attnzoo/io/safetensors.h>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -86,11 +88,16 @@ std::vector<int64_t> ids_of(const TranscriptHypothesis& h) {
   return ids;
 }
 
-// Every utterance of the fixture's full-context decoding, at every rescoring setting and with
-// mode ctc, against WeNet's results.
-void expect_wenet_results(const std::string& name) {
-  const auto dir = fresh_dir("rescoring_" + name);
-  const auto yaml = write_model(dir, name, kBeam + "  mode: attention_rescoring\n");
+// Every utterance of the fixture `name`'s full-context decoding, at every rescoring setting and
+// with mode ctc, against WeNet's results: `model` with `options` (weights, overrides) and the
+// settings' overrides.
+void expect_wenet_results(const std::string& name, const std::string& model,
+                          const SpeechRecognizerOptions& options) {
+  const auto with = [&](const std::vector<std::string>& more) {
+    auto o = options;
+    o.encoder.overrides.insert(o.encoder.overrides.end(), more.begin(), more.end());
+    return o;
+  };
   std::ifstream in(kData + "/" + name + "/wenet_outputs.json");
   const auto outputs = nlohmann::json::parse(in);
   const auto tensors = io::load_safetensors(kData + "/" + name + "/wenet_outputs.safetensors");
@@ -102,10 +109,9 @@ void expect_wenet_results(const std::string& name) {
     std::ostringstream cw, rw;
     cw << "decoding.ctc_weight=" << setting.at("ctc_weight").get<double>();
     rw << "decoding.reverse_weight=" << setting.at("reverse_weight").get<double>();
-    recognizers.emplace_back(setting,
-                             SpeechRecognizer(yaml, with_weights(name, {cw.str(), rw.str()})));
+    recognizers.emplace_back(setting, SpeechRecognizer(model, with({cw.str(), rw.str()})));
   }
-  const SpeechRecognizer ctc(yaml, with_weights(name, {"decoding.mode=ctc"}));
+  const SpeechRecognizer ctc(model, with({"decoding.mode=ctc"}));
   int differ = 0;
   for (const auto& [utt, result] : full.at("utterances").items()) {
     SpeechFeatures features;
@@ -135,8 +141,93 @@ void expect_wenet_results(const std::string& name) {
   EXPECT_GE(differ, 2);  // rescoring changed the answer, so the comparison above means something
 }
 
-TEST(SpeechRecognizerRescoring, U2MatchesWenet) { expect_wenet_results("u2"); }
-TEST(SpeechRecognizerRescoring, U2ppMatchesWenet) { expect_wenet_results("u2pp"); }
+// The YAML above (written by hand) with the folder's weights.
+void expect_yaml_matches_wenet(const std::string& name) {
+  const auto dir = fresh_dir("rescoring_" + name);
+  const auto yaml = write_model(dir, name, kBeam + "  mode: attention_rescoring\n");
+  expect_wenet_results(name, yaml, with_weights(name));
+}
+
+TEST(SpeechRecognizerRescoring, U2MatchesWenet) { expect_yaml_matches_wenet("u2"); }
+TEST(SpeechRecognizerRescoring, U2ppMatchesWenet) { expect_yaml_matches_wenet("u2pp"); }
+
+// The folders as WeNet left them, read as models (configs/wenet_source.cpp): only the search's
+// size (WeNet's runtime defaults to a beam of 10; the fixtures were decoded with 4) and the full
+// context (U2++ was trained with dynamic chunks, so the folder streams in chunks of 16) changed.
+TEST(WenetFolder, RunsAsItIsWithWenetsResults) {
+  for (const std::string name : {"u2", "u2pp"}) {
+    SCOPED_TRACE(name);
+    SpeechRecognizerOptions options;
+    options.encoder.overrides = {"decoding.beam_size=4", "decoding.token_top_k=4"};
+    if (name == "u2pp") options.encoder.overrides.push_back("streaming.chunk_size=0");
+    expect_wenet_results(name, kData + "/" + name, options);
+  }
+}
+
+TEST(WenetFolder, DescribesWhatRuns) {
+  const auto u2pp = describe_model_source(kData + "/u2pp");
+  for (const char* line :
+       {"family: conformer", "encoder_dim: 32", "conv_norm: layer_norm", "causal_conv: true",
+        "subsampling: conv2d4", "position: rel_pos_wenet", "global_cmvn: true", "vocab_size: 12",
+        "kind: bitransformer", "right_blocks: 1", "num_mel_bins: 20", "chunk_size: 16",
+        "mode: attention_rescoring", "ctc_weight: 0.5", "format: wenet"}) {
+    EXPECT_THAT(u2pp, HasSubstr(line));
+  }
+  EXPECT_THAT(u2pp, HasSubstr("u2pp/final.pt"));
+  EXPECT_THAT(u2pp, HasSubstr("u2pp/units.txt"));
+  const auto u2 = describe_model_source(kData + "/u2");
+  EXPECT_THAT(u2, HasSubstr("kind: transformer"));
+  EXPECT_THAT(u2, HasSubstr("conv_norm: batch_norm"));
+  EXPECT_THAT(u2, ::testing::Not(HasSubstr("streaming:")));
+}
+
+// A copy of the u2 folder with train.yaml edited by `edit` (a line replaced or added).
+std::string edited_folder(const std::string& dir, const std::string& from, const std::string& to) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  for (const char* file : {"final.pt", "units.txt", "global_cmvn"}) {
+    fs::copy_file(kData + "/u2/" + file, dir + "/" + file, fs::copy_options::overwrite_existing);
+  }
+  std::ifstream in(kData + "/u2/train.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto yaml = text.str();
+  const auto at = yaml.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) yaml.replace(at, from.size(), to);
+  std::ofstream(dir + "/train.yaml") << yaml;
+  return dir;
+}
+
+TEST(WenetFolder, WhatItCannotHonourIsRefusedNamingFileKeyAndValue) {
+  const auto root = fresh_dir("wenet_refused");
+  const auto check = [&](const std::string& name, const std::string& from, const std::string& to,
+                         const std::string& expected) {
+    const auto dir = edited_folder(root + "/" + name, from, to);
+    const auto message = error_of<Error>([&] { resolve_model_config(dir, {}); });
+    EXPECT_THAT(message, HasSubstr(dir + "/train.yaml")) << name;
+    EXPECT_THAT(message, HasSubstr(expected)) << name;
+  };
+  check("activation", "  activation_type: swish", "  activation_type: relu",
+        "encoder_conf.activation_type: 'relu' is not supported");
+  check("input_layer", "  input_layer: conv2d\n", "  input_layer: linear\n",
+        "encoder_conf.input_layer: 'linear' is not supported");
+  check("unknown_key", "  use_cnn_module: true", "  use_cnn_module: true\n  moe_experts: 8",
+        "encoder_conf.moe_experts: is an option attnzoo does not implement (value '8')");
+  check("decoder", "decoder: transformer", "decoder: transducer",
+        "decoder: 'transducer' is not supported");
+  check("encoder", "encoder: conformer", "encoder: squeezeformer",
+        "encoder: 'squeezeformer' is not supported");
+  // The checkpoint: final.pt, else the only .pt, else the list.
+  namespace fs = std::filesystem;
+  const auto two = edited_folder(root + "/two", "", "");
+  fs::rename(two + "/final.pt", two + "/epoch_3.pt");
+  fs::copy_file(two + "/epoch_3.pt", two + "/epoch_4.pt");
+  EXPECT_THAT(error_of<Error>([&] { resolve_model_config(two, {}); }),
+              HasSubstr("no final.pt, and 2 other .pt files (epoch_3.pt, epoch_4.pt)"));
+  fs::remove(two + "/epoch_4.pt");
+  EXPECT_THAT(describe_model_source(two), HasSubstr("two/epoch_3.pt"));
+}
 
 // The n-best, ranked by the rescoring score, and live audio rescored once at the end: equal to
 // the offline decode of the same audio under the same chunk mask.

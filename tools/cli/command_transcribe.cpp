@@ -128,6 +128,10 @@ int run_transcribe(TranscribeOptions o) {
               << recognizer.encoder().weights_description() << ", units "
               << recognizer.tokenizer().units().source() << ", " << to_string(d.search);
     if (d.search == decoding::CtcSearch::kPrefixBeam) std::cout << " beam " << d.beam.beam_size;
+    if (d.mode == decoding::DecodingMode::kAttentionRescoring) {
+      std::cout << ", attention rescoring (ctc_weight " << d.rescoring.ctc_weight
+                << ", reverse_weight " << d.rescoring.reverse_weight << ")";
+    }
     if (o.stream) std::cout << ", streaming in chunks of " << o.recognizer.encoder.stream_chunk;
     std::cout << "\n";
   }
