@@ -341,10 +341,18 @@ class WenetSource final : public ModelSource {
   const char* name() const override { return "wenet"; }
   const char* config_name() const override { return "train.yaml"; }
 
+  // A folder with a train.yaml of WeNet's keys (encoder_conf), not any train.yaml (attnzoo's own
+  // training configs are named so too).
   bool detect(const std::string& path) const override {
     std::error_code error;
-    return fs::is_directory(path, error) &&
-           fs::is_regular_file(fs::path(path) / "train.yaml", error);
+    const auto file = fs::path(path) / "train.yaml";
+    if (!fs::is_directory(path, error) || !fs::is_regular_file(file, error)) return false;
+    std::ifstream in(file);
+    std::string line;
+    for (int n = 0; n < 10000 && std::getline(in, line); ++n) {
+      if (line.rfind("encoder_conf:", 0) == 0) return true;
+    }
+    return false;
   }
 
   std::string document(const std::string& path) const override {

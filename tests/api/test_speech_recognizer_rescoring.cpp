@@ -179,6 +179,10 @@ TEST(WenetFolder, DescribesWhatRuns) {
   EXPECT_THAT(u2, HasSubstr("kind: transformer"));
   EXPECT_THAT(u2, HasSubstr("conv_norm: batch_norm"));
   EXPECT_THAT(u2, ::testing::Not(HasSubstr("streaming:")));
+  // attnzoo's own training configs are called train.yaml too: not a WeNet folder.
+  const auto ours = fresh_dir("wenet_not_ours");
+  std::ofstream(ours + "/train.yaml") << "model: vit_digits\ndata: {kind: image_folder}\n";
+  EXPECT_FALSE(is_model_source(ours));
 }
 
 // A copy of the u2 folder with train.yaml edited by `edit` (a line replaced or added).

@@ -254,9 +254,10 @@ TEST(ModelSource, FoldersOfNoSourceAreRefusedWithWhatIsLookedFor) {
   folder.write("config.json", R"({"hidden_size": 3})");
   EXPECT_THAT(config_error(folder),
               AllOf(HasSubstr(folder.path() + ": not a model folder attnzoo reads"),
-                    HasSubstr("model_type vit, deit or audio-spectrogram-transformer")));
+                    HasSubstr("model_type vit, deit or audio-spectrogram-transformer"),
+                    HasSubstr("a WeNet experiment folder (train.yaml)")));
   EXPECT_FALSE(is_model_source(folder.path()));
-  EXPECT_EQ(model_source_names(), (std::vector<std::string>{"hf", "timm"}));
+  EXPECT_EQ(model_source_names(), (std::vector<std::string>{"hf", "timm", "wenet"}));
 }
 
 TEST(ModelSource, TheDescriptionIsTheDocumentThatRuns) {
