@@ -155,40 +155,61 @@ Nbest nbest_of(const nlohmann::json& result) {
   return result.at("ctc_prefix_beam_search").at("nbest").get<Nbest>();
 }
 
-// Every utterance, chunking and setting: our terms of each n-best hypothesis, and the pick and
-// score of rescore_nbest, against WeNet's. Returns how many picks differ from the prefix best.
-int expect_rescoring_matches(Fixture& f) {
+// One rescoring case of a fixture: an utterance at one chunking and one setting.
+struct RescoringCase {
+  std::string utt;
+  int64_t chunk = 0;
+  torch::Tensor encoded;  // our encoder's output
+  Nbest nbest;
+  std::vector<double> ctc;  // WeNet's prefix beam search scores of the n-best
+  const nlohmann::json* setting = nullptr;
+  decoding::AttentionRescoringOptions options;
+};
+
+// Every utterance, chunking (in the order of `decoding`) and setting of a fixture.
+void for_each_case(Fixture& f, const std::function<void(const RescoringCase&)>& visit) {
   torch::NoGradGuard no_grad;
-  int changed = 0;
   for (const auto& mode : f.outputs.at("decoding")) {
-    const auto chunk = std::max<int64_t>(mode.at("decoding_chunk_size").get<int64_t>(), 0);
+    RescoringCase c;
+    c.chunk = std::max<int64_t>(mode.at("decoding_chunk_size").get<int64_t>(), 0);
     for (const auto& [utt, result] : mode.at("utterances").items()) {
-      const auto encoded = encode(f, utt, chunk);
-      const auto nbest = nbest_of(result);
-      const auto ctc =
-          result.at("ctc_prefix_beam_search").at("nbest_scores").get<std::vector<double>>();
+      c.utt = utt;
+      c.encoded = encode(f, utt, c.chunk);
+      c.nbest = nbest_of(result);
+      c.ctc = result.at("ctc_prefix_beam_search").at("nbest_scores").get<std::vector<double>>();
       for (const auto& setting : result.at("attention_rescoring")) {
-        const decoding::AttentionRescoringOptions options{
-            setting.at("ctc_weight").get<double>(), setting.at("reverse_weight").get<double>()};
-        const auto scores = f.model->decoder->score(encoded, nbest, options.reverse_weight);
-        const auto& terms = setting.at("nbest_rescored");
-        for (size_t i = 0; i < nbest.size(); ++i) {
-          EXPECT_NEAR(scores.left[i], terms[i].at("l2r").get<double>(), 1e-4) << utt << " " << i;
-          if (options.reverse_weight > 0) {
-            EXPECT_NEAR(scores.right[i], terms[i].at("r2l").get<double>(), 1e-4) << utt << " " << i;
-          }
-        }
-        const auto rescored = decoding::rescore_nbest(ctc, scores.left, scores.right, options);
-        const auto expected = setting.at("nbest_index").get<size_t>();
-        EXPECT_EQ(rescored.best, expected)
-            << utt << " chunk " << chunk << " ctc_weight " << options.ctc_weight
-            << " reverse_weight " << options.reverse_weight;
-        EXPECT_EQ(nbest[rescored.best], setting.at("tokens").get<std::vector<int64_t>>());
-        EXPECT_NEAR(rescored.scores[rescored.best], setting.at("score").get<double>(), 1e-4);
-        if (expected != 0) ++changed;
+        c.setting = &setting;
+        c.options = {setting.at("ctc_weight").get<double>(),
+                     setting.at("reverse_weight").get<double>()};
+        visit(c);
       }
     }
   }
+}
+
+// Every case: our terms of each n-best hypothesis, and the pick and score of rescore_nbest,
+// against WeNet's. Returns how many picks differ from the prefix best.
+int expect_rescoring_matches(Fixture& f) {
+  int changed = 0;
+  for_each_case(f, [&](const RescoringCase& c) {
+    const auto& setting = *c.setting;
+    const auto scores = f.model->decoder->score(c.encoded, c.nbest, c.options.reverse_weight);
+    const auto& terms = setting.at("nbest_rescored");
+    for (size_t i = 0; i < c.nbest.size(); ++i) {
+      EXPECT_NEAR(scores.left[i], terms[i].at("l2r").get<double>(), 1e-4) << c.utt << " " << i;
+      if (c.options.reverse_weight > 0) {
+        EXPECT_NEAR(scores.right[i], terms[i].at("r2l").get<double>(), 1e-4) << c.utt << " " << i;
+      }
+    }
+    const auto rescored = decoding::rescore_nbest(c.ctc, scores.left, scores.right, c.options);
+    const auto expected = setting.at("nbest_index").get<size_t>();
+    EXPECT_EQ(rescored.best, expected)
+        << c.utt << " chunk " << c.chunk << " ctc_weight " << c.options.ctc_weight
+        << " reverse_weight " << c.options.reverse_weight;
+    EXPECT_EQ(c.nbest[rescored.best], setting.at("tokens").get<std::vector<int64_t>>());
+    EXPECT_NEAR(rescored.scores[rescored.best], setting.at("score").get<double>(), 1e-4);
+    if (expected != 0) ++changed;
+  });
   return changed;
 }
 
@@ -199,27 +220,16 @@ TEST(AttentionRescoring, U2ppPicksAndScoresAsWenet) {
 
 using Scorer = std::function<DecoderScores(const torch::Tensor&, const Nbest&, double)>;
 
-// The picks of every utterance, chunking and setting of a fixture, with `scorer` giving the
-// attention terms (and ctc_weight replaced when ctc_weight_override >= 0).
+// The picks of every case of a fixture, with `scorer` giving the attention terms (and ctc_weight
+// replaced when ctc_weight_override >= 0).
 std::vector<size_t> picks(Fixture& f, const Scorer& scorer, double ctc_weight_override = -1.0) {
-  torch::NoGradGuard no_grad;
   std::vector<size_t> out;
-  for (const auto& mode : f.outputs.at("decoding")) {
-    const auto chunk = std::max<int64_t>(mode.at("decoding_chunk_size").get<int64_t>(), 0);
-    for (const auto& [utt, result] : mode.at("utterances").items()) {
-      const auto encoded = encode(f, utt, chunk);
-      const auto nbest = nbest_of(result);
-      const auto ctc =
-          result.at("ctc_prefix_beam_search").at("nbest_scores").get<std::vector<double>>();
-      for (const auto& setting : result.at("attention_rescoring")) {
-        decoding::AttentionRescoringOptions options{setting.at("ctc_weight").get<double>(),
-                                                    setting.at("reverse_weight").get<double>()};
-        if (ctc_weight_override >= 0) options.ctc_weight = ctc_weight_override;
-        const auto scores = scorer(encoded, nbest, options.reverse_weight);
-        out.push_back(decoding::rescore_nbest(ctc, scores.left, scores.right, options).best);
-      }
-    }
-  }
+  for_each_case(f, [&](const RescoringCase& c) {
+    auto options = c.options;
+    if (ctc_weight_override >= 0) options.ctc_weight = ctc_weight_override;
+    const auto scores = scorer(c.encoded, c.nbest, options.reverse_weight);
+    out.push_back(decoding::rescore_nbest(c.ctc, scores.left, scores.right, options).best);
+  });
   return out;
 }
 
