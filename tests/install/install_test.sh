@@ -99,11 +99,12 @@ case "$case_name" in
     diff -u "$out/readme_cmake" "$source/tools/examples/CMakeLists.txt" ||
       fail "README.md's consumer CMakeLists.txt differs from tools/examples/CMakeLists.txt"
     # CMAKE_PREFIX_PATH is the prefix and nothing else: LibTorch comes from the recorded hint.
-    launcher=()
-    command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+    # The compiler that built attnzoo (clang where tools/setup.sh chose it: the faster one here).
+    compiler_args=("-DCMAKE_CXX_COMPILER=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")")
+    command -v ccache >/dev/null && compiler_args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
     rm -rf "$work/examples"
     cmake -S "$source/tools/examples" -B "$work/examples" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_PREFIX_PATH="$prefix" "${launcher[@]}" >"$out/configure.log" 2>&1 ||
+      -DCMAKE_PREFIX_PATH="$prefix" "${compiler_args[@]}" >"$out/configure.log" 2>&1 ||
       { cat "$out/configure.log"; fail "configuring tools/examples against $prefix failed"; }
     grep -E "Torch|attnzoo" "$out/configure.log" | head -5
     cmake --build "$work/examples" >"$out/build.log" 2>&1 ||
