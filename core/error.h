@@ -13,8 +13,9 @@
 //   InputError        here                        a tensor a model cannot take (shape, dtype,
 //                                                 length); thrown by models/ and api/
 //   CheckpointError   here                        a PyTorch checkpoint file that is malformed,
-//                                                 hostile or holds what attnzoo does not read
-//                                                 (io/); weights that do not fit the module
+//                                                 hostile or holds what attnzoo does not read,
+//                                                 or a CMVN statistics file beside it (io/);
+//                                                 weights that do not fit the module
 //                                                 (models/, train/)
 //   SafetensorsError  io/safetensors_format.h     a malformed, truncated or hostile .safetensors
 //   ConfigError       configs/model_config.h      a YAML document or an override (file, key, line)
