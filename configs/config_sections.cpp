@@ -193,19 +193,28 @@ DecodingConfig read_decoding(MapReader& root, const std::string& source, int64_t
 }
 
 void read_checkpoint(MapReader checkpoint, const std::vector<std::string>& formats,
-                     ModelConfig& config) {
+                     ModelConfig& config, bool takes_cmvn) {
   if (checkpoint.has("format")) {
     config.checkpoint_format = checkpoint.choice("format", std::nullopt, formats);
   }
-  if (checkpoint.has("file")) {
-    const auto file = resolve(config.source, checkpoint.string("file", std::nullopt));
+  const auto existing_file = [&](const char* key) {
+    const auto file = resolve(config.source, checkpoint.string(key, std::nullopt));
     std::error_code error;
     if (!std::filesystem::is_regular_file(file, error)) {
-      checkpoint.fail("file", "'" + file + "' is not a file");
+      checkpoint.fail(key, "'" + file + "' is not a file");
     }
-    config.checkpoint_file = std::filesystem::path(file).lexically_normal().string();
-  }
+    return std::filesystem::path(file).lexically_normal().string();
+  };
+  if (checkpoint.has("file")) config.checkpoint_file = existing_file("file");
   config.checkpoint_key = checkpoint.string("key", "");
+  if (checkpoint.has("cmvn_file")) {
+    if (!takes_cmvn) {
+      checkpoint.fail("cmvn_file", "this model has no global CMVN to take statistics (family " +
+                                       config.family +
+                                       "; a conformer with architecture.global_cmvn: true has)");
+    }
+    config.cmvn_file = existing_file("cmvn_file");
+  }
   checkpoint.finish();
 }
 

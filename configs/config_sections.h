@@ -64,9 +64,11 @@ DecodingConfig read_decoding(MapReader& root, const std::string& source, int64_t
                              int64_t decoder_directions = 0);
 
 // `checkpoint:` into `config`: its `format` (one of the family's `formats`), `file` (resolved
-// against config.source's folder; it must exist) and `key`.
+// against config.source's folder; it must exist) and `key`; and `cmvn_file` (resolved and checked
+// the same way) for a family whose models take global CMVN statistics (`takes_cmvn`), refused by
+// name for the others.
 void read_checkpoint(MapReader checkpoint, const std::vector<std::string>& formats,
-                     ModelConfig& config);
+                     ModelConfig& config, bool takes_cmvn = false);
 
 // Whether loading a checkpoint of `layout` should give `key_path` the layout's own value (a
 // numeric convention, such as a LayerNorm eps): not when an override sets it; not when the

@@ -2,6 +2,7 @@
 // checkpoint layouts of attnzoo, torchaudio, WeNet and ESPnet.
 #include <attnzoo/configs/config_sections.h>
 #include <attnzoo/configs/families.h>
+#include <attnzoo/io/cmvn_stats.h>
 #include <attnzoo/layers/attention_mask.h>
 #include <attnzoo/models/checkpoint.h>
 #include <attnzoo/models/conformer.h>
@@ -10,6 +11,7 @@
 
 #include <torch/torch.h>
 
+#include <sstream>
 #include <stdexcept>
 #include <tuple>
 
@@ -153,6 +155,20 @@ ConformerEncoderImpl& encoder_module(torch::nn::Module& module) {
   return *encoder;
 }
 
+// checkpoint.cmvn_file's statistics into the encoder's global CMVN.
+void load_cmvn_file(ConformerEncoderImpl& encoder, const std::string& file) {
+  const auto stats = io::load_cmvn_stats(file);
+  const auto features = encoder.global_cmvn->num_features;
+  if (static_cast<int64_t>(stats.mean.size()) != features) {
+    throw CheckpointError(file + ": CMVN statistics of " + std::to_string(stats.mean.size()) +
+                          " features; the model takes " + std::to_string(features) +
+                          " (architecture.input_dim)");
+  }
+  torch::NoGradGuard no_grad;
+  encoder.global_cmvn->mean.copy_(torch::tensor(stats.mean, torch::kDouble));
+  encoder.global_cmvn->istd.copy_(torch::tensor(stats.istd, torch::kDouble));
+}
+
 // The encoder's output frames for `frames` input frames.
 int64_t encoder_frames(const ConformerEncoderOptions& o, int64_t frames) {
   if (o.subsampling() == Subsampling::kNone) return frames;
@@ -185,17 +201,20 @@ class ConformerFamily final : public ModelFamily {
     const int64_t directions = !o.decoder() ? 0 : o.decoder()->right_blocks() > 0 ? 2 : 1;
     config.decoding = read_decoding(root, config.source, o.vocab_size(), directions);
     if (root.has("checkpoint")) {
-      read_checkpoint(root.map("checkpoint", true), checkpoint_formats(), config);
+      read_checkpoint(root.map("checkpoint", true), checkpoint_formats(), config, o.global_cmvn());
     }
     config.architecture = std::move(o);
   }
 
   std::shared_ptr<torch::nn::Module> build(const ModelConfig& config) const override {
-    return ConformerEncoder(config.options<ConformerEncoderOptions>()).ptr();
+    ConformerEncoder encoder(config.options<ConformerEncoderOptions>());
+    if (!config.cmvn_file.empty()) load_cmvn_file(*encoder, config.cmvn_file);
+    return encoder.ptr();
   }
 
-  LoadedWeights load_weights(torch::nn::Module& module, ModelConfig&, const io::TensorDict& tensors,
-                             const std::string& format, const std::string& source) const override {
+  LoadedWeights load_weights(torch::nn::Module& module, ModelConfig& config,
+                             const io::TensorDict& tensors, const std::string& format,
+                             const std::string& source) const override {
     const auto layout =
         format.empty() ? detect_conformer_format(tensors) : parse_conformer_format(format);
     auto mapped = [&] {
@@ -222,8 +241,31 @@ class ConformerFamily final : public ModelFamily {
         if (item.key().rfind("decoder.", 0) == 0) options.ignore.insert(item.key());
       }
     }
+    // Statistics from checkpoint.cmvn_file (set when the model was built) stand where the
+    // checkpoint has none, and give way to the checkpoint's own, as in WeNet and ESPnet.
+    std::vector<std::string> notes;
+    auto& encoder = encoder_module(module);
+    if (!config.cmvn_file.empty() && encoder.global_cmvn) {
+      options.optional.insert({"global_cmvn.mean", "global_cmvn.istd"});
+      if (mapped.tensors.contains("global_cmvn.mean") &&
+          mapped.tensors.contains("global_cmvn.istd")) {
+        const auto difference = [&](const char* name, const torch::Tensor& ours) {
+          const auto theirs = mapped.tensors[name];
+          if (theirs.sizes() != ours.sizes()) return 0.0;
+          return (theirs.to(torch::kDouble) - ours.to(torch::kDouble)).abs().max().item<double>();
+        };
+        const double worst = std::max(difference("global_cmvn.mean", encoder.global_cmvn->mean),
+                                      difference("global_cmvn.istd", encoder.global_cmvn->istd));
+        if (worst > 1e-4) {
+          std::ostringstream note;
+          note << "global CMVN from the checkpoint, which differs from " << config.cmvn_file
+               << "'s statistics by up to " << worst << " (WeNet and ESPnet use the checkpoint's)";
+          notes.push_back(note.str());
+        }
+      }
+    }
     load_state_dict(module, mapped.tensors, options);
-    return {conformer_format_name(layout), {}};
+    return {conformer_format_name(layout), notes};
   }
 
   ModelStats stats(const ModelConfig& config) const override {

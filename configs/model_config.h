@@ -147,6 +147,11 @@ struct ModelConfig {
   // `checkpoint.key`: where a PyTorch training checkpoint keeps the state dict
   // (io/torch_checkpoint.h); empty: found.
   std::string checkpoint_key;
+  // `checkpoint.cmvn_file`: the statistics of the model's global CMVN (io/cmvn_stats.h: WeNet's
+  // global_cmvn as text or JSON, ESPnet's feats_stats.npz), resolved like checkpoint.file. They
+  // initialise the model when it is built, and a checkpoint's own statistics replace them when it
+  // has some, as WeNet and ESPnet load them. Empty: none (families with global CMVN only).
+  std::string cmvn_file;
   std::string source;                  // the YAML file (or the name given to parse_model_config)
   std::vector<std::string> overrides;  // applied to the document, in order
   // The key paths the document (or an override) gives a value, e.g. "architecture.norm_eps";

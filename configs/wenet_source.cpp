@@ -2,8 +2,8 @@
 // with, as wenet/bin/train.py saved it), final.pt (else the only *.pt; WeNet's save_checkpoint:
 // a state dict), global_cmvn and units.txt. They give:
 //   - the encoder: WeNet's ConformerEncoder (encoder_conf), its CTC head (output_dim) and CMVN
-//     (cmvn: global_cmvn; the statistics load from the checkpoint's encoder.global_cmvn buffers,
-//     where WeNet keeps them);
+//     (cmvn: global_cmvn; the statistics of cmvn_conf.cmvn_file's name in the folder, JSON or
+//     Kaldi text, replaced by the checkpoint's encoder.global_cmvn buffers as WeNet loads them);
 //   - the attention decoder, transformer (U2) or bitransformer (U2++) (decoder_conf);
 //   - the features: Kaldi fbank as dataset_conf.fbank_conf says, without dither (WeNet decodes
 //     with none);
@@ -378,6 +378,19 @@ class WenetSource final : public ModelSource {
     YAML::Node checkpoint;
     checkpoint["format"] = "wenet";
     checkpoint["file"] = checkpoint_file(dir);
+    if (c.text("cmvn", "") == "global_cmvn") {
+      // The statistics beside the checkpoint, which WeNet builds the model with before final.pt's
+      // own replace them; without the file, final.pt's alone.
+      // cmvn_conf.cmvn_file is the recipe's path: its name in the folder, else global_cmvn.
+      const auto named = fs::path(c.text("cmvn_conf.cmvn_file", "")).filename();
+      std::error_code error;
+      for (const auto& name : {named, fs::path("global_cmvn")}) {
+        if (!name.empty() && fs::is_regular_file(dir / name, error)) {
+          checkpoint["cmvn_file"] = fs::absolute(dir / name).lexically_normal().string();
+          break;
+        }
+      }
+    }
     doc["checkpoint"] = checkpoint;
     return detail::emit_document(
         doc, {"Read from " + fs::absolute(dir).lexically_normal().string() + ":",
