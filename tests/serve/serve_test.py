@@ -22,6 +22,9 @@
   stream        live speech over a WebSocket with aiohttp's client, in WeNet's protocol: the
                 final result against `attnzoo transcribe --live`, the stable text only growing,
                 an encoder's frames, max_streams, a protocol error, SIGTERM with a stream open.
+  wenet_folder  a WeNet U2++ experiment folder as the model: /transcribe and the WebSocket's
+                final result rescored by the attention decoder, as `attnzoo transcribe` on the
+                folder, on sounds where rescoring changes the answer.
 
 usage: serve_test.py CASE ATTNZOO REPO_ROOT
 """
@@ -666,11 +669,44 @@ def case_speech():
         check(wrong.stdout.endswith("404"), f"/transcribe on a classifier: {wrong.stdout}")
 
 
+def pcm16(samples):
+    """float32 samples in [-1, 1] as 16-bit little-endian PCM bytes (a WebSocket stream's audio)."""
+    return np.clip(np.round(samples * 32768.0), -32768, 32767).astype("<i2").tobytes()
+
+
+async def converse(url, start, audio, block):
+    """Sends start, the audio in blocks of `block` bytes and end over a WebSocket, while reading
+    every reply; the replies (JSON objects, bytes) and the close code."""
+    import asyncio
+    import aiohttp
+    replies = []
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url) as ws:
+            await ws.send_str(json.dumps(start))
+
+            async def send():
+                for first in range(0, len(audio), block):
+                    await ws.send_bytes(audio[first:first + block])
+                await ws.send_str(json.dumps({"signal": "end"}))
+
+            sender = asyncio.ensure_future(send())
+            async for message in ws:
+                if message.type == aiohttp.WSMsgType.TEXT:
+                    replies.append(json.loads(message.data))
+                elif message.type == aiohttp.WSMsgType.BINARY:
+                    replies.append(message.data)
+            try:
+                await sender
+            except (ConnectionResetError, aiohttp.ClientError):
+                pass
+            return replies, ws.close_code
+
+
 def case_stream():
     import asyncio
     import aiohttp
     samples, rate = wav_samples(DIGITS_WAV)
-    pcm = (np.clip(np.round(samples * 32768.0), -32768, 32767).astype("<i2")).tobytes()
+    pcm = pcm16(samples)
     block = rate // 10 * 2  # 100 ms of 16-bit samples
     live = [json.loads(line) for line in subprocess.run(
         [ATTNZOO, "transcribe", "--model", "conformer_digits_ctc", "--weights", str(ASR_WEIGHTS),
@@ -679,35 +715,11 @@ def case_stream():
     expected = [line for line in live if line.get("final")][0]
     print(f"attnzoo transcribe --live: {expected['text']!r}")
 
-    async def converse(url, start, audio, receive_all=True):
-        """Sends start, the audio in 100 ms blocks and end, while reading every reply."""
-        replies = []
-        async with aiohttp.ClientSession() as session:
-            async with session.ws_connect(url) as ws:
-                await ws.send_str(json.dumps(start))
-
-                async def send():
-                    for first in range(0, len(audio), block):
-                        await ws.send_bytes(audio[first:first + block])
-                    await ws.send_str(json.dumps({"signal": "end"}))
-
-                sender = asyncio.ensure_future(send())
-                async for message in ws:
-                    if message.type == aiohttp.WSMsgType.TEXT:
-                        replies.append(json.loads(message.data))
-                    elif message.type == aiohttp.WSMsgType.BINARY:
-                        replies.append(message.data)
-                try:
-                    await sender
-                except (ConnectionResetError, aiohttp.ClientError):
-                    pass
-                return replies, ws.close_code
-
     with Server(config=SPEECH_CONFIG) as server:
         base = f"ws://127.0.0.1:{server.port}/v2/models"
         replies, code = asyncio.run(converse(
             f"{base}/digits/stream", {"signal": "start", "nbest": 1,
-                                      "continuous_decoding": False}, pcm))
+                                      "continuous_decoding": False}, pcm, block))
         types = [r["type"] for r in replies]
         print(f"digits: {types.count('partial_result')} partial results, close code {code}")
         check(types[0] == "server_ready" and types[-2:] == ["final_result", "speech_end"],
@@ -729,7 +741,7 @@ def case_stream():
 
         # The encoder: its frames, as many as the offline encoding has.
         replies, code = asyncio.run(converse(f"{base}/digits_encoder/stream",
-                                             {"signal": "start"}, pcm))
+                                             {"signal": "start"}, pcm, block))
         frames = sum(len(r) // 4 for r in replies if isinstance(r, bytes))
         end = replies[-1]
         offline = json.loads(subprocess.run(
@@ -797,6 +809,68 @@ def case_stream():
                 check(d.close_code == 1001, f"close code at SIGTERM {d.close_code}")
 
         asyncio.run(refusals())
+
+
+def case_wenet_folder():
+    """A WeNet experiment folder served as it is (the U2++ fixture of tests/models/data, whose
+    decoding is WeNet's runtime's: attention rescoring, in chunks of 16 when live): /transcribe
+    and the WebSocket's final result against `attnzoo transcribe` on the folder (whose rescoring
+    the AttentionRescoring and WenetFolder tests hold to WeNet's), on speech and synthetic signals
+    where rescoring changes the CTC search's answer, so that a server that skipped it would
+    fail. (The folder's random model hears digits in anything; its answers are not words.)"""
+    import asyncio
+    import wave
+    folder = REPO / "tests" / "models" / "data" / "wenet_u2" / "u2pp"
+    rng = np.random.default_rng(7)
+    t = np.arange(16000) / 16000
+    signals = {
+        "chirp": 0.5 * np.sin(2 * np.pi * (100 + 3000 * t) * t),
+        "am": np.sin(2 * np.pi * 440 * t) * (0.5 + 0.5 * np.sin(2 * np.pi * 3 * t)),
+        "clicks": (rng.random(16000) < 0.01) * 0.9,
+        "mix": 0.3 * np.sin(2 * np.pi * 200 * t) + 0.2 * rng.standard_normal(16000) * (t > 0.5),
+    }
+    with tempfile.TemporaryDirectory() as work:
+        waves = [DIGITS_WAV, STOP_WAV]
+        for name, samples in signals.items():
+            path = Path(work) / f"{name}.wav"
+            with wave.open(str(path), "wb") as w:
+                w.setnchannels(1)
+                w.setsampwidth(2)
+                w.setframerate(16000)
+                w.writeframes(pcm16(np.clip(samples, -1, 1)))
+            waves.append(path)
+
+        def transcribe(*args):
+            out = subprocess.run([ATTNZOO, "transcribe", "--model", str(folder), "--json", *args],
+                                 capture_output=True, text=True, check=True).stdout
+            return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+        rescored = [transcribe(str(w))[0]["text"] for w in waves]
+        ctc = [transcribe("--set", "decoding.mode=ctc", str(w))[0]["text"] for w in waves]
+        changed = [i for i in range(len(waves)) if rescored[i] != ctc[i]]
+        print(f"rescoring changes {len(changed)} of {len(waves)} answers: "
+              f"{[(ctc[i], rescored[i]) for i in changed]}")
+        check(changed, "rescoring changed no answer: this case could not tell it was done")
+        live = [line for line in transcribe("--live", "--block-ms", "100", str(waves[changed[0]]))
+                if line.get("final")][0]
+
+        with Server(config=f"models:\n  - name: u2pp\n    model: {folder}\n") as server:
+            url = f"http://127.0.0.1:{server.port}/v2/models/u2pp"
+            for i, path in enumerate(waves):
+                heard = json.loads(subprocess.run(
+                    ["curl", "-sf", "--data-binary", f"@{path}", f"{url}/transcribe"],
+                    capture_output=True, text=True, check=True).stdout)
+                check(heard["text"] == rescored[i],
+                      f"{path.name}: served {heard['text']!r}, transcribe {rescored[i]!r}")
+            samples, rate = wav_samples(waves[changed[0]])
+            replies, code = asyncio.run(converse(
+                f"ws://127.0.0.1:{server.port}/v2/models/u2pp/stream",
+                {"signal": "start", "nbest": 1}, pcm16(samples), rate // 10 * 2))
+            finals = [r for r in replies if isinstance(r, dict) and r["type"] == "final_result"]
+            check(code == 1000 and len(finals) == 1, f"close code {code}, replies {replies}")
+            final = json.loads(finals[0]["nbest"])[0]["sentence"]
+            print(f"streamed: {final!r}, transcribe --live: {live['text']!r}")
+            check(final == live["text"], f"streamed {final!r}, transcribe --live {live['text']!r}")
 
 
 if __name__ == "__main__":
