@@ -69,8 +69,9 @@ std::optional<AudioFeatureOptions> read_audio_features(MapReader& root, int64_t 
   if (!root.has("features")) return std::nullopt;
   AudioFeatureOptions f;
   auto features = root.map("features", true);
-  f.kind = features.enumeration("kind", std::nullopt,
-                                {AudioFeatureKind::kFbank, AudioFeatureKind::kWhisperLogMel});
+  f.kind = features.enumeration(
+      "kind", std::nullopt,
+      {AudioFeatureKind::kFbank, AudioFeatureKind::kWhisperLogMel, AudioFeatureKind::kStftLogMel});
   f.sample_rate = features.integer("sample_rate", f.sample_rate, 1000, kMaxSampleRate);
   f.num_mel_bins = features.integer("num_mel_bins", f.num_mel_bins, 1, kMaxFeatures);
   f.frame_length_ms = features.number("frame_length_ms", f.frame_length_ms, 0.0, 1000.0, true);
@@ -95,6 +96,13 @@ std::optional<AudioFeatureOptions> read_audio_features(MapReader& root, int64_t 
     f.int16_scale = features.boolean("int16_scale", f.int16_scale);
     f.allow_empty_mel_bins = features.boolean("allow_empty_mel_bins", f.allow_empty_mel_bins);
   }
+  const bool stft = f.kind == AudioFeatureKind::kStftLogMel;
+  if (stft) {
+    // librosa's fmin and fmax, ESPnet's defaults 0 and rate / 2.
+    f.low_freq = features.number("low_freq", 0.0, 0.0, kMaxSampleRate / 2.0);
+    f.high_freq = features.number("high_freq", 0.0, -kMaxSampleRate / 2.0, kMaxSampleRate / 2.0);
+    f.n_fft = features.integer("n_fft", 0, 0, int64_t{1} << 20);
+  }
   features.finish();
   if (f.num_mel_bins != input_dim) {
     features.fail("num_mel_bins", "num_mel_bins " + std::to_string(f.num_mel_bins) +
@@ -102,7 +110,7 @@ std::optional<AudioFeatureOptions> read_audio_features(MapReader& root, int64_t 
   }
   const double nyquist = f.sample_rate / 2.0;
   const double high = f.high_freq > 0.0 ? f.high_freq : nyquist + f.high_freq;
-  if (fbank && !(f.low_freq < high && high <= nyquist)) {
+  if ((fbank || stft) && !(f.low_freq < high && high <= nyquist)) {
     features.fail(features.has("high_freq") ? "high_freq" : "low_freq",
                   "need 0 <= low_freq < high_freq <= sample_rate / 2 = " +
                       std::to_string(static_cast<int64_t>(nyquist)) + " Hz (high_freq <= 0 " +
@@ -110,6 +118,12 @@ std::optional<AudioFeatureOptions> read_audio_features(MapReader& root, int64_t 
   }
   if (f.frame_shift_ms > f.frame_length_ms) {
     features.fail("frame_shift_ms", "frame_shift_ms must not exceed frame_length_ms");
+  }
+  // The window's samples as the frontend counts them (Kaldi's truncation).
+  const auto window = static_cast<int64_t>(double(f.sample_rate) * 0.001 * f.frame_length_ms);
+  if (stft && f.n_fft > 0 && f.n_fft < window) {
+    features.fail("n_fft", "n_fft " + std::to_string(f.n_fft) + " is shorter than the " +
+                               std::to_string(window) + "-sample window of frame_length_ms");
   }
   return f;
 }

@@ -132,7 +132,9 @@ torch::Tensor power_spectrum(const torch::Tensor& spectrum, int64_t bins) {
 AudioFeatureKind parse_audio_feature_kind(const std::string& name) {
   if (name == "fbank") return AudioFeatureKind::kFbank;
   if (name == "whisper_log_mel") return AudioFeatureKind::kWhisperLogMel;
-  TORCH_CHECK_VALUE(false, "features kind '", name, "': expected fbank or whisper_log_mel");
+  if (name == "stft_log_mel") return AudioFeatureKind::kStftLogMel;
+  TORCH_CHECK_VALUE(false, "features kind '", name,
+                    "': expected fbank, whisper_log_mel or stft_log_mel");
 }
 
 FrameWindow parse_frame_window(const std::string& name) {
@@ -235,12 +237,31 @@ FeatureExtractor::FeatureExtractor(AudioFeatureOptions options) : options_(std::
     mel_ = kaldi_mel_banks(o.num_mel_bins, fft_size_, double(o.sample_rate), o.low_freq,
                            o.high_freq, o.allow_empty_mel_bins);
   } else {
-    fft_size_ = length_;
-    offset_ = length_ / 2;  // torch.stft(center=True) pads n_fft // 2 on both sides
-    const auto n = torch::arange(length_, torch::kDouble);
-    window_ = 0.5 - 0.5 * torch::cos((2.0 * M_PI / double(length_)) * n);  // periodic hann
-    mel_ = slaney_mel_filters(o.num_mel_bins, fft_size_, double(o.sample_rate), 0.0,
-                              0.5 * double(o.sample_rate));
+    // torch.stft(center=True): frames of n_fft samples every hop, the first centred on sample 0
+    // (reflect padding of n_fft / 2), a periodic hann window of win_length centred in each.
+    const int64_t win = length_;
+    const int64_t n_fft = o.kind == AudioFeatureKind::kStftLogMel && o.n_fft > 0 ? o.n_fft : win;
+    TORCH_CHECK_VALUE(n_fft >= win && n_fft <= (int64_t{1} << 20),
+                      "AudioFeatureOptions.n_fft: at least the frame's ", win,
+                      " samples and at most 2^20, got ", n_fft);
+    length_ = fft_size_ = n_fft;
+    TORCH_CHECK_VALUE(shift_ <= length_, "AudioFeatureOptions.frame_shift_ms: ", shift_,
+                      " samples is longer than the frame");
+    offset_ = n_fft / 2;
+    const auto n = torch::arange(win, torch::kDouble);
+    window_ = torch::zeros({n_fft}, torch::kDouble);
+    window_.narrow(0, (n_fft - win) / 2, win)
+        .copy_(0.5 - 0.5 * torch::cos((2.0 * M_PI / double(win)) * n));  // periodic hann
+    double fmin = 0.0, fmax = 0.5 * double(o.sample_rate);
+    if (o.kind == AudioFeatureKind::kStftLogMel) {
+      fmin = o.low_freq;
+      fmax = o.high_freq > 0.0 ? o.high_freq : fmax + o.high_freq;
+      TORCH_CHECK_VALUE(fmin >= 0.0 && fmin < fmax && fmax <= 0.5 * double(o.sample_rate),
+                        "mel frequencies: need 0 <= low_freq < high_freq <= sample_rate / 2 = ",
+                        0.5 * double(o.sample_rate), " Hz, got low_freq ", o.low_freq,
+                        ", high_freq ", o.high_freq);
+    }
+    mel_ = slaney_mel_filters(o.num_mel_bins, fft_size_, double(o.sample_rate), fmin, fmax);
   }
   mel_t_ = mel_.t().contiguous();
 }
@@ -251,12 +272,14 @@ int64_t FeatureExtractor::num_frames(int64_t n) const {
     // torch.stft's reflect padding needs more samples than the pad; the last frame is dropped.
     return n <= offset_ ? 0 : n / shift_;
   }
+  if (options_.kind == AudioFeatureKind::kStftLogMel) return n <= offset_ ? 0 : 1 + n / shift_;
   if (options_.snip_edges) return n < length_ ? 0 : 1 + (n - length_) / shift_;
   return (n + shift_ / 2) / shift_;
 }
 
 int64_t FeatureExtractor::min_samples() const {
   if (options_.kind == AudioFeatureKind::kWhisperLogMel) return std::max(offset_ + 1, shift_);
+  if (options_.kind == AudioFeatureKind::kStftLogMel) return offset_ + 1;
   return options_.snip_edges ? length_ : shift_ - shift_ / 2;
 }
 
@@ -269,6 +292,13 @@ std::string FeatureExtractor::describe() const {
     return out.str();
   }
   const double nyquist = 0.5 * double(o.sample_rate);
+  if (o.kind == AudioFeatureKind::kStftLogMel) {
+    out << "STFT log-mel: " << o.num_mel_bins << " Slaney mel bins " << o.low_freq << "-"
+        << (o.high_freq > 0 ? o.high_freq : nyquist + o.high_freq) << " Hz, n_fft " << length_
+        << ", periodic hann of " << samples_of(double(o.sample_rate), o.frame_length_ms) << ", hop "
+        << shift_ << " at " << o.sample_rate << " Hz, centred, natural log";
+    return out.str();
+  }
   out << "Kaldi fbank: " << o.num_mel_bins << " mel bins " << o.low_freq << "-"
       << (o.high_freq > 0 ? o.high_freq : nyquist + o.high_freq) << " Hz, "
       << format_number(o.frame_length_ms) << " ms frames (" << length_ << " samples, FFT "
@@ -305,6 +335,7 @@ torch::Tensor FeatureExtractor::log_mel(torch::Tensor frames, int64_t first) con
                                     fbank ? fft_size_ / 2 : fft_size_ / 2 + 1);
   auto energies = torch::matmul(power, mel_t_);
   if (fbank) return energies.clamp_min_(kFltEpsilon).log_();
+  if (o.kind == AudioFeatureKind::kStftLogMel) return energies.clamp_min_(1e-10).log_();
   return energies.clamp_min_(1e-10).log10_();
 }
 
@@ -352,8 +383,8 @@ torch::Tensor FeatureStream::gather(int64_t begin, int64_t end, int64_t total) c
   const int64_t length = extractor_.length_, shift = extractor_.shift_;
   auto index = (torch::arange(begin, end, torch::kLong) * shift - extractor_.offset_).unsqueeze(1) +
                torch::arange(length, torch::kLong).unsqueeze(0);
-  const bool whisper = extractor_.options_.kind == AudioFeatureKind::kWhisperLogMel;
-  if (whisper) {
+  const bool centred = extractor_.options_.kind != AudioFeatureKind::kFbank;
+  if (centred) {
     // torch's reflect padding: ... x2, x1 | x0, x1, ... (the edge sample once); total > offset.
     index = torch::where(index < 0, -index, index);
     if (total >= 0) index = torch::where(index >= total, 2 * total - 2 - index, index);
@@ -432,7 +463,7 @@ torch::Tensor FeatureStream::push(const torch::Tensor& samples) {
   received_ += n;
 
   // Frame m is complete when it ends within the samples received, and the samples its start
-  // mirrors are there too (Whisper's reflection reaches sample `offset`).
+  // mirrors are there too (the centred kinds' reflection reaches sample `offset`).
   const int64_t span = received_ - length + offset;
   int64_t ready = span >= 0 ? span / shift + 1 : 0;
   if (offset > 0 && received_ <= offset) ready = 0;
@@ -466,7 +497,7 @@ torch::Tensor FeatureStream::finish() {
     what << source_ << ": too short: " << received_ << " samples ("
          << 1000.0 * double(received_) / double(o.sample_rate) << " ms at " << o.sample_rate
          << " Hz); one frame needs " << extractor_.min_samples() << " samples";
-    if (o.kind == AudioFeatureKind::kWhisperLogMel) {
+    if (o.kind != AudioFeatureKind::kFbank) {
       what << " (n_fft " << extractor_.length_ << " with reflect padding of " << extractor_.offset_
            << ", hop " << extractor_.shift_ << ")";
     } else if (o.snip_edges) {

@@ -1,7 +1,8 @@
-// Speech features from a waveform: Kaldi's log mel filterbank and Whisper's log-mel spectrogram,
-// computed frame-parallel (framing by unfold, one parallel pass per frame for DC removal,
-// pre-emphasis, window and zero padding, torch::fft::rfft, one pass for the power spectrum, one
-// matmul with the mel matrix), and incrementally for long or live audio (FeatureStream).
+// Speech features from a waveform: Kaldi's log mel filterbank, Whisper's log-mel spectrogram and
+// ESPnet's STFT log-mel, computed frame-parallel (framing by unfold, one parallel pass per frame
+// for DC removal, pre-emphasis, window and zero padding, torch::fft::rfft, one pass for the power
+// spectrum, one matmul with the mel matrix), and incrementally for long or live audio
+// (FeatureStream).
 //
 // kFbank is Kaldi's compute-fbank-feats (feat/feature-fbank.cc, feature-window.cc, mel-
 // computations.cc), which kaldi-native-fbank and torchaudio.compliance.kaldi.fbank reimplement
@@ -30,6 +31,13 @@
 // n_fft / 2, power spectrum, the last frame dropped (N / hop frames), librosa's Slaney-normalised
 // mel filters over 0 .. rate / 2, log10(max(x, 1e-10)), then max(x, x.max() − 8) and (x + 4) / 4
 // over the whole utterance. The fbank-only options do not apply.
+//
+// kStftLogMel is ESPnet's DefaultFrontend (espnet2/asr/frontend/default.py: Stft, then LogMel):
+// torch.stft(n_fft, win_length = frame_length, hop = frame_shift, periodic hann window of
+// win_length centred in n_fft samples, center=True with reflect padding of n_fft / 2), the power
+// spectrum, 1 + N / hop frames, librosa's Slaney-normalised mel filters over low_freq .. high_freq,
+// ln(max(x, 1e-10)). No utterance-wide step: it streams as fbank does. The fbank-only options do
+// not apply.
 //
 // Dither (fbank only, 0 by default as WeNet and ESPnet at test time) is seeded: the noise of
 // frame m is drawn from a generator seeded by (dither_seed, m / 64), so the features of a
@@ -74,7 +82,8 @@ class FeatureExtractor {
   // one frame.
   int64_t num_frames(int64_t num_samples) const;
   int64_t min_samples() const;
-  const torch::Tensor& window() const { return window_; }    // [frame_length] float64
+  // [frame_length] float64 (stft_log_mel: n_fft samples, the window centred in zeros)
+  const torch::Tensor& window() const { return window_; }
   const torch::Tensor& mel_filters() const { return mel_; }  // [bins, spectrum bins] float64
   std::string describe() const;  // one line: "Kaldi fbank: 80 bins, 25 ms / 10 ms, povey, ..."
 

@@ -9,11 +9,19 @@
 
 namespace attnzoo {
 
-enum class AudioFeatureKind { kFbank, kWhisperLogMel };
-// "fbank" | "whisper_log_mel" (the values of a config's features.kind).
+enum class AudioFeatureKind { kFbank, kWhisperLogMel, kStftLogMel };
+// "fbank" | "whisper_log_mel" | "stft_log_mel" (the values of a config's features.kind).
 AudioFeatureKind parse_audio_feature_kind(const std::string& name);
 constexpr const char* to_string(AudioFeatureKind kind) {
-  return kind == AudioFeatureKind::kFbank ? "fbank" : "whisper_log_mel";
+  switch (kind) {
+    case AudioFeatureKind::kFbank:
+      return "fbank";
+    case AudioFeatureKind::kWhisperLogMel:
+      return "whisper_log_mel";
+    case AudioFeatureKind::kStftLogMel:
+      return "stft_log_mel";
+  }
+  return "fbank";
 }
 
 enum class FrameWindow { kPovey, kHamming, kHanning, kRectangular, kBlackman };
@@ -52,12 +60,17 @@ struct AudioFeatureOptions {
   FrameWindow window = FrameWindow::kPovey;
   bool snip_edges = true;
   double energy_floor = 0.0;
+  // fbank: the mel bins' range; stft_log_mel too (librosa's fmin and fmax: ESPnet's default is
+  // low_freq 0, which a config's stft_log_mel section takes when it states none).
   double low_freq = 20.0;
   double high_freq = 0.0;  // <= 0: that far below the Nyquist frequency
   bool int16_scale = true;
   // A mel bin narrower than the FFT's resolution is empty (energy 0, log the floor), as in
   // torchaudio.compliance.kaldi.fbank (AST's 128 bins at 512 points), instead of an error (Kaldi).
   bool allow_empty_mel_bins = false;
+  // kStftLogMel only: the FFT's size in samples, with the frame_length_ms window centred in it
+  // (torch.stft's n_fft and win_length); 0: the window's length.
+  int64_t n_fft = 0;
   // Whole utterances (the Audio Spectrogram Transformer's input): padded with zero rows at the
   // end or cut to this many frames; 0: as many as the audio gives.
   int64_t fixed_frames = 0;

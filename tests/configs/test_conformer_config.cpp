@@ -162,7 +162,7 @@ TEST(ConformerConfig, RelationsAreReportedAtTheirKeys) {
   expect_error(parse_error(with(kConformer, "frame_shift_ms: 16", "frame_shift_ms: 40")),
                "features.frame_shift_ms", 32, 19, "must not exceed frame_length_ms");
   expect_error(parse_error(with(kConformer, "kind: fbank", "kind: mfcc")), "features.kind", 28, 9,
-               "expected one of fbank, whisper_log_mel");
+               "expected one of fbank, whisper_log_mel, stft_log_mel");
   // Streaming needs what can stream.
   expect_error(parse_error(with(kConformer, "causal_conv: true", "causal_conv: false")),
                "streaming.chunk_size", 25, 15, "needs architecture.causal_conv: true");
@@ -185,6 +185,36 @@ TEST(ConformerConfig, RelationsAreReportedAtTheirKeys) {
   expect_error(
       parse_error(with(kConformer, "  vocab_size: 9", "  vocab_size: 9\n  patch_size: 16")),
       "architecture.patch_size", 19, 3, "unknown key 'patch_size'");
+}
+
+// ESPnet's STFT log-mel: its own keys (n_fft; librosa's fmin default 0), not fbank's.
+TEST(ConformerConfig, StftLogMelFeatures) {
+  const std::string stft = R"(name: stft_test
+family: conformer
+architecture:
+  input_dim: 20
+  encoder_dim: 16
+  num_layers: 1
+  num_heads: 4
+  ffn_dim: 16
+  depthwise_conv_kernel_size: 3
+features:
+  kind: stft_log_mel
+  num_mel_bins: 20
+  frame_length_ms: 25
+  frame_shift_ms: 10
+  n_fft: 512
+)";
+  const auto config = parse_model_config(stft, "stft.yaml");
+  ASSERT_TRUE(config.features.has_value());
+  EXPECT_EQ(config.features->kind, AudioFeatureKind::kStftLogMel);
+  EXPECT_EQ(config.features->n_fft, 512);
+  EXPECT_EQ(config.features->low_freq, 0.0);
+  EXPECT_EQ(config.features->high_freq, 0.0);
+  expect_error(parse_error(with(stft, "n_fft: 512", "n_fft: 256")), "features.n_fft", 15, 10,
+               "n_fft 256 is shorter than the 400-sample window of frame_length_ms");
+  expect_error(parse_error(with(stft, "n_fft: 512", "dither: 1.0")), "features.dither", 15, 3,
+               "unknown key");
 }
 
 // Every attention backend, chosen in YAML or with --set, reach every block of

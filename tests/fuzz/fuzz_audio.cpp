@@ -1,9 +1,9 @@
 // libFuzzer target: the audio frontend on arbitrary bytes, from the container checks through
-// libsndfile's decoders, the downmix and libsoxr's resampling to Kaldi fbank (or Whisper
-// log-mel, by the input's length) computed block by block. Whatever opens must decode to at most
-// max_seconds of audio at a rate in range, and its features must have the extractor's width,
-// finite values and the frame count of the samples that came out of the resampler; whatever is
-// refused must be refused with AudioError. The seed corpus (tests/fuzz/corpus/audio/) holds a
+// libsndfile's decoders, the downmix and libsoxr's resampling to Kaldi fbank (or Whisper's or
+// ESPnet's log-mel, by the input's length) computed block by block. Whatever opens must decode to
+// at most max_seconds of audio at a rate in range, and its features must have the extractor's
+// width, finite values and the frame count of the samples that came out of the resampler; whatever
+// is refused must be refused with AudioError. The seed corpus (tests/fuzz/corpus/audio/) holds a
 // tiny file of each container and encoding.
 #include <attnzoo/preprocess/audio/fbank.h>
 #include <attnzoo/preprocess/audio/features.h>
@@ -36,7 +36,23 @@ const FeatureExtractor& extractor(size_t choice) {
     o.kind = AudioFeatureKind::kWhisperLogMel;
     return FeatureExtractor(o);
   }();
-  return choice % 3 == 0 ? fbank : choice % 3 == 1 ? mirrored : whisper;
+  static const FeatureExtractor stft = [] {
+    AudioFeatureOptions o;
+    o.kind = AudioFeatureKind::kStftLogMel;
+    o.n_fft = 512;
+    o.low_freq = 0.0;
+    return FeatureExtractor(o);
+  }();
+  switch (choice % 4) {
+    case 0:
+      return fbank;
+    case 1:
+      return mirrored;
+    case 2:
+      return whisper;
+    default:
+      return stft;
+  }
 }
 
 }  // namespace

@@ -26,8 +26,10 @@ The first form writes into OUT_DIR:
                        package, loaded without the package's __init__) with 80 and 128 bins, and
                        numpy_log_mel() below, OUR transcription of it with librosa's Slaney
                        filters, for the sizes Whisper ships no filters for;
-  manifest.json        the option sets (AudioFeatureOptions field names), the signals and the
-                       Whisper cases.
+  stft.safetensors     ESPnet's default frontend (STFT log-mel) as torchaudio's MelSpectrogram
+                       computes it, in float32 and float64, for a few sizes and mel ranges;
+  manifest.json        the option sets (AudioFeatureOptions field names), the signals, the
+                       Whisper and the STFT log-mel cases.
 
 The stereo files are resampled and downmixed by the frontend under test, so their references
 are computed on the frontend's own 16 kHz mono signal: the C++ test writes that signal to a
@@ -48,6 +50,7 @@ from pathlib import Path
 import kaldi_native_fbank as knf
 import numpy as np
 import torch
+import torchaudio
 import torchaudio.functional as AF
 from safetensors.torch import load_file, save_file
 from torchaudio.compliance import kaldi
@@ -287,12 +290,40 @@ def make_all(out):
                           reference="numpy transcription (ours)")
     save_file(tensors, str(out / "whisper.safetensors"))
 
+    # ESPnet's DefaultFrontend (Stft + LogMel): torchaudio's MelSpectrogram is the same
+    # computation (torch.stft centred with reflect padding, a periodic hann window of win_length
+    # centred in n_fft, |X|^2, librosa's Slaney filters), then ln(max(x, 1e-10)); float32 as
+    # ESPnet runs it, and float64 throughout (torchaudio builds its filters in the default dtype:
+    # in float32 some entries are 0.2% off).
+    stft_cases, stft_tensors = {}, {}
+    for signal, bins, n_fft, win, hop, fmin, fmax in (
+            ("speech_16k", 80, 512, 400, 160, 0.0, None),   # ESPnet's LibriSpeech recipes
+            ("speech_16k", 80, 512, 512, 128, 0.0, None),   # DefaultFrontend's defaults
+            ("noise_16k", 40, 400, 320, 160, 20.0, 7600.0),
+            ("tones_16k", 23, 256, 200, 80, 50.0, 6000.0)):
+        key = f"{signal}/stft{bins}_{n_fft}_{win}_{hop}"
+        for suffix, dtype in (("torchaudio", torch.float32), ("float64", torch.float64)):
+            torch.set_default_dtype(dtype)
+            mel = torchaudio.transforms.MelSpectrogram(
+                sample_rate=RATE, n_fft=n_fft, win_length=win, hop_length=hop, f_min=fmin,
+                f_max=fmax, n_mels=bins, window_fn=torch.hann_window, power=2.0, center=True,
+                pad_mode="reflect", norm="slaney", mel_scale="slaney")
+            x = torch.from_numpy(signals[signal]).to(dtype)
+            stft_tensors[f"{key}/{suffix}"] = mel(x).clamp(min=1e-10).log().T.contiguous()
+            torch.set_default_dtype(torch.float32)
+        stft_cases[key] = dict(signal=signal, sample_rate=RATE, num_mel_bins=bins, n_fft=n_fft,
+                               frame_length_ms=1000.0 * win / RATE,
+                               frame_shift_ms=1000.0 * hop / RATE, low_freq=fmin,
+                               high_freq=fmax or 0.0)
+    save_file(stft_tensors, str(out / "stft.safetensors"))
+
     manifest = {
         "sets": {name: options(name) for name in SETS},
         "signals": {name: f"audio/{name}.wav" for name in signals},
         "stereo": {"speech_22k_stereo": "audio/speech_22k_stereo.wav",
                    "speech_44k_stereo": "audio/speech_44k_stereo.wav"},
         "whisper": cases,
+        "stft": stft_cases,
         "espeak_text": TEXT,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))

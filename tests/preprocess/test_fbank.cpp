@@ -2,8 +2,9 @@
 // torchaudio.compliance.kaldi.fbank on espeak-ng speech (two voices; loud, quiet, clipped and
 // noisy), tones, white noise and silence for ten option sets (make_audio_reference.py), each
 // within half a float32 ulp of the float64 computation, the stereo 22.05 and 44.1 kHz files through
-// our downmix and resampler, openai-whisper's log_mel_spectrogram; then streaming equals one-shot,
-// dither, and the errors of a waveform too short, empty or not finite.
+// our downmix and resampler, openai-whisper's log_mel_spectrogram, ESPnet's STFT log-mel against
+// torchaudio's MelSpectrogram; then streaming equals one-shot, dither, and the errors of a
+// waveform too short, empty or not finite.
 #include <attnzoo/preprocess/audio/fbank.h>
 #include <attnzoo/preprocess/audio/features.h>
 #include <attnzoo/preprocess/audio/read.h>
@@ -172,6 +173,34 @@ TEST(WhisperLogMel, MatchesOpenaiWhisperAndTheNumpyTranscription) {
   }
 }
 
+// ESPnet's default frontend against torchaudio's MelSpectrogram (the same computation), as ESPnet
+// runs it in float32 and in float64.
+TEST(StftLogMel, MatchesTorchaudiosMelSpectrogram) {
+  const auto& refs = reference().tensors("stft.safetensors");
+  ASSERT_FALSE(reference().manifest()["stft"].empty());
+  for (const auto& [key, c] : reference().manifest()["stft"].items()) {
+    SCOPED_TRACE(key);
+    AudioFeatureOptions o;
+    o.kind = AudioFeatureKind::kStftLogMel;
+    o.sample_rate = c["sample_rate"].get<int64_t>();
+    o.num_mel_bins = c["num_mel_bins"].get<int64_t>();
+    o.n_fft = c["n_fft"].get<int64_t>();
+    o.frame_length_ms = c["frame_length_ms"].get<double>();
+    o.frame_shift_ms = c["frame_shift_ms"].get<double>();
+    o.low_freq = c["low_freq"].get<double>();
+    o.high_freq = c["high_freq"].get<double>();
+    const FeatureExtractor extractor(o);
+    const auto x = signal(c["signal"].get<std::string>());
+    const auto ours = extractor(x);
+    EXPECT_EQ(ours.size(0), 1 + x.size(0) / extractor.frame_shift());
+    for (const auto& [suffix, tolerance] : {std::pair{"/torchaudio", 2e-3}, {"/float64", 1e-5}}) {
+      const auto& theirs = refs[key + suffix];
+      ASSERT_EQ(ours.sizes(), theirs.sizes()) << suffix;
+      EXPECT_LE(max_abs_diff(ours, theirs), tolerance) << suffix;
+    }
+  }
+}
+
 // Kaldi's and librosa's filters as the references compute them, on their own.
 TEST(MelFilters, ShapesAndRefusals) {
   const auto kaldi = kaldi_mel_banks(80, 512, 16000, 20, 0);
@@ -194,8 +223,8 @@ TEST(MelFilters, ShapesAndRefusals) {
               ::testing::ThrowsMessage<c10::ValueError>(HasSubstr("low_freq < high_freq")));
 }
 
-// Every option set and Whisper, pushed in random blocks (down to one sample), equal the one-shot
-// features exactly.
+// Every option set, Whisper and ESPnet's STFT log-mel, pushed in random blocks (down to one
+// sample), equal the one-shot features exactly.
 TEST(FeatureStream, BlocksEqualOneShot) {
   const auto speech = signal("speech_16k").narrow(0, 0, 16000 + 123);
   std::vector<AudioFeatureOptions> all;
@@ -205,6 +234,11 @@ TEST(FeatureStream, BlocksEqualOneShot) {
   AudioFeatureOptions whisper;
   whisper.kind = AudioFeatureKind::kWhisperLogMel;
   all.push_back(whisper);
+  AudioFeatureOptions stft;
+  stft.kind = AudioFeatureKind::kStftLogMel;
+  stft.n_fft = 512;
+  stft.low_freq = 0.0;
+  all.push_back(stft);
   AudioFeatureOptions dithered;
   dithered.dither = 1.0;
   dithered.dither_seed = 7;
