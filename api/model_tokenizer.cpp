@@ -13,12 +13,20 @@ decoding::Tokenizer model_tokenizer(const ModelConfig& config) {
   TORCH_CHECK_VALUE(vocab > 0, config.source, ": model ", config.name,
                     " has no CTC head (architecture.vocab_size is 0)");
   const auto& d = config.decoding;
-  TORCH_CHECK_VALUE(d.defined(), config.source, ": model ", config.name,
-                    " has no token table: add decoding.units to its YAML, or give one "
-                    "(--units FILE, SpeechRecognizerOptions::units)");
+  TORCH_CHECK_VALUE(
+      d.defined(), config.source, ": model ", config.name,
+      " has no token table: add decoding.units to its YAML, or give one "
+      "(--units FILE, SpeechRecognizerOptions::units), or list it as decoding.tokens");
   std::shared_ptr<const decoding::SentencePieceModel> sentencepiece;
   if (!d.sentencepiece_model.empty()) {
     sentencepiece = std::make_shared<const decoding::SentencePieceModel>(d.sentencepiece_model);
+  }
+  if (d.units.empty()) {
+    // decoding.tokens: the inline list, read as an ESPnet token list of one token a line.
+    std::string lines;
+    for (const auto& token : d.tokens) lines += token + "\n";
+    return {decoding::Units::parse_espnet(lines, config.source + ": decoding.tokens", vocab),
+            d.text, std::move(sentencepiece)};
   }
   return {decoding::Units::read(d.units, d.units_format, vocab), d.text, std::move(sentencepiece)};
 }

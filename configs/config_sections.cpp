@@ -152,7 +152,24 @@ DecodingConfig read_decoding(MapReader& root, const std::string& source, int64_t
   if (ctc_vocab <= 0) {
     section.fail_here("a decoding section needs a CTC head (architecture.vocab_size > 0)");
   }
-  d.units = existing_file(section, "units", source);
+  // A units file, or the tokens inline; a units file given as an override (--units, --set)
+  // replaces the document's inline tokens.
+  const bool has_units = section.has("units");
+  if (section.has("tokens") && (!has_units || !section.overridden("units"))) {
+    if (has_units) {
+      section.fail(section.relation_key("units", "tokens"),
+                   "a token table is decoding.units or decoding.tokens, not both");
+    }
+    d.tokens = *section.string_list("tokens");
+    for (size_t i = 0; i < d.tokens.size(); ++i) {
+      if (d.tokens[i].find_first_of(" \t\r\n") != std::string::npos) {
+        section.fail("tokens", "token " + std::to_string(i) + " holds whitespace");
+      }
+    }
+  } else {
+    if (section.has("tokens")) (void)section.string_list("tokens");
+    d.units = existing_file(section, "units", source);
+  }
   d.units_format =
       section.enumeration("units_format", d.units_format,
                           {decoding::UnitsFormat::kWenet, decoding::UnitsFormat::kEspnet});

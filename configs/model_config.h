@@ -92,6 +92,9 @@ struct InferenceConfig {
 struct DecodingConfig {
   std::string units;  // the token table, resolved against the YAML's folder; empty: no section
   decoding::UnitsFormat units_format = decoding::UnitsFormat::kWenet;
+  // `decoding.tokens`: the table inline, token i at id i (ESPnet's token_list), instead of a
+  // units file; empty: none.
+  std::vector<std::string> tokens;
   decoding::TextJoin text = decoding::TextJoin::kCharacters;
   // The SentencePiece model of a text: sentencepiece table (resolved); empty: none (decoding
   // then joins the pieces itself, and training cannot cut transcripts into pieces).
@@ -111,7 +114,7 @@ struct DecodingConfig {
   // must agree (then the final result is the offline one exactly, but the improbable
   // alternatives a beam keeps can hold the stable text back until the end).
   double stable_margin = 0.0;
-  bool defined() const { return !units.empty(); }
+  bool defined() const { return !units.empty() || !tokens.empty(); }
 };
 
 struct ModelConfig {

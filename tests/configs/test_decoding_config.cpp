@@ -123,6 +123,29 @@ TEST(DecodingConfig, ReadsEveryKey) {
   EXPECT_EQ(overridden.beam.nbest, 3);  // the file's, untouched
 }
 
+// decoding.tokens: the table inline (ESPnet's token_list), read by the recognizer as an ESPnet
+// list; a units file given as an override replaces it, both in the document are refused.
+TEST(DecodingConfig, TokensInline) {
+  TempDir dir;
+  const std::string source = (dir.path() / "ctc.yaml").string();
+  const auto inline_tokens = with(minimal("x"), "  units: x\n",
+                                  "  tokens: [<blank>, <unk>, a, b, c, d, e, f, <sos/eos>]\n");
+  const auto config = parse_model_config(inline_tokens, source);
+  EXPECT_TRUE(config.decoding.defined());
+  EXPECT_TRUE(config.decoding.units.empty());
+  EXPECT_EQ(config.decoding.tokens.size(), 9u);
+  EXPECT_EQ(config.decoding.tokens.front(), "<blank>");
+  dir.write("other.txt", "<blank>\n");
+  const auto overridden = parse_model_config(inline_tokens, source, {"decoding.units=other.txt"});
+  EXPECT_EQ(overridden.decoding.units, normal(dir.path() / "other.txt"));
+  EXPECT_TRUE(overridden.decoding.tokens.empty());
+  const auto both = with(inline_tokens, "  tokens:", "  units: other.txt\n  tokens:");
+  EXPECT_THAT(error_of_config(both, source).what(),
+              HasSubstr("a token table is decoding.units or decoding.tokens, not both"));
+  EXPECT_THAT(error_of_config(with(inline_tokens, "<unk>", "\"a b\""), source).what(),
+              HasSubstr("decoding.tokens: token 1 holds whitespace"));
+}
+
 TEST(DecodingConfig, FilesResolveAgainstTheYamlsFolder) {
   TempDir dir;
   const auto units = dir.write("shared/units.txt", "<blank>\n");
@@ -271,11 +294,12 @@ TEST(DecodingConfig, EachRefusalNamesItsKey) {
   expect_at(bad("stable_margin: 2.5", "stable_margin: -1"), source, "decoding.stable_margin", 27,
             18, "expected a number in [0, 1000000]");
   // Unknown keys, listing every key the section reads.
-  expect_at(bad("  beam_unit: prefix_ending", "  beam_unit: prefix_ending\n  beam: 4"), source,
-            "decoding.beam", 27, 3,
-            "unknown key 'beam'; expected one of units, units_format, text, sentencepiece_model, "
-            "search, beam_size, nbest, token_top_k, token_top_p, token_min_log_prob, beam_unit, "
-            "stable_margin");
+  expect_at(
+      bad("  beam_unit: prefix_ending", "  beam_unit: prefix_ending\n  beam: 4"), source,
+      "decoding.beam", 27, 3,
+      "unknown key 'beam'; expected one of units, tokens, units_format, text, sentencepiece_model, "
+      "search, beam_size, nbest, token_top_k, token_top_p, token_min_log_prob, beam_unit, "
+      "stable_margin");
   {
     const auto e = error_of_config(doc, source, {"decoding.lm_weight=0.5"});
     EXPECT_EQ(e.key_path(), "decoding.lm_weight");
