@@ -2,6 +2,7 @@
 
 #include <attnzoo/configs/sources.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <iomanip>
@@ -20,6 +21,7 @@ const std::vector<std::unique_ptr<ModelSource>>& sources() {
     all.push_back(make_hf_source());
     all.push_back(make_timm_source());
     all.push_back(make_wenet_source());
+    all.push_back(make_espnet_source());
     return all;
   }();
   return list;
@@ -87,6 +89,37 @@ std::optional<SourceJson> folder_config(const std::string& path) {
   } catch (const ConfigError&) {
     return std::nullopt;
   }
+}
+
+std::string training_checkpoint(const std::string& dir, const std::vector<std::string>& preferred,
+                                const std::string& extension,
+                                const std::vector<std::string>& except) {
+  const fs::path folder(dir);
+  std::error_code error;
+  for (const auto& name : preferred) {
+    if (fs::is_regular_file(folder / name, error)) {
+      return fs::absolute(folder / name).lexically_normal().string();
+    }
+  }
+  std::vector<std::string> found;
+  for (const auto& entry : fs::directory_iterator(folder, error)) {
+    const auto name = entry.path().filename().string();
+    if (entry.is_regular_file(error) && entry.path().extension() == extension &&
+        std::find(except.begin(), except.end(), name) == except.end()) {
+      found.push_back(name);
+    }
+  }
+  std::sort(found.begin(), found.end());
+  if (found.size() == 1) return fs::absolute(folder / found.front()).lexically_normal().string();
+  std::string list;
+  for (const auto& name : found) list += (list.empty() ? "" : ", ") + name;
+  const auto first = preferred.empty() ? std::string("checkpoint") : preferred.front();
+  throw ConfigError(
+      dir + ": no " + first +
+          (found.empty() ? " and no other " + extension + " file"
+                         : ", and " + std::to_string(found.size()) + " other " + extension +
+                               " files (" + list + "): name one with --weights"),
+      dir, "");
 }
 
 std::string folder_weights(const std::string& dir) {

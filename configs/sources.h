@@ -18,6 +18,7 @@ namespace attnzoo {
 std::unique_ptr<ModelSource> make_hf_source();
 std::unique_ptr<ModelSource> make_timm_source();
 std::unique_ptr<ModelSource> make_wenet_source();
+std::unique_ptr<ModelSource> make_espnet_source();
 
 namespace detail {
 
@@ -32,6 +33,13 @@ std::optional<SourceJson> folder_config(const std::string& path);
 // folder and the names looked for when there is none.
 std::string source_file(const std::string& dir, const std::vector<std::string>& names,
                         const std::string& what);
+// A checkpoint of a training folder: the first of `preferred` that is a file in `dir`, else the
+// only file ending in `extension` (other than the names in `except`), as an absolute path;
+// ConfigError naming the folder, the first preferred name and the files found when there are
+// none or several ("name one with --weights").
+std::string training_checkpoint(const std::string& dir, const std::vector<std::string>& preferred,
+                                const std::string& extension,
+                                const std::vector<std::string>& except = {});
 // The weights of a Hugging Face style folder: model.safetensors, else its sharded index, else
 // pytorch_model.bin, else its index (source_file's error when none is there).
 std::string folder_weights(const std::string& dir);

@@ -14,10 +14,10 @@
 //     decoded in chunks of 16 frames with all earlier chunks, as the runtime's defaults do.
 // Every key of encoder_conf and decoder_conf is either honoured, known to matter for training
 // only, or refused naming the file, the key and the value.
+#include <attnzoo/configs/source_yaml.h>
 #include <attnzoo/configs/sources.h>
 #include <attnzoo/configs/yaml_reader.h>
 
-#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -29,136 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// train.yaml, read with messages that name the file and the key path.
-class WenetConfig {
- public:
-  explicit WenetConfig(std::string file) : file_(std::move(file)) {
-    try {
-      root_ = YAML::Load(detail::read_document_file(file_, "WeNet config"));
-    } catch (const YAML::Exception& e) {
-      throw ConfigError(file_ + ": not YAML: " + e.what(), file_, "");
-    }
-    if (!root_.IsMap()) throw ConfigError(file_ + ": expected a map of keys", file_, "");
-  }
-
-  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    throw ConfigError(file_ + ": " + key + ": " + what, file_, key);
-  }
-
-  // The node at a dotted path ("encoder_conf.output_size"), or a null node.
-  YAML::Node at(const std::string& path) const {
-    YAML::Node node = YAML::Clone(root_);
-    size_t start = 0;
-    while (start <= path.size()) {
-      const auto dot = path.find('.', start);
-      const auto key =
-          path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-      if (!node.IsMap() || !node[key]) return YAML::Node(YAML::NodeType::Null);
-      node = node[key];
-      if (dot == std::string::npos) break;
-      start = dot + 1;
-    }
-    return node;
-  }
-  bool has(const std::string& path) const {
-    const auto node = at(path);
-    return node.IsDefined() && !node.IsNull();
-  }
-
-  std::string text(const std::string& path, const std::string& fallback) const {
-    const auto node = at(path);
-    if (!node.IsDefined() || node.IsNull()) return fallback;
-    if (!node.IsScalar()) fail(path, "expected a scalar");
-    return node.Scalar();
-  }
-  // The scalar at `path` as a T (`fallback` when absent), else an error saying what was expected.
-  template <typename T>
-  T scalar(const std::string& path, T fallback, const char* expected) const {
-    const auto node = at(path);
-    if (!node.IsDefined() || node.IsNull()) return fallback;
-    try {
-      return node.as<T>();
-    } catch (const YAML::Exception&) {
-      fail(path, std::string("expected ") + expected + ", got '" + text(path, "") + "'");
-    }
-  }
-  int64_t integer(const std::string& path, int64_t fallback, int64_t min, int64_t max) const {
-    const auto value = scalar<int64_t>(path, fallback, "an integer");
-    if (value < min || value > max) {
-      fail(path, std::to_string(value) + " is outside [" + std::to_string(min) + ", " +
-                     std::to_string(max) + "]");
-    }
-    return value;
-  }
-  double number(const std::string& path, double fallback) const {
-    const auto value = scalar<double>(path, fallback, "a number");
-    if (!std::isfinite(value)) fail(path, "expected a finite number");
-    return value;
-  }
-  bool boolean(const std::string& path, bool fallback) const {
-    return scalar<bool>(path, fallback, "true or false");
-  }
-  // A value attnzoo implements only as `expected` (WeNet's default when absent).
-  void require(const std::string& path, const std::string& expected, const std::string& why) const {
-    const auto value = text(path, expected);
-    if (value != expected) fail(path, "'" + value + "' is not supported: " + why);
-  }
-  void require_flag(const std::string& path, bool expected, const std::string& why) const {
-    if (boolean(path, expected) != expected) {
-      fail(path, std::string("'") + (expected ? "false" : "true") + "' is not supported: " + why);
-    }
-  }
-  void require_number(const std::string& path, double expected, const std::string& why) const {
-    const double value = number(path, expected);
-    if (std::abs(value - expected) > 1e-9 * std::abs(expected)) {
-      fail(path, "'" + text(path, "") + "' is not supported: " + why);
-    }
-  }
-  // Every key of the map at `path` is one of `known`.
-  void only_keys(const std::string& path, const std::set<std::string>& known) const {
-    const auto node = at(path);
-    if (!node.IsDefined() || node.IsNull()) return;
-    if (!node.IsMap()) fail(path, "expected a map");
-    for (const auto& item : node) {
-      const auto key = item.first.Scalar();
-      if (!known.count(key)) {
-        fail(path + "." + key, "is an option attnzoo does not implement (value '" +
-                                   (item.second.IsScalar() ? item.second.Scalar() : "...") + "')");
-      }
-    }
-  }
-
- private:
-  std::string file_;
-  YAML::Node root_;
-};
-
-// The checkpoint: final.pt, else the only *.pt, else an error listing them.
-std::string checkpoint_file(const fs::path& dir) {
-  std::error_code error;
-  if (fs::is_regular_file(dir / "final.pt", error)) {
-    return fs::absolute(dir / "final.pt").lexically_normal().string();
-  }
-  std::vector<std::string> found;
-  for (const auto& entry : fs::directory_iterator(dir, error)) {
-    if (entry.is_regular_file(error) && entry.path().extension() == ".pt") {
-      found.push_back(entry.path().filename().string());
-    }
-  }
-  std::sort(found.begin(), found.end());
-  if (found.size() == 1) return fs::absolute(dir / found.front()).lexically_normal().string();
-  std::string list;
-  for (const auto& name : found) list += (list.empty() ? "" : ", ") + name;
-  const auto where = dir.string();
-  throw ConfigError(
-      where + ": no final.pt" +
-          (found.empty() ? std::string(" and no other .pt file")
-                         : ", and " + std::to_string(found.size()) + " other .pt files (" + list +
-                               "): name one with --weights"),
-      where, "");
-}
-
-YAML::Node encoder_architecture(const WenetConfig& c) {
+YAML::Node encoder_architecture(const detail::SourceYaml& c) {
   c.require("encoder", "conformer", "attnzoo reads WeNet's conformer encoder");
   const std::string e = "encoder_conf";
   c.only_keys(
@@ -236,7 +107,7 @@ YAML::Node encoder_architecture(const WenetConfig& c) {
   return arch;
 }
 
-YAML::Node decoder_architecture(const WenetConfig& c) {
+YAML::Node decoder_architecture(const detail::SourceYaml& c) {
   const auto kind = c.text("decoder", "bitransformer");
   if (kind != "transformer" && kind != "bitransformer") {
     c.fail("decoder", "'" + kind + "' is not supported (transformer, bitransformer)");
@@ -276,7 +147,7 @@ YAML::Node decoder_architecture(const WenetConfig& c) {
   return decoder;
 }
 
-YAML::Node features(const WenetConfig& c) {
+YAML::Node features(const detail::SourceYaml& c) {
   for (const char* other : {"dataset_conf.mfcc_conf", "dataset_conf.log_mel_spectrogram_conf"}) {
     if (c.has(other)) c.fail(other, "attnzoo reads WeNet models of fbank features");
   }
@@ -293,7 +164,7 @@ YAML::Node features(const WenetConfig& c) {
 }
 
 // The token table and how its pieces make text.
-YAML::Node decoding(const WenetConfig& c, const fs::path& dir, bool has_decoder) {
+YAML::Node decoding(const detail::SourceYaml& c, const fs::path& dir, bool has_decoder) {
   YAML::Node out;
   std::error_code error;
   std::string units = (dir / "units.txt").string();
@@ -357,7 +228,7 @@ class WenetSource final : public ModelSource {
 
   std::string document(const std::string& path) const override {
     const fs::path dir(path);
-    const WenetConfig c((dir / "train.yaml").string());
+    const detail::SourceYaml c((dir / "train.yaml").string(), "WeNet config");
     c.require("model", "asr_model", "attnzoo reads WeNet's CTC / attention ASR models");
     YAML::Node doc;
     doc["name"] = detail::source_model_name(path);
@@ -377,7 +248,8 @@ class WenetSource final : public ModelSource {
     doc["decoding"] = decoding(c, dir, has_decoder);
     YAML::Node checkpoint;
     checkpoint["format"] = "wenet";
-    checkpoint["file"] = checkpoint_file(dir);
+    // final.pt, else the only *.pt (WeNet's save_checkpoint), else an error listing them.
+    checkpoint["file"] = detail::training_checkpoint(dir.string(), {"final.pt"}, ".pt");
     if (c.text("cmvn", "") == "global_cmvn") {
       // The statistics beside the checkpoint, which WeNet builds the model with before final.pt's
       // own replace them; without the file, final.pt's alone.

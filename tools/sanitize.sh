@@ -35,7 +35,8 @@ run_kind() { # run_kind KIND: configure, build and run one sanitizer's tests
     thread)
       build="$ROOT/build-tsan"
       sanitize="thread"
-      labels='^api\.make_'  # the reference data of the api tests (CTest fixtures)
+      # The reference data the threaded api cases read (CTest fixtures; not ESPnet's folders).
+      labels='^api\.make_(classifier|ast|wenet)'
       targets=(attnzoo_api_tests attnzoo_train_data_tests attnzoo_serve_tests)
       # BINARY:FOLDER:FILTER, run directly (a CTest entry is a whole suite).
       cases=("attnzoo_api_tests:api:*FourThreads*" "attnzoo_train_data_tests:train:Data.*"

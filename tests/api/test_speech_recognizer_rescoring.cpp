@@ -192,14 +192,8 @@ std::string edited_folder(const std::string& dir, const std::string& from, const
   for (const char* file : {"final.pt", "units.txt", "global_cmvn"}) {
     fs::copy_file(kData + "/u2/" + file, dir + "/" + file, fs::copy_options::overwrite_existing);
   }
-  std::ifstream in(kData + "/u2/train.yaml");
-  std::stringstream text;
-  text << in.rdbuf();
-  auto yaml = text.str();
-  const auto at = yaml.find(from);
-  EXPECT_NE(at, std::string::npos) << from;
-  if (at != std::string::npos) yaml.replace(at, from.size(), to);
-  std::ofstream(dir + "/train.yaml") << yaml;
+  EXPECT_TRUE(testing::copy_edited(kData + "/u2/train.yaml", dir + "/train.yaml", from, to))
+      << from;
   return dir;
 }
 

@@ -57,6 +57,18 @@ inline void write_file(const std::string& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+// The text of the file `source` with its first `from` replaced by `to`, written as `target` (an
+// edited copy of a config); false, and nothing written, when `source` holds no `from`.
+inline bool copy_edited(const std::string& source, const std::string& target,
+                        const std::string& from, const std::string& to) {
+  auto text = read_file(source);
+  const auto at = text.find(from);
+  if (at == std::string::npos) return false;
+  text.replace(at, from.size(), to);
+  write_file(target, text);
+  return true;
+}
+
 // An empty folder of the temp dir, private to this process: CTest runs each case as its own
 // process, several at a time (-j), and two cases must not clear each other's files.
 inline std::string fresh_dir(const std::string& name) {

@@ -257,7 +257,7 @@ TEST(ModelSource, FoldersOfNoSourceAreRefusedWithWhatIsLookedFor) {
                     HasSubstr("model_type vit, deit or audio-spectrogram-transformer"),
                     HasSubstr("a WeNet experiment folder (train.yaml)")));
   EXPECT_FALSE(is_model_source(folder.path()));
-  EXPECT_EQ(model_source_names(), (std::vector<std::string>{"hf", "timm", "wenet"}));
+  EXPECT_EQ(model_source_names(), (std::vector<std::string>{"hf", "timm", "wenet", "espnet"}));
 }
 
 TEST(ModelSource, TheDescriptionIsTheDocumentThatRuns) {
