@@ -87,7 +87,10 @@ REQS="$ROOT/tools/requirements/requirements.lock"
 VENV=$(ATTNZOO_BASE_PYTHON="$PYTHON" "$ROOT/tools/requirements/venv_path.sh")
 CACHE_ROOT=$(dirname "$VENV")
 UV_VERSION=0.9.30
-install_pins() { # install_pins FILE: the exact pins of FILE into the venv, without dependencies
+install_pins() { # install_pins FILE [TARGET]: FILE's exact pins, without dependencies, into the
+  # venv (or into the folder TARGET)
+  local target=()
+  [ $# -lt 2 ] || target=(--target "$2")
   if [ ! -x "$VENV/bin/uv" ]; then
     "$VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q "uv==$UV_VERSION" ||
       say "uv $UV_VERSION did not install; pip installs the pins"
@@ -98,13 +101,15 @@ install_pins() { # install_pins FILE: the exact pins of FILE into the venv, with
     [ -z "${PIP_INDEX_URL:-}" ] || env+=("UV_INDEX_URL=$PIP_INDEX_URL")
     [ -z "${PIP_EXTRA_INDEX_URL:-}" ] || env+=("UV_EXTRA_INDEX_URL=$PIP_EXTRA_INDEX_URL")
     [ -z "${PIP_FIND_LINKS:-}" ] || env+=("UV_FIND_LINKS=$PIP_FIND_LINKS")
-    if env "${env[@]}" "$VENV/bin/uv" pip install --python "$VENV/bin/python" --no-deps -r "$1"; then
+    if env "${env[@]}" "$VENV/bin/uv" pip install --python "$VENV/bin/python" "${target[@]}" \
+      --no-deps -r "$1"; then
       return 0
     fi
     say "uv could not install $1; pip tries"
   fi
   # Plain progress lines rather than bars: this is often read from a log.
-  "$VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q --no-deps -r "$1"
+  "$VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q "${target[@]}" \
+    --no-deps -r "$1"
 }
 if [ ! -f "$VENV/.attnzoo-complete" ]; then
   say "creating venv $VENV from tools/requirements/requirements.lock (about a minute, once per set of pins)"
@@ -125,6 +130,16 @@ if [ ! -f "$nodeps_stamp" ]; then
   install_pins "$NODEPS"
   rm -f "$VENV"/.attnzoo-nodeps-*
   touch "$nodeps_stamp"
+fi
+# ESPnet's inference dependencies, in a folder of their own that only the ESPnet fixture puts on
+# its path (tools/requirements/requirements-espnet-inference.txt says why).
+ESPNET_REQS="$ROOT/tools/requirements/requirements-espnet-inference.txt"
+espnet_stamp="$VENV/espnet-inference/.attnzoo-$(sha256sum "$ESPNET_REQS" | cut -c1-12)"
+if [ ! -f "$espnet_stamp" ]; then
+  say "installing tools/requirements/requirements-espnet-inference.txt into $VENV/espnet-inference"
+  rm -rf "$VENV/espnet-inference"
+  install_pins "$ESPNET_REQS" "$VENV/espnet-inference"
+  touch "$espnet_stamp"
 fi
 TORCH_PREFIX=$("$VPY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 phase_done "venv"

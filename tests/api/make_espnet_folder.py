@@ -40,8 +40,13 @@ import argparse
 import json
 import math
 import os
+import sys
 import wave
 from pathlib import Path
+
+# What Speech2Text needs beyond the venv lives in <venv>/espnet-inference (tools/setup.sh), on
+# this script's path only (tools/requirements/requirements-espnet-inference.txt).
+sys.path.insert(0, str(Path(sys.prefix) / "espnet-inference"))
 
 import numpy as np
 import torch
