@@ -1,7 +1,8 @@
 // ESPnet2 ASR experiment folders, as ESPnet's training leaves them (exp/asr_train_*/: config.yaml,
 // which ESPnet writes with every option and the token list inline, and the averaged model
-// valid.acc.ave.pth), and espnet_model_zoo's unpacked downloads (meta.yaml naming the config and
-// the model file, the recipe's exp/ and data/ trees beside it). They give:
+// valid.acc.ave.pth), and espnet_model_zoo's downloads (a zip, or its unpacked folder: meta.yaml
+// naming the config and the model file, the recipe's exp/ and data/ trees beside it; a zip is
+// unpacked once into attnzoo's cache folder, $XDG_CACHE_HOME/attnzoo/espnet/). They give:
 //   - the frontend: ESPnet's DefaultFrontend (frontend_conf) as features kind stft_log_mel, or no
 //     features section for a model trained on features (input_size);
 //   - the encoder: ESPnet's ConformerEncoder (encoder_conf; rel_pos_type latest), its CTC head
@@ -21,10 +22,16 @@
 // the choices of encoder, frontend, normalize, model and token_type.
 #include <attnzoo/configs/source_yaml.h>
 #include <attnzoo/configs/sources.h>
+#include <attnzoo/io/byte_source.h>
+#include <attnzoo/io/zip_archive.h>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -68,6 +75,90 @@ std::optional<std::string> recipe_file(const EspnetFolder& folder, const std::st
     if (is_file(candidate)) return absolute_path(candidate);
   }
   return std::nullopt;
+}
+
+// The folder attnzoo unpacks downloads into: $XDG_CACHE_HOME/attnzoo, else ~/.cache/attnzoo.
+fs::path cache_folder() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+    return fs::path(xdg) / "attnzoo";
+  }
+  if (const char* home = std::getenv("HOME"); home && *home) {
+    return fs::path(home) / ".cache" / "attnzoo";
+  }
+  return fs::temp_directory_path() / "attnzoo";
+}
+
+// A model file is smaller; an entry claiming more is refused before memory is taken for it.
+constexpr uint64_t kMaxUnpackedEntry = uint64_t{4} << 30;
+
+bool is_zoo_archive(const std::string& path) {
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) return false;
+  try {
+    const io::FileSource source(path);
+    if (!io::ZipArchive::is_zip(source)) return false;
+    return io::ZipArchive(source).find("meta.yaml") != nullptr;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// An espnet_model_zoo archive (a zip with meta.yaml) unpacked once into the cache, in a folder
+// named by the archive's name, size and time; the folder appears whole or not at all (unpacked
+// beside it, then renamed). Entries that would land outside it are refused naming the archive.
+std::string unpacked(const std::string& archive) {
+  const io::FileSource source(archive);
+  const io::ZipArchive zip(source);
+  std::error_code error;
+  const auto time = fs::last_write_time(archive, error).time_since_epoch().count();
+  const auto key = std::hash<std::string>{}(
+      absolute_path(archive) + "|" + std::to_string(source.size()) + "|" + std::to_string(time));
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016zx", key);
+  const auto target = cache_folder() / "espnet" / (fs::path(archive).stem().string() + "-" + hex);
+  if (is_file(target / ".attnzoo-unpacked")) return target.string();
+  const auto scratch = fs::path(target.string() + ".partial-" + std::to_string(::getpid()));
+  fs::remove_all(scratch, error);
+  fs::create_directories(scratch);
+  std::vector<char> bytes;
+  for (const auto& entry : zip.entries()) {
+    const fs::path name = fs::path(entry.name).lexically_normal();
+    if (entry.name.empty() || name.is_absolute() || name.begin() == name.end() ||
+        *name.begin() == "..") {
+      fs::remove_all(scratch, error);
+      throw ConfigError(archive + ": entry '" + entry.name.substr(0, 200) +
+                            "' would be written outside the archive's folder",
+                        archive, "");
+    }
+    if (entry.name.back() == '/') {
+      fs::create_directories(scratch / name);
+      continue;
+    }
+    if (entry.size > kMaxUnpackedEntry) {
+      fs::remove_all(scratch, error);
+      throw ConfigError(archive + ": entry '" + entry.name.substr(0, 200) + "' claims " +
+                            std::to_string(entry.size) + " bytes (at most 4 GiB are unpacked)",
+                        archive, "");
+    }
+    fs::create_directories((scratch / name).parent_path());
+    bytes.resize(entry.size);
+    zip.read(entry, bytes.data());
+    std::ofstream out(scratch / name, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) {
+      fs::remove_all(scratch, error);
+      throw ConfigError(archive + ": cannot write " + (scratch / name).string(), archive, "");
+    }
+  }
+  std::ofstream(scratch / ".attnzoo-unpacked") << archive << "\n";
+  fs::rename(scratch, target, error);
+  if (error) {  // another process unpacked it first
+    fs::remove_all(scratch, error);
+    if (!is_file(target / ".attnzoo-unpacked")) {
+      throw ConfigError(archive + ": cannot unpack into " + target.string(), archive, "");
+    }
+  }
+  return target.string();
 }
 
 EspnetFolder locate(const std::string& path) {
@@ -231,11 +322,11 @@ class EspnetSource final : public ModelSource {
   const char* name() const override { return "espnet"; }
   const char* config_name() const override { return "config.yaml"; }
 
-  // An unpacked espnet_model_zoo download (meta.yaml), or a folder whose config.yaml has
-  // ESPnet's encoder_conf and token_list.
+  // An espnet_model_zoo download, as its zip or unpacked (meta.yaml), or a folder whose
+  // config.yaml has ESPnet's encoder_conf and token_list.
   bool detect(const std::string& path) const override {
     std::error_code error;
-    if (!fs::is_directory(path, error)) return false;
+    if (!fs::is_directory(path, error)) return is_zoo_archive(path);
     const fs::path dir(path);
     if (is_file(dir / "meta.yaml")) {
       std::ifstream in(dir / "meta.yaml");
@@ -257,7 +348,8 @@ class EspnetSource final : public ModelSource {
   }
 
   std::string document(const std::string& path) const override {
-    const auto folder = locate(path);
+    std::error_code error;
+    const auto folder = locate(fs::is_directory(path, error) ? path : unpacked(path));
     const detail::SourceYaml c(folder.config.string(), "ESPnet config");
     const auto model = c.text("model", "espnet");
     if (model != "espnet")

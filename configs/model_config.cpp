@@ -109,7 +109,9 @@ ModelConfig parse_model_config(const std::string& yaml, const std::string& sourc
 
 ModelConfig load_model_config(const std::string& path, const std::vector<std::string>& overrides) {
   std::error_code error;
-  if (std::filesystem::is_directory(path, error)) return load_model_source(path, overrides);
+  if (std::filesystem::is_directory(path, error) || is_model_source(path)) {
+    return load_model_source(path, overrides);
+  }
   return parse_model_config(detail::read_document_file(path, "config file"), path, overrides);
 }
 

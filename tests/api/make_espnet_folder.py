@@ -27,6 +27,8 @@ Writes, into OUT_DIR:
   recipe/exp/asr_train_{char,bpe}/config.yaml             written by ASRTask.main
   recipe/exp/asr_train_{char,bpe}/valid.acc.ave.pth
   waves/{chirp,am_tone,noise_bursts,mix}.wav              mono 16 kHz 16-bit, 1.2 to 2 s
+  asr_train_char.zip            the char model packed by ESPnet's pack (espnet_model_zoo's archive)
+  hostile_slip.zip              an archive with meta.yaml and an entry named ../outside.txt
   espnet_reference.json         versions, decoding options, and per model and wave Speech2Text's
                                 best hypothesis (text, token_ids, tokens, score) and frame counts
   espnet_reference.safetensors  "MODEL/WAVE/feats" [T, F] (frontend), ".../normalized" [T, F],
@@ -362,6 +364,23 @@ def main() -> None:
     for name, spec in MODELS.items():
         config = make_experiment(name, spec, list(waves.values()))
         summary["models"][name] = reference(name, config, waves, tensors)
+
+    # The char model as espnet_model_zoo distributes it: ESPnet's own pack (meta.yaml naming the
+    # config and the model, the recipe's relative paths inside the zip).
+    from espnet2.main_funcs.pack_funcs import pack
+
+    pack(files={"asr_model_file": "exp/asr_train_char/valid.acc.ave.pth"},
+         yaml_files={"asr_train_config": "exp/asr_train_char/config.yaml"},
+         outpath=out / "asr_train_char.zip",
+         option=["exp/asr_stats_char/train/feats_stats.npz"])
+
+    # A hostile archive: meta.yaml, and an entry whose path climbs out of the unpacked folder.
+    import zipfile
+
+    with zipfile.ZipFile(out / "hostile_slip.zip", "w") as archive:
+        archive.writestr("meta.yaml", "files: {asr_model_file: m.pth}\n"
+                                      "yaml_files: {asr_train_config: config.yaml}\n")
+        archive.writestr(zipfile.ZipInfo("../outside.txt"), "written outside")
 
     save_file(tensors, str(out / "espnet_reference.safetensors"))
     (out / "espnet_reference.json").write_text(

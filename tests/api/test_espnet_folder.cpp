@@ -19,6 +19,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -141,6 +142,32 @@ TEST(EspnetFolder, RecognizerFindsEspnetsAnswerOrAMoreProbableOne) {
   std::printf("ESPnet's tokens in %ld of %ld results\n", long(equal), long(results));
   EXPECT_GE(2 * equal, results);
   EXPECT_GE(tokens_seen, 8) << "the fixtures' hypotheses are too short to tell much";
+}
+
+// espnet_model_zoo's zip, as ESPnet's pack wrote it: unpacked once into the cache
+// ($XDG_CACHE_HOME/attnzoo/espnet/), then the same model as the folder.
+TEST(EspnetFolder, ZooArchiveRunsAsItsFolder) {
+  testing::Scratch scratch;
+  ::setenv("XDG_CACHE_HOME", scratch.path("cache").c_str(), 1);
+  const auto archive = kDir + "/asr_train_char.zip";
+  EXPECT_TRUE(is_model_source(archive));
+  const SpeechRecognizer zipped(archive);
+  const SpeechRecognizer folder_model(folder("asr_train_char"));
+  for (const auto& [name, result] : reference()["models"]["asr_train_char"]["results"].items()) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(zipped.transcribe(wav(name)).best().text,
+              folder_model.transcribe(wav(name)).best().text);
+  }
+  const auto described = describe_model_source(archive);
+  EXPECT_THAT(described, HasSubstr(scratch.path("cache") + "/attnzoo/espnet/asr_train_char-"));
+  EXPECT_THAT(described, HasSubstr("asr_stats_char/train/feats_stats.npz"));
+  // Unpacked once: the second reading finds the folder.
+  EXPECT_EQ(describe_model_source(archive), described);
+  // An entry climbing out of the folder is refused, and nothing is written outside it.
+  EXPECT_THAT(error_of<Error>([&] { resolve_model_config(kDir + "/hostile_slip.zip", {}); }),
+              HasSubstr("entry '../outside.txt' would be written outside the archive's folder"));
+  EXPECT_FALSE(std::filesystem::exists(scratch.path("cache") + "/attnzoo/espnet/outside.txt"));
+  ::unsetenv("XDG_CACHE_HOME");
 }
 
 TEST(EspnetFolder, DescribesWhatRuns) {
