@@ -54,9 +54,14 @@ def measure(command: list) -> tuple:
     return process.returncode, output, seconds, usage.ru_maxrss / 1024.0
 
 
-def best_of(command: list, runs: int = 3) -> tuple:
-    """The fastest of `runs` runs (this machine is shared): code, output, seconds, RSS."""
-    results = [measure(command) for _ in range(runs)]
+def best_of(command: list, runs: int = 3, good_enough=lambda result: False) -> tuple:
+    """The fastest of up to `runs` runs (this machine is shared), stopping at the first whose
+    result is good_enough: code, output, seconds, RSS."""
+    results = []
+    for _ in range(runs):
+        results.append(measure(command))
+        if good_enough(results[-1]):
+            break
     return min(results, key=lambda r: r[2])
 
 
@@ -180,8 +185,10 @@ def main() -> None:
         _, _, startup, _ = best_of([binary, "--help"])
         for hostile, good, path, says in runs:
             name = path.name
-            code, output, seconds, rss = best_of([binary, *hostile])
-            good_code, good_output, _, good_rss = best_of([binary, *good])
+            # Timed again only when over the limit; the good command's time is not judged.
+            code, output, seconds, rss = best_of(
+                [binary, *hostile], good_enough=lambda r: r[2] - startup <= LIMIT_SECONDS)
+            good_code, good_output, _, good_rss = best_of([binary, *good], runs=1)
             if good_code != 0:
                 fail(f"the good command failed:\n{good_output}")
             if code != 1:

@@ -17,6 +17,23 @@
 
 namespace attnzoo::testing {
 
+// True in a sanitizer build (tools/sanitize.sh), where instrumented code runs 3 to 10 times
+// slower: a test that streams a long input to show bounded memory streams a shorter one there
+// (the Release suite streams the whole length; the code paths are the same).
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define ATTNZOO_TEST_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define ATTNZOO_TEST_SANITIZED 1
+#endif
+#ifdef ATTNZOO_TEST_SANITIZED
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 // max |a − b| over all elements, computed in float64 on the CPU (a and b broadcastable).
 inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kCPU, torch::kDouble) - b.to(torch::kCPU, torch::kDouble))
