@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace attnzoo {
@@ -21,28 +22,6 @@ void check_options(const AttentionDecoderOptions& o) {
   TORCH_CHECK_VALUE(o.num_blocks() >= 1 && o.right_blocks() >= 0,
                     "AttentionDecoder: num_blocks must be >= 1 and right_blocks >= 0, got ",
                     o.num_blocks(), " and ", o.right_blocks());
-}
-
-// The padded decoder input of each hypothesis: <sos> then its tokens (reversed for the right
-// decoder), <eos> beyond; [N, L + 1] and the lengths n + 1.
-std::pair<torch::Tensor, torch::Tensor> decoder_inputs(
-    const std::vector<std::vector<int64_t>>& hypotheses, int64_t sos_eos, bool reversed) {
-  const auto n = static_cast<int64_t>(hypotheses.size());
-  size_t longest = 0;
-  for (const auto& h : hypotheses) longest = std::max(longest, h.size());
-  auto tokens = torch::full({n, static_cast<int64_t>(longest) + 1}, sos_eos, torch::kLong);
-  auto lengths = torch::empty({n}, torch::kLong);
-  auto t = tokens.accessor<int64_t, 2>();
-  auto l = lengths.accessor<int64_t, 1>();
-  for (int64_t i = 0; i < n; ++i) {
-    const auto& h = hypotheses[static_cast<size_t>(i)];
-    const auto size = static_cast<int64_t>(h.size());
-    for (int64_t j = 0; j < size; ++j) {
-      t[i][j + 1] = reversed ? h[static_cast<size_t>(size - 1 - j)] : h[static_cast<size_t>(j)];
-    }
-    l[i] = size + 1;
-  }
-  return {tokens, lengths};
 }
 
 // Σ_j log p(token j | earlier) + log p(<eos> | all), per hypothesis, from logits [N, L + 1, V] of
@@ -64,6 +43,34 @@ std::vector<double> sum_log_probs(const torch::Tensor& logits, const torch::Tens
 }
 
 }  // namespace
+
+DecoderTeacherForcing teacher_forcing(const std::vector<std::vector<int64_t>>& sequences,
+                                      int64_t sos_eos, bool reversed) {
+  const auto n = static_cast<int64_t>(sequences.size());
+  size_t longest = 0;
+  for (const auto& h : sequences) longest = std::max(longest, h.size());
+  const auto width = static_cast<int64_t>(longest) + 1;
+  DecoderTeacherForcing f;
+  f.inputs = torch::full({n, width}, sos_eos, torch::kLong);
+  f.targets = torch::full({n, width}, -1, torch::kLong);
+  f.lengths = torch::empty({n}, torch::kLong);
+  auto in = f.inputs.accessor<int64_t, 2>();
+  auto out = f.targets.accessor<int64_t, 2>();
+  auto l = f.lengths.accessor<int64_t, 1>();
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& h = sequences[static_cast<size_t>(i)];
+    const auto size = static_cast<int64_t>(h.size());
+    for (int64_t j = 0; j < size; ++j) {
+      const auto token =
+          reversed ? h[static_cast<size_t>(size - 1 - j)] : h[static_cast<size_t>(j)];
+      in[i][j + 1] = token;
+      out[i][j] = token;
+    }
+    out[i][size] = sos_eos;
+    l[i] = size + 1;
+  }
+  return f;
+}
 
 AttentionDecoderBlockImpl::AttentionDecoderBlockImpl(AttentionDecoderOptions options_)
     : options(std::move(options_)) {
@@ -187,9 +194,9 @@ DecoderScores AttentionDecoderImpl::score(const torch::Tensor& memory,
   const auto repeated = one.expand({n, one.size(1), one.size(2)}).contiguous();
   const auto device = memory.device();
   const auto run = [&](TransformerDecoder& decoder, bool reversed) {
-    const auto [tokens, lengths] = decoder_inputs(hypotheses, sos_eos(), reversed);
-    const auto logits = decoder(tokens.to(device), lengths.to(device), repeated);
-    return sum_log_probs(logits, tokens, lengths, sos_eos());
+    const auto f = teacher_forcing(hypotheses, sos_eos(), reversed);
+    const auto logits = decoder(f.inputs.to(device), f.lengths.to(device), repeated);
+    return sum_log_probs(logits, f.inputs, f.lengths, sos_eos());
   };
   scores.left = run(left, false);
   if (right_weight > 0.0) scores.right = run(right, true);

@@ -127,6 +127,16 @@ class AttentionDecoderImpl : public torch::nn::Cloneable<AttentionDecoderImpl> {
 };
 TORCH_MODULE(AttentionDecoder);
 
+// A decoder's teacher-forced inputs and targets for token sequences (WeNet's add_sos_eos; with
+// `reversed`, each sequence backwards first, for the right-to-left decoder): row i of `inputs` is
+// <sos> then the n_i tokens, padded with <eos>; row i of `targets` is the tokens then <eos>,
+// padded with -1 (no target); both [N, max n_i + 1]; `lengths` n_i + 1.
+struct DecoderTeacherForcing {
+  torch::Tensor inputs, targets, lengths;
+};
+DecoderTeacherForcing teacher_forcing(const std::vector<std::vector<int64_t>>& sequences,
+                                      int64_t sos_eos, bool reversed);
+
 // Parameters of an AttentionDecoder with these options (both directions).
 int64_t attention_decoder_parameter_count(const AttentionDecoderOptions& options);
 
