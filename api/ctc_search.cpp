@@ -110,4 +110,22 @@ std::vector<int64_t> CtcSearcher::stable_tokens() {
   return tokens;
 }
 
+std::vector<decoding::CtcHypothesis> rank_by_rescoring(
+    const std::vector<decoding::CtcHypothesis>& found, const DecoderScores& scores,
+    const decoding::AttentionRescoringOptions& options, size_t keep) {
+  std::vector<double> ctc;
+  for (const auto& h : found) ctc.push_back(h.score);
+  const auto rescored = decoding::rescore_nbest(ctc, scores.left, scores.right, options);
+  std::vector<size_t> order(found.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return rescored.scores[a] > rescored.scores[b]; });
+  std::vector<decoding::CtcHypothesis> ranked;
+  for (size_t i = 0; i < std::min(keep, order.size()); ++i) {
+    ranked.push_back(found[order[i]]);
+    ranked.back().score = rescored.scores[order[i]];
+  }
+  return ranked;
+}
+
 }  // namespace attnzoo

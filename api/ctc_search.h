@@ -11,8 +11,10 @@
 #pragma once
 
 #include <attnzoo/configs/model_config.h>
+#include <attnzoo/decoding/attention_rescoring.h>
 #include <attnzoo/decoding/ctc_decoder.h>
 #include <attnzoo/decoding/units.h>
+#include <attnzoo/models/attention_decoder.h>
 
 #include <torch/types.h>
 
@@ -59,5 +61,13 @@ class CtcSearcher {
   std::unique_ptr<decoding::CtcGreedySearch> greedy_;
   std::unique_ptr<decoding::CtcPrefixBeamSearch> beam_;
 };
+
+// Attention rescoring of an n-best: `found` (prefix beam search's hypotheses, best first) ranked
+// again by decoding::rescore_nbest with the decoders' scores of each (AttentionDecoderImpl::
+// score, in the same order), each given its rescoring score; the first `keep` of them. Among
+// equal scores the earlier hypothesis stays first, as WeNet picks the first maximum.
+std::vector<decoding::CtcHypothesis> rank_by_rescoring(
+    const std::vector<decoding::CtcHypothesis>& found, const DecoderScores& scores,
+    const decoding::AttentionRescoringOptions& options, size_t keep);
 
 }  // namespace attnzoo

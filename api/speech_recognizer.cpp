@@ -67,28 +67,13 @@ struct SpeechRecognizer::State {
                                                const torch::Tensor& encoded) const {
     auto found = search.hypotheses();
     if (rescoring() && !found.empty()) {
-      const auto& options = encoder.config().decoding.rescoring;
+      const auto& settings = encoder.config().decoding;
       std::vector<std::vector<int64_t>> tokens;
-      std::vector<double> ctc;
-      for (const auto& h : found) {
-        tokens.push_back(h.tokens);
-        ctc.push_back(h.score);
-      }
-      const auto terms = encoder.attention_scores(encoded, tokens, options.reverse_weight);
-      const auto rescored = decoding::rescore_nbest(ctc, terms.left, terms.right, options);
-      std::vector<size_t> order(found.size());
-      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-      // Best first; among equal scores the earlier (rescore_nbest's first maximum stays first).
-      std::stable_sort(order.begin(), order.end(),
-                       [&](size_t a, size_t b) { return rescored.scores[a] > rescored.scores[b]; });
-      const auto keep =
-          std::min(order.size(), static_cast<size_t>(encoder.config().decoding.beam.nbest));
-      std::vector<decoding::CtcHypothesis> ranked;
-      for (size_t i = 0; i < keep; ++i) {
-        ranked.push_back(found[order[i]]);
-        ranked.back().score = rescored.scores[order[i]];
-      }
-      found = std::move(ranked);
+      for (const auto& h : found) tokens.push_back(h.tokens);
+      const auto scores =
+          encoder.attention_scores(encoded, tokens, settings.rescoring.reverse_weight);
+      found = rank_by_rescoring(found, scores, settings.rescoring,
+                                static_cast<size_t>(settings.beam.nbest));
     }
     std::vector<TranscriptHypothesis> out;
     for (const auto& h : found) out.push_back(hypothesis_of(h, tokenizer));
