@@ -5,6 +5,7 @@
 #include <attnzoo/configs/config_sections.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/configs/yaml_reader.h>
+#include <attnzoo/models/conformer.h>
 
 #include <filesystem>
 #include <fstream>
@@ -138,6 +139,9 @@ TrainLoopConfig read_loop(MapReader t) {
   l.clip_grad_norm = t.number("clip_grad_norm", 0.0, 0.0, kHuge);
   l.label_smoothing = t.number("label_smoothing", 0.0, 0.0, 1.0);
   if (l.label_smoothing >= 1.0) t.fail("label_smoothing", "expected a value below 1");
+  l.ctc_weight = t.number("ctc_weight", 1.0, 0.0, 1.0);
+  l.reverse_weight = t.number("reverse_weight", 0.0, 0.0, 1.0);
+  if (l.reverse_weight >= 1.0) t.fail("reverse_weight", "expected a value below 1");
   l.seed = t.integer("seed", 0, 0, std::numeric_limits<int64_t>::max());
   l.device = t.device("device", "cpu");
   l.precision = parse_dtype("precision", t.choice("precision", "fp32", {"fp32", "bf16"}));
@@ -155,6 +159,36 @@ TrainLoopConfig read_loop(MapReader t) {
   l.output = t.string("output", "");
   t.finish();
   return l;
+}
+
+// What train.ctc_weight, reverse_weight and label_smoothing ask of a CTC model: an attention
+// decoder, and a right-to-left one for reverse_weight > 0 (the Trainer checks the token table's
+// <sos/eos>).
+void check_attention_objective(const TrainConfig& c, MapReader& train) {
+  const auto& t = c.train;
+  if (t.ctc_weight >= 1.0) {
+    if (t.label_smoothing > 0.0) {
+      train.fail("label_smoothing",
+                 "label smoothing is for train.loss cross_entropy, or for an attention decoder "
+                 "(train.ctc_weight < 1)");
+    }
+    if (t.reverse_weight > 0.0) {
+      train.fail("reverse_weight", "the right-to-left decoder learns with train.ctc_weight < 1");
+    }
+    return;
+  }
+  const auto* conformer = c.model.has_options<ConformerEncoderOptions>()
+                              ? &c.model.options<ConformerEncoderOptions>()
+                              : nullptr;
+  if (!conformer || !conformer->decoder()) {
+    train.fail("ctc_weight", "a ctc_weight below 1 trains an attention decoder; " + c.model.source +
+                                 " has none (architecture.decoder)");
+  }
+  if (t.reverse_weight > 0.0 && conformer->decoder()->right_blocks() == 0) {
+    train.fail("reverse_weight",
+               "reverse_weight trains a right-to-left decoder; " + c.model.source +
+                   "'s decoder has none (architecture.decoder.kind: bitransformer)");
+  }
 }
 
 // What train.loss and train.dynamic_chunk ask of the model and the data. `model`: the model as
@@ -176,9 +210,10 @@ void check_objective(const TrainConfig& c, const std::string& model, MapReader& 
                 "data.classes name the classes of a classifier; train.loss ctc reads "
                 "transcripts");
     }
-    if (c.train.label_smoothing > 0.0) {
-      train.fail("label_smoothing", "label smoothing is for train.loss cross_entropy");
-    }
+    check_attention_objective(c, train);
+  } else if (c.train.ctc_weight < 1.0 || c.train.reverse_weight > 0.0) {
+    train.fail(c.train.ctc_weight < 1.0 ? "ctc_weight" : "reverse_weight",
+               "joint CTC/attention training is for train.loss ctc");
   } else if (family.num_classes(c.model) <= 0) {
     train.fail("loss", "cross_entropy needs a model with a classification head; " + c.model.name +
                            " has none (set train.loss: ctc for a CTC head)");

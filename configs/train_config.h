@@ -125,7 +125,15 @@ struct TrainLoopConfig {
   int64_t batch_size = 32;
   int64_t accumulation = 1;     // micro-batches of batch_size per optimiser step
   double clip_grad_norm = 0.0;  // 0: off
+  // cross_entropy: the head's targets smoothed; ctc with ctc_weight < 1: the attention decoder's
+  // (WeNet's lsm_weight).
   double label_smoothing = 0.0;
+  // ctc with a model that has an attention decoder (architecture.decoder): joint CTC/attention
+  // training, WeNet's U2 and U2++ loss ctc_weight · CTC + (1 − ctc_weight) · the decoders'
+  // (train/attention_training.h), the right-to-left decoder's weighted by reverse_weight.
+  // ctc_weight 1: the CTC head alone (the decoder, if any, does not learn).
+  double ctc_weight = 1.0;
+  double reverse_weight = 0.0;
   int64_t seed = 0;
   c10::Device device = c10::kCPU;
   c10::ScalarType precision = c10::kFloat;  // float, or bfloat16 (autocast, CUDA only)

@@ -1,5 +1,6 @@
 #include <attnzoo/train/ctc_training.h>
 
+#include <attnzoo/models/conformer.h>
 #include <attnzoo/preprocess/image/augment.h>
 #include <attnzoo/train/trainer.h>
 
@@ -67,12 +68,21 @@ CtcEvalResult evaluate_ctc(ZooModel& model, const LabelledDataset& dataset,
   CtcEvalResult r;
   double loss_sum = 0.0;
   torch::NoGradGuard no_grad;
+  // decoding.mode attention_rescoring: the beam ranked again by the model's attention decoder.
+  const auto& settings = model.config.decoding;
+  auto* conformer = model.module->as<ConformerEncoderImpl>();
+  const bool rescoring = settings.mode == decoding::DecodingMode::kAttentionRescoring;
+  TORCH_CHECK_VALUE(!rescoring || (conformer && conformer->decoder),
+                    "evaluate_ctc: ", model.config.source,
+                    ": decoding.mode attention_rescoring needs an attention decoder "
+                    "(architecture.decoder)");
   while (auto batch = loader.next()) {
-    torch::Tensor log_probs, lengths;
+    torch::Tensor log_probs, lengths, encoded;
     for (const auto& [name, value] :
          model.forward({batch->inputs.to(device), batch->lengths.to(device)})) {
       if (name == "logits") log_probs = value;
       if (name == "lengths") lengths = value;
+      if (name == "encoded") encoded = value;
     }
     const int64_t count = batch->indices.size(0);
     loss_sum +=
@@ -83,12 +93,21 @@ CtcEvalResult evaluate_ctc(ZooModel& model, const LabelledDataset& dataset,
     for (int64_t i = 0; i < count; ++i) {
       const auto& example =
           dataset.examples[static_cast<size_t>(batch->indices[i].item<int64_t>())];
+      const auto valid = frames[i].item<int64_t>();
       CtcSearcher searcher(search);
-      searcher.advance(cpu[i].narrow(0, 0, frames[i].item<int64_t>()));
+      searcher.advance(cpu[i].narrow(0, 0, valid));
+      auto found = searcher.hypotheses();
+      if (rescoring && !found.empty()) {
+        std::vector<std::vector<int64_t>> tokens;
+        for (const auto& h : found) tokens.push_back(h.tokens);
+        const auto scores = conformer->decoder->score(encoded[i].narrow(0, 0, valid), tokens,
+                                                      settings.rescoring.reverse_weight);
+        found = rank_by_rescoring(found, scores, settings.rescoring, 1);
+      }
       TranscribedUtterance u;
       u.audio = example.path;
       u.reference = tokenizer.decode(example.tokens);
-      u.hypothesis = tokenizer.decode(searcher.hypotheses().front().tokens);
+      u.hypothesis = tokenizer.decode(found.front().tokens);
       u.words = decoding::word_errors(u.reference, u.hypothesis);
       u.characters = decoding::character_errors(u.reference, u.hypothesis);
       r.words += u.words;

@@ -58,8 +58,9 @@ struct CtcEvalResult {
 };
 
 // The model (eval mode, no gradients) on every utterance of a transcribed dataset, under the
-// config's streaming chunk mask when it has one, each decoded by `search` and scored against its
-// transcript.
+// config's streaming chunk mask when it has one, each decoded by `search` (and, with
+// decoding.mode attention_rescoring, its beam ranked again by the model's attention decoder, as
+// SpeechRecognizer does) and scored against its transcript.
 CtcEvalResult evaluate_ctc(ZooModel& model, const LabelledDataset& dataset,
                            const decoding::Tokenizer& tokenizer, const CtcSearchSettings& search,
                            int64_t batch_size, int64_t workers,

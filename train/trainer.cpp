@@ -11,6 +11,7 @@
 #include <attnzoo/preprocess/audio/spec_augment.h>
 #include <attnzoo/preprocess/image/augment.h>
 #include <attnzoo/preprocess/image/decode.h>
+#include <attnzoo/train/attention_training.h>
 #include <attnzoo/train/ctc_training.h>
 #include <attnzoo/train/diagnostics.h>
 #include <attnzoo/train/distributed.h>
@@ -270,6 +271,9 @@ struct Trainer::State {
   std::optional<decoding::Tokenizer> tokenizer;
   CtcSearchSettings search;
   bool ctc() const { return tokenizer.has_value(); }
+  // train.ctc_weight < 1: the model's attention decoder learns beside the CTC head.
+  bool joint() const { return ctc() && config.train.ctc_weight < 1.0; }
+  AttentionDecoderImpl& decoder() { return *model.module->as<ConformerEncoderImpl>()->decoder; }
   torch::Device device{torch::kCPU};
   int64_t batches_per_epoch = 0, total_steps = 0, step = 0;
   fs::path output;
@@ -309,6 +313,10 @@ struct Trainer::State {
     out << "training " << config.model.name << ": " << train.examples.size() << " examples, ";
     if (ctc()) {
       out << "CTC over " << tokenizer->units().size() << " tokens";
+      if (joint()) {
+        out << " and the attention decoder (ctc_weight " << config.train.ctc_weight
+            << ", reverse_weight " << config.train.reverse_weight << ")";
+      }
     } else {
       out << train.classes.size() << " classes";
     }
@@ -343,12 +351,19 @@ struct Trainer::State {
   // CTC loss of its transcripts.
   torch::Tensor batch_loss(Batch& batch, const Mixup* mixup, std::mt19937_64& rng) {
     if (ctc()) {
-      torch::Tensor log_probs, lengths;
+      torch::Tensor log_probs, lengths, encoded;
       for (const auto& [name, value] : model.forward(model_input(batch, rng))) {
         if (name == "logits") log_probs = value;
         if (name == "lengths") lengths = value;
+        if (name == "encoded") encoded = value;
       }
-      return ctc_batch_loss(log_probs, lengths, batch, train, tokenizer->units().blank_id());
+      auto loss = ctc_batch_loss(log_probs, lengths, batch, train, tokenizer->units().blank_id());
+      if (!joint()) return loss;
+      const auto& t = config.train;
+      const auto attention =
+          attention_batch_loss(decoder(), encoded, lengths, batch.targets, batch.target_lengths,
+                               {t.label_smoothing, t.reverse_weight});
+      return t.ctc_weight * loss + (1.0 - t.ctc_weight) * attention;
     }
     const auto mixed = (*mixup)(batch.inputs, batch.labels, rng);
     batch.inputs = mixed.inputs;
@@ -498,6 +513,14 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   if (c.train.loss == TrainLoss::kCtc) {
     s.tokenizer = model_tokenizer(c.model);
     s.search = ctc_search_settings(c.model, s.tokenizer->units());
+    // The decoders predict <sos/eos> as the vocabulary's last id (WeNet's convention).
+    const auto vocab = model_family(c.model.family).ctc_vocab(c.model);
+    if (s.joint() && s.tokenizer->units().sos_eos_id() != vocab - 1) {
+      throw Error(c.source + ": train.ctc_weight < 1 trains the attention decoder, which needs " +
+                  "the token table's <sos/eos> as its last id (" + std::to_string(vocab - 1) +
+                  "); " + c.model.source + "'s table has it at " +
+                  std::to_string(s.tokenizer->units().sos_eos_id()));
+    }
   }
   const decoding::Tokenizer* tokenizer = s.tokenizer ? &*s.tokenizer : nullptr;
   s.train = load_dataset(c.data, "train", tokenizer);

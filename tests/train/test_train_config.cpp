@@ -148,8 +148,9 @@ TEST(TrainConfig, ErrorsNameTheKeyAndPlace) {
 
 // A small Conformer with a CTC head over 6 word units: with or without the decoding section
 // (the units train.loss ctc tokenizes with) and the causal convolution (streaming needs it).
+// decoder: architecture.decoder's flow map, or empty for none.
 std::string write_ctc_model(const std::string& dir, const std::string& name, bool decoding,
-                            bool causal) {
+                            bool causal, const std::string& decoder = "") {
   std::ofstream(dir + "/units.txt") << "<blank> 0\n<unk> 1\nhigh 2\nlow 3\nmid 4\n<sos/eos> 5\n";
   const auto path = dir + "/" + name + ".yaml";
   std::ofstream out(path);
@@ -157,7 +158,8 @@ std::string write_ctc_model(const std::string& dir, const std::string& name, boo
       << "family: conformer\n"
       << "architecture: {input_dim: 20, encoder_dim: 16, num_layers: 1, num_heads: 2, ffn_dim: 32, "
       << "depthwise_conv_kernel_size: 5, subsampling: conv2d4, position: rel_pos_wenet, "
-      << "vocab_size: 6, causal_conv: " << (causal ? "true" : "false") << "}\n"
+      << "vocab_size: 6, causal_conv: " << (causal ? "true" : "false")
+      << (decoder.empty() ? "" : ", decoder: " + decoder) << "}\n"
       << "features: {kind: fbank, num_mel_bins: 20}\n";
   if (decoding) out << "decoding: {units: units.txt, text: words}\n";
   return path;
@@ -178,6 +180,18 @@ TEST(TrainConfig, CtcObjective) {
   EXPECT_DOUBLE_EQ(c.train.full_context_prob, 0.25);
   EXPECT_TRUE(c.train.dynamic_left_chunks);
   EXPECT_EQ(c.model.decoding.units, dir + "/units.txt");
+  EXPECT_DOUBLE_EQ(c.train.ctc_weight, 1.0);  // CTC alone unless said
+  EXPECT_DOUBLE_EQ(c.train.reverse_weight, 0.0);
+  write_ctc_model(dir, "ctc_u2pp", true, true,
+                  "{kind: bitransformer, num_heads: 2, ffn_dim: 32, num_blocks: 1, "
+                  "right_blocks: 1}");
+  std::ofstream(dir + "/joint.yaml")
+      << "model: ctc_u2pp.yaml\ndata: {kind: audio_list, train: ctc_micro.yaml}\n"
+         "train: {loss: ctc, ctc_weight: 0.3, reverse_weight: 0.4, label_smoothing: 0.1}\n";
+  const auto joint = load_train_config(dir + "/joint.yaml");
+  EXPECT_DOUBLE_EQ(joint.train.ctc_weight, 0.3);
+  EXPECT_DOUBLE_EQ(joint.train.reverse_weight, 0.4);
+  EXPECT_DOUBLE_EQ(joint.train.label_smoothing, 0.1);
   // Dynamic chunks leave the model's own streaming section alone (offline unless it says).
   EXPECT_EQ(c.model.streaming.chunk_size, 0);
   const auto overridden = load_train_config(
@@ -235,6 +249,26 @@ TEST(TrainConfig, CtcObjectiveRefusalsNameTheirKey) {
       "data", "data.classes name the classes of a classifier");
   refused("model: ctc_micro.yaml\n" + audio + "train: {loss: ctc, label_smoothing: 0.1}\n",
           "train.label_smoothing", "label smoothing is for train.loss cross_entropy");
+  // Joint CTC/attention training without the decoders it trains, or with its settings alone.
+  write_ctc_model(dir, "ctc_u2", true, true,
+                  "{kind: transformer, num_heads: 2, ffn_dim: 32, num_blocks: 1}");
+  refused("model: ctc_micro.yaml\n" + audio + "train: {loss: ctc, ctc_weight: 0.3}\n",
+          "train.ctc_weight",
+          "a ctc_weight below 1 trains an attention decoder; " + dir +
+              "/ctc_micro.yaml has none (architecture.decoder)");
+  refused(
+      "model: ctc_u2.yaml\n" + audio + "train: {loss: ctc, ctc_weight: 0.3, reverse_weight: 0.3}\n",
+      "train.reverse_weight",
+      "reverse_weight trains a right-to-left decoder; " + dir +
+          "/ctc_u2.yaml's decoder has none (architecture.decoder.kind: bitransformer)");
+  refused("model: ctc_u2.yaml\n" + audio + "train: {loss: ctc, reverse_weight: 0.3}\n",
+          "train.reverse_weight", "the right-to-left decoder learns with train.ctc_weight < 1");
+  refused("model: ctc_u2.yaml\n" + audio + "train: {loss: ctc, label_smoothing: 0.1}\n",
+          "train.label_smoothing", "or for an attention decoder (train.ctc_weight < 1)");
+  refused(vit + vit_data + "train: {ctc_weight: 0.5}\n", "train.ctc_weight",
+          "joint CTC/attention training is for train.loss ctc");
+  refused("model: ctc_u2.yaml\n" + audio + "train: {loss: ctc, ctc_weight: 1.5}\n",
+          "train.ctc_weight", "");
   // cross_entropy (said, or the default) on a model with a CTC head and no classifier.
   refused("model: ctc_micro.yaml\n" + audio + "train: {loss: cross_entropy}\n", "train.loss",
           "cross_entropy needs a model with a classification head; ctc_micro has none");
