@@ -348,7 +348,8 @@ struct Trainer::State {
   }
 
   // The loss of one batch: soft-target cross-entropy of the mixed batch (a classifier), or the
-  // CTC loss of its transcripts.
+  // CTC loss of its transcripts, weighted with the attention decoders' (train/
+  // attention_training.h) when train.ctc_weight < 1.
   torch::Tensor batch_loss(Batch& batch, const Mixup* mixup, std::mt19937_64& rng) {
     if (ctc()) {
       torch::Tensor log_probs, lengths, encoded;
