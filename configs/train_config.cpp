@@ -256,6 +256,16 @@ TrainConfig read_train_document(const Document& document,
   }
   c.init_format = root.string("init_format", "");
   c.init_key = root.string("init_key", "");
+  if (auto prefixes = root.string_list("init_new")) {
+    if (!root.has("init_weights")) {
+      root.fail("init_new", "names what init_weights may lack; give init_weights");
+    }
+    if (c.init_format != "" && c.init_format != "attnzoo") {
+      root.fail("init_new", "needs init_weights in attnzoo's layout (init_format: attnzoo), not " +
+                                c.init_format);
+    }
+    c.init_new = *prefixes;
+  }
   // A model with weights of its own (a model folder's) starts from them.
   if (c.init_weights.empty()) c.init_weights = c.model.checkpoint_file;
   c.data = read_data(root.map("data", true), c.source);

@@ -162,6 +162,10 @@ struct TrainConfig {
   std::string init_weights;
   std::string init_format;  // its layout; empty: detected
   std::string init_key;     // a PyTorch training checkpoint's state dict; empty: found
+  // Prefixes of the model's parameter and buffer names that init_weights may lack (they keep the
+  // model's own initialization), e.g. [decoder.] to add an attention decoder to a trained CTC
+  // model; the weights must then be in attnzoo's layout. Empty: init_weights holds everything.
+  std::vector<std::string> init_new;
   ModelConfig model;
   TrainDataConfig data;
   TrainAugmentConfig augment;

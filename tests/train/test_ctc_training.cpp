@@ -264,6 +264,45 @@ TEST(CtcTraining, JointCtcAttentionTrainsBothDecoders) {
   EXPECT_LT(right_after, 0.5 * right_before);
 }
 
+// init_new: a CTC run's weights start a model with a decoder added (the file lacks decoder.*):
+// the encoder and the CTC head are the run's, the decoder keeps the model's initialization.
+// Without init_new the strict loader names the decoder's tensors; a prefix that begins no name
+// is refused.
+TEST(CtcTraining, InitNewAddsADecoderToATrainedCtcModel) {
+  const auto ctc = train_ctc("ctc_for_init", {"train.epochs=1"});
+  const auto weights = ctc.dir + "/model.safetensors";
+  auto trained = io::load_safetensors(weights).tensors;
+  const std::vector<std::string> u2pp = {"model=model_u2pp.yaml", "init_weights=" + weights};
+  auto with_new = u2pp;
+  with_new.push_back("init_new=[decoder.]");
+  Trainer trainer(ctc_config(testing::fresh_dir("ctc_init_new"), with_new));
+  torch::manual_seed(trainer.config().train.seed);  // the Trainer's seed, before it built its model
+  auto fresh = build_model(trainer.config().model);
+  auto initial = state_dict(*fresh.module);
+  int64_t encoder = 0, decoder = 0;
+  for (const auto& item : state_dict(*trainer.model().module)) {
+    if (item.key().rfind("decoder.", 0) == 0) {
+      ++decoder;
+      EXPECT_FALSE(trained.contains(item.key())) << item.key();
+      EXPECT_TRUE(torch::equal(item.value(), initial[item.key()])) << item.key();
+    } else {
+      ++encoder;
+      ASSERT_TRUE(trained.contains(item.key())) << item.key();
+      EXPECT_TRUE(torch::equal(item.value(), trained[item.key()])) << item.key();
+    }
+  }
+  EXPECT_GT(encoder, 10);
+  EXPECT_GT(decoder, 10);
+  EXPECT_THAT(error_of<CheckpointError>(
+                  [&] { Trainer t(ctc_config(testing::fresh_dir("ctc_init_strict"), u2pp)); }),
+              HasSubstr("decoder.left.embed.weight"));
+  auto typo = u2pp;
+  typo.push_back("init_new=[decodr.]");
+  EXPECT_THAT(
+      error_of<Error>([&] { Trainer t(ctc_config(testing::fresh_dir("ctc_init_typo"), typo)); }),
+      HasSubstr("init_new: 'decodr.' begins no parameter or buffer name of conformer_ctc_micro"));
+}
+
 // The validation list with some transcripts made wrong, so that a model that hears the tones
 // right makes every kind of error on it: a word appended (a deletion), the last word dropped (an
 // insertion), the first word changed (a substitution), a transcript emptied (an insertion against

@@ -249,6 +249,16 @@ TEST(TrainConfig, CtcObjectiveRefusalsNameTheirKey) {
       "data", "data.classes name the classes of a classifier");
   refused("model: ctc_micro.yaml\n" + audio + "train: {loss: ctc, label_smoothing: 0.1}\n",
           "train.label_smoothing", "label smoothing is for train.loss cross_entropy");
+  // init_new without the weights it qualifies, with weights in another layout, or empty names.
+  refused("model: ctc_micro.yaml\n" + audio + "init_new: [decoder.]\ntrain: {loss: ctc}\n",
+          "init_new", "names what init_weights may lack; give init_weights");
+  refused("model: ctc_micro.yaml\n" + audio +
+              "init_weights: ctc_micro.yaml\ninit_format: wenet\ninit_new: [decoder.]\n"
+              "train: {loss: ctc}\n",
+          "init_new", "needs init_weights in attnzoo's layout (init_format: attnzoo), not wenet");
+  refused("model: ctc_micro.yaml\n" + audio +
+              "init_weights: ctc_micro.yaml\ninit_new: ['']\ntrain: {loss: ctc}\n",
+          "init_new[0]", "expected a non-empty string");
   // Joint CTC/attention training without the decoders it trains, or with its settings alone.
   write_ctc_model(dir, "ctc_u2", true, true,
                   "{kind: transformer, num_heads: 2, ffn_dim: 32, num_blocks: 1}");
