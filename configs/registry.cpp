@@ -4,6 +4,7 @@
 #include <attnzoo/configs/yaml_reader.h>
 #include <attnzoo/configs/zoo_path.h>
 #include <attnzoo/io/weights_file.h>
+#include <attnzoo/models/checkpoint.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -150,16 +151,39 @@ ZooModel create_model_from_yaml(const std::string& path,
 }
 
 LoadedWeights load_weights(ZooModel& model, const std::string& path, const std::string& format,
-                           const std::string& key) {
+                           const std::string& key, const std::vector<std::string>& new_prefixes) {
   io::WeightsFileOptions options;
   // The config's key belongs to the config's own weights file.
   options.key =
       !key.empty() || path != model.config.checkpoint_file ? key : model.config.checkpoint_key;
-  const auto file = io::load_weights_file(path, options);
+  auto file = io::load_weights_file(path, options);
   const std::string requested = format.empty() ? model.config.checkpoint_format : format;
+  int64_t kept = 0;
+  if (!new_prefixes.empty()) {
+    const auto own = state_dict(*model.module);
+    for (const auto& prefix : new_prefixes) {
+      bool names_one = false;
+      for (const auto& item : own) {
+        if (item.key().rfind(prefix, 0) != 0) continue;
+        names_one = true;
+        if (!file.tensors.contains(item.key())) {
+          file.tensors.insert(item.key(), item.value());
+          ++kept;
+        }
+      }
+      if (!names_one) {
+        throw Error(path + ": the new prefix '" + prefix +
+                    "' begins no parameter or buffer name of " + model.config.name);
+      }
+    }
+  }
   auto loaded =
       model.family().load_weights(*model.module, model.config, file.tensors, requested, path);
   loaded.notes.insert(loaded.notes.begin(), file.notes.begin(), file.notes.end());
+  if (!new_prefixes.empty()) {
+    loaded.notes.push_back(std::to_string(kept) + " tensors under the new prefixes kept the " +
+                           "model's initialization");
+  }
   return loaded;
 }
 

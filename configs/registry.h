@@ -116,8 +116,12 @@ ZooModel create_model_from_yaml(const std::string& path,
 // checkpoint.format, else detected from the tensor names; the layout used is returned with what
 // else the reading and the layout brought (LoadedWeights::notes: the state dict's key, DDP's
 // prefix removed, Hugging Face's LayerNorm eps 1e-12 for a config that states timm's 1e-6 for
-// timm's layout; model.config follows).
+// timm's layout; model.config follows). `new_prefixes`: prefixes of the model's parameter and
+// buffer names the file may lack (they keep their current values; the file's names must then be
+// ours, the attnzoo layout), e.g. {"decoder."} to add an attention decoder to trained CTC weights;
+// a prefix that begins no name is an Error.
 LoadedWeights load_weights(ZooModel& model, const std::string& path, const std::string& format = "",
-                           const std::string& key = "");
+                           const std::string& key = "",
+                           const std::vector<std::string>& new_prefixes = {});
 
 }  // namespace attnzoo

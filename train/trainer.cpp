@@ -5,7 +5,6 @@
 #include <attnzoo/core/splitmix64.h>
 #include <attnzoo/io/atomic_file.h>
 #include <attnzoo/io/safetensors.h>
-#include <attnzoo/io/weights_file.h>
 #include <attnzoo/models/checkpoint.h>
 #include <attnzoo/preprocess/audio/features.h>
 #include <attnzoo/preprocess/audio/read.h>
@@ -46,40 +45,6 @@ namespace fs = std::filesystem;
 
 int64_t model_classes(const ModelConfig& config) {
   return model_family(config.family).num_classes(config);
-}
-
-// init_weights into the model; with init_new, the model's own tensors stand in for those under
-// its prefixes that the file lacks. Returns the loader's notes.
-std::vector<std::string> load_init_weights(ZooModel& model, const TrainConfig& c) {
-  if (c.init_new.empty()) {
-    return load_weights(model, c.init_weights, c.init_format, c.init_key).notes;
-  }
-  io::WeightsFileOptions options;
-  options.key = c.init_key;
-  auto file = io::load_weights_file(c.init_weights, options);
-  const auto own = state_dict(*model.module);
-  int64_t kept = 0;
-  for (const auto& prefix : c.init_new) {
-    bool names_one = false;
-    for (const auto& item : own) {
-      if (item.key().rfind(prefix, 0) != 0) continue;
-      names_one = true;
-      if (!file.tensors.contains(item.key())) {
-        file.tensors.insert(item.key(), item.value());
-        ++kept;
-      }
-    }
-    if (!names_one) {
-      throw Error(c.source + ": init_new: '" + prefix + "' begins no parameter or buffer name of " +
-                  c.model.name);
-    }
-  }
-  auto loaded = model.family().load_weights(*model.module, model.config, file.tensors, "attnzoo",
-                                            c.init_weights);
-  auto notes = file.notes;
-  notes.insert(notes.end(), loaded.notes.begin(), loaded.notes.end());
-  notes.push_back(std::to_string(kept) + " tensors under init_new kept the model's initialization");
-  return notes;
 }
 
 bool takes_images(const ModelConfig& config) {
@@ -595,7 +560,8 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   torch::manual_seed(static_cast<uint64_t>(c.train.seed));
   s.model = build_model(c.model);
   if (!c.init_weights.empty()) {
-    for (const auto& note : load_init_weights(s.model, c)) {
+    for (const auto& note :
+         load_weights(s.model, c.init_weights, c.init_format, c.init_key, c.init_new).notes) {
       if (s.env.rank == 0) std::cerr << c.init_weights << ": " << note << "\n";
     }
   }

@@ -300,7 +300,8 @@ TEST(CtcTraining, InitNewAddsADecoderToATrainedCtcModel) {
   typo.push_back("init_new=[decodr.]");
   EXPECT_THAT(
       error_of<Error>([&] { Trainer t(ctc_config(testing::fresh_dir("ctc_init_typo"), typo)); }),
-      HasSubstr("init_new: 'decodr.' begins no parameter or buffer name of conformer_ctc_micro"));
+      HasSubstr("the new prefix 'decodr.' begins no parameter or buffer name of "
+                "conformer_ctc_micro"));
 }
 
 // The validation list with some transcripts made wrong, so that a model that hears the tones
