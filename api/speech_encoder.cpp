@@ -422,14 +422,14 @@ SpeechEncoder::Stream SpeechEncoder::stream(int64_t sample_rate, int64_t chunk,
   TORCH_CHECK_VALUE(sample_rate > 0, "SpeechEncoder::stream: sample_rate must be > 0, got ",
                     sample_rate);
   TORCH_CHECK_VALUE(chunk >= 0, "SpeechEncoder::stream: chunk must be >= 0, got ", chunk);
-  TORCH_CHECK_VALUE(s.extractor->options().kind != AudioFeatureKind::kWhisperLogMel,
-                    "SpeechEncoder::stream: ", s.config.source,
-                    " uses whisper_log_mel features, normalised by the whole utterance's maximum; "
-                    "they cannot stream");
   if (chunk == 0) chunk = s.options.stream_chunk;
   if (chunk == 0) chunk = s.config.streaming.chunk_size;
   TORCH_CHECK_VALUE(!s.conformer.is_empty(), "SpeechEncoder::stream: ", s.config.source, " is a ",
                     s.config.family, " model, which does not stream");
+  TORCH_CHECK_VALUE(s.extractor->streams(), "SpeechEncoder::stream: ", s.config.source, " uses ",
+                    to_string(s.extractor->options().kind),
+                    " features normalised over the whole utterance (", s.extractor->describe(),
+                    "); they cannot stream");
   TORCH_CHECK_VALUE(chunk > 0, "SpeechEncoder::stream: ", s.config.source,
                     " has no streaming.chunk_size; pass a chunk (encoder frames)");
   auto impl = std::make_unique<Stream::Impl>();

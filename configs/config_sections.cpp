@@ -69,9 +69,11 @@ std::optional<AudioFeatureOptions> read_audio_features(MapReader& root, int64_t 
   if (!root.has("features")) return std::nullopt;
   AudioFeatureOptions f;
   auto features = root.map("features", true);
-  f.kind = features.enumeration(
-      "kind", std::nullopt,
-      {AudioFeatureKind::kFbank, AudioFeatureKind::kWhisperLogMel, AudioFeatureKind::kStftLogMel});
+  f.kind = features.enumeration("kind", std::nullopt,
+                                {AudioFeatureKind::kFbank, AudioFeatureKind::kWhisperLogMel,
+                                 AudioFeatureKind::kStftLogMel, AudioFeatureKind::kNemoMel});
+  const bool nemo = f.kind == AudioFeatureKind::kNemoMel;
+  if (nemo) f.frame_length_ms = 20.0;  // NeMo's window_size default, 0.02 s
   f.sample_rate = features.integer("sample_rate", f.sample_rate, 1000, kMaxSampleRate);
   f.num_mel_bins = features.integer("num_mel_bins", f.num_mel_bins, 1, kMaxFeatures);
   f.frame_length_ms = features.number("frame_length_ms", f.frame_length_ms, 0.0, 1000.0, true);
@@ -103,6 +105,28 @@ std::optional<AudioFeatureOptions> read_audio_features(MapReader& root, int64_t 
     f.high_freq = features.number("high_freq", 0.0, -kMaxSampleRate / 2.0, kMaxSampleRate / 2.0);
     f.n_fft = features.integer("n_fft", 0, 0, int64_t{1} << 20);
   }
+  if (nemo) {
+    // NeMo's AudioToMelSpectrogramPreprocessor, with its defaults.
+    f.window = features.enumeration("window", FrameWindow::kHanning,
+                                    {FrameWindow::kHanning, FrameWindow::kHamming,
+                                     FrameWindow::kBlackman, FrameWindow::kBartlett});
+    f.n_fft = features.integer("n_fft", 0, 0, int64_t{1} << 20);
+    f.preemphasis = features.number("preemphasis", 0.97, 0.0, 1.0);
+    f.low_freq = features.number("low_freq", 0.0, 0.0, kMaxSampleRate / 2.0);
+    f.high_freq = features.number("high_freq", 0.0, -kMaxSampleRate / 2.0, kMaxSampleRate / 2.0);
+    f.mel_norm =
+        features.enumeration("mel_norm", MelNorm::kSlaney, {MelNorm::kSlaney, MelNorm::kNone});
+    f.mag_power = features.number("mag_power", f.mag_power, 0.0, 8.0, /*min_exclusive=*/true);
+    f.log = features.boolean("log", f.log);
+    f.log_guard =
+        features.enumeration("log_guard", f.log_guard, {LogGuard::kAdd, LogGuard::kClamp});
+    f.log_guard_value =
+        features.number("log_guard_value", f.log_guard_value, 0.0, 1e10, /*min_exclusive=*/true);
+    f.normalize = features.enumeration(
+        "normalize", FeatureNormalize::kPerFeature,
+        {FeatureNormalize::kPerFeature, FeatureNormalize::kAllFeatures, FeatureNormalize::kNone});
+    f.exact_pad = features.boolean("exact_pad", f.exact_pad);
+  }
   features.finish();
   if (f.num_mel_bins != input_dim) {
     features.fail("num_mel_bins", "num_mel_bins " + std::to_string(f.num_mel_bins) +
@@ -110,7 +134,7 @@ std::optional<AudioFeatureOptions> read_audio_features(MapReader& root, int64_t 
   }
   const double nyquist = f.sample_rate / 2.0;
   const double high = f.high_freq > 0.0 ? f.high_freq : nyquist + f.high_freq;
-  if ((fbank || stft) && !(f.low_freq < high && high <= nyquist)) {
+  if ((fbank || stft || nemo) && !(f.low_freq < high && high <= nyquist)) {
     features.fail(features.has("high_freq") ? "high_freq" : "low_freq",
                   "need 0 <= low_freq < high_freq <= sample_rate / 2 = " +
                       std::to_string(static_cast<int64_t>(nyquist)) + " Hz (high_freq <= 0 " +
@@ -121,9 +145,16 @@ std::optional<AudioFeatureOptions> read_audio_features(MapReader& root, int64_t 
   }
   // The window's samples as the frontend counts them (Kaldi's truncation).
   const auto window = static_cast<int64_t>(double(f.sample_rate) * 0.001 * f.frame_length_ms);
-  if (stft && f.n_fft > 0 && f.n_fft < window) {
+  if ((stft || nemo) && f.n_fft > 0 && f.n_fft < window) {
     features.fail("n_fft", "n_fft " + std::to_string(f.n_fft) + " is shorter than the " +
                                std::to_string(window) + "-sample window of frame_length_ms");
+  }
+  const auto hop = static_cast<int64_t>(double(f.sample_rate) * 0.001 * f.frame_shift_ms);
+  if (nemo && f.exact_pad && hop % 2 != 0) {
+    features.fail("exact_pad",
+                  "exact_pad needs an even hop (NeMo refuses an odd one); "
+                  "frame_shift_ms gives " +
+                      std::to_string(hop) + " samples");
   }
   return f;
 }

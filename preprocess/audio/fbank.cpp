@@ -63,6 +63,8 @@ torch::Tensor kaldi_window(FrameWindow type, int64_t length) {
       return torch::ones({length}, torch::kDouble);
     case FrameWindow::kBlackman:  // Kaldi's --blackman-coeff default, 0.42
       return 0.42 - 0.5 * torch::cos(a * n) + 0.08 * torch::cos(2.0 * a * n);
+    case FrameWindow::kBartlett:  // torch.bartlett_window(periodic=False)
+      return 1.0 - torch::abs(2.0 * n / double(length - 1) - 1.0);
   }
   TORCH_INTERNAL_ASSERT(false, "unknown window");
 }
@@ -133,8 +135,9 @@ AudioFeatureKind parse_audio_feature_kind(const std::string& name) {
   if (name == "fbank") return AudioFeatureKind::kFbank;
   if (name == "whisper_log_mel") return AudioFeatureKind::kWhisperLogMel;
   if (name == "stft_log_mel") return AudioFeatureKind::kStftLogMel;
+  if (name == "nemo_mel") return AudioFeatureKind::kNemoMel;
   TORCH_CHECK_VALUE(false, "features kind '", name,
-                    "': expected fbank, whisper_log_mel or stft_log_mel");
+                    "': expected fbank, whisper_log_mel, stft_log_mel or nemo_mel");
 }
 
 FrameWindow parse_frame_window(const std::string& name) {
@@ -143,8 +146,9 @@ FrameWindow parse_frame_window(const std::string& name) {
   if (name == "hanning") return FrameWindow::kHanning;
   if (name == "rectangular") return FrameWindow::kRectangular;
   if (name == "blackman") return FrameWindow::kBlackman;
+  if (name == "bartlett") return FrameWindow::kBartlett;
   TORCH_CHECK_VALUE(false, "window '", name,
-                    "': expected povey, hamming, hanning, rectangular or blackman");
+                    "': expected povey, hamming, hanning, rectangular, blackman or bartlett");
 }
 
 // Kaldi's MelBanks (mel-computations.cc) without VTLN: filter b rises linearly in mel from
@@ -180,9 +184,9 @@ torch::Tensor kaldi_mel_banks(int64_t num_bins, int64_t fft_size, double sample_
 }
 
 // librosa.filters.mel(norm="slaney", htk=False): bins + 2 points evenly spaced on the Slaney
-// scale, triangles in Hz over the rfft frequencies, each scaled by 2 / its width in Hz.
+// scale, triangles in Hz over the rfft frequencies, each scaled by 2 / its width in Hz (norm).
 torch::Tensor slaney_mel_filters(int64_t num_bins, int64_t n_fft, double sample_rate, double fmin,
-                                 double fmax) {
+                                 double fmax, bool norm) {
   TORCH_CHECK_VALUE(num_bins >= 1 && n_fft >= 2 && sample_rate > 0 && fmin >= 0 && fmin < fmax,
                     "slaney_mel_filters: bins ", num_bins, ", n_fft ", n_fft, ", rate ",
                     sample_rate, ", fmin ", fmin, ", fmax ", fmax);
@@ -193,8 +197,10 @@ torch::Tensor slaney_mel_filters(int64_t num_bins, int64_t n_fft, double sample_
   const auto ramps = mel_f.unsqueeze(1) - freqs.unsqueeze(0);
   const auto lower = -ramps.narrow(0, 0, num_bins) / fdiff.narrow(0, 0, num_bins).unsqueeze(1);
   const auto upper = ramps.narrow(0, 2, num_bins) / fdiff.narrow(0, 1, num_bins).unsqueeze(1);
+  const auto weights = torch::clamp_min(torch::minimum(lower, upper), 0.0);
+  if (!norm) return weights;
   const auto enorm = 2.0 / (mel_f.narrow(0, 2, num_bins) - mel_f.narrow(0, 0, num_bins));
-  return torch::clamp_min(torch::minimum(lower, upper), 0.0) * enorm.unsqueeze(1);
+  return weights * enorm.unsqueeze(1);
 }
 
 FeatureExtractor::FeatureExtractor(AudioFeatureOptions options) : options_(std::move(options)) {
@@ -236,6 +242,38 @@ FeatureExtractor::FeatureExtractor(AudioFeatureOptions options) : options_(std::
     window_ = kaldi_window(o.window, length_);
     mel_ = kaldi_mel_banks(o.num_mel_bins, fft_size_, double(o.sample_rate), o.low_freq,
                            o.high_freq, o.allow_empty_mel_bins);
+  } else if (o.kind == AudioFeatureKind::kNemoMel) {
+    // torch.stft as NeMo calls it: a symmetric window of win samples centred in n_fft, frames
+    // centred on multiples of the hop with n_fft / 2 zeros at either end, or (exact_pad)
+    // starting (n_fft - hop) / 2 zeros before them.
+    const int64_t win = length_;
+    const int64_t n_fft = o.n_fft > 0 ? o.n_fft : round_up_to_power_of_two(win);
+    TORCH_CHECK_VALUE(n_fft >= win && n_fft <= (int64_t{1} << 20),
+                      "AudioFeatureOptions.n_fft: at least the frame's ", win,
+                      " samples and at most 2^20, got ", n_fft);
+    TORCH_CHECK_VALUE(!o.exact_pad || shift_ % 2 == 0,
+                      "AudioFeatureOptions.exact_pad needs an even hop (NeMo refuses an odd one), "
+                      "got ",
+                      shift_, " samples");
+    TORCH_CHECK_VALUE(o.preemphasis >= 0.0 && o.preemphasis <= 1.0,
+                      "AudioFeatureOptions.preemphasis: 0 to 1, got ", o.preemphasis);
+    TORCH_CHECK_VALUE(std::isfinite(o.mag_power) && o.mag_power > 0.0 && o.mag_power <= 8.0,
+                      "AudioFeatureOptions.mag_power: above 0 and at most 8, got ", o.mag_power);
+    TORCH_CHECK_VALUE(std::isfinite(o.log_guard_value) && o.log_guard_value > 0.0,
+                      "AudioFeatureOptions.log_guard_value: must be > 0, got ", o.log_guard_value);
+    length_ = fft_size_ = n_fft;
+    TORCH_CHECK_VALUE(shift_ <= length_, "AudioFeatureOptions.frame_shift_ms: ", shift_,
+                      " samples is longer than n_fft");
+    offset_ = o.exact_pad ? (n_fft - shift_) / 2 : n_fft / 2;
+    window_ = torch::zeros({n_fft}, torch::kDouble);
+    window_.narrow(0, (n_fft - win) / 2, win).copy_(kaldi_window(o.window, win));
+    const double nyquist = 0.5 * double(o.sample_rate);
+    const double fmax = o.high_freq > 0.0 ? o.high_freq : nyquist + o.high_freq;
+    TORCH_CHECK_VALUE(o.low_freq >= 0.0 && o.low_freq < fmax && fmax <= nyquist,
+                      "mel frequencies: need 0 <= low_freq < high_freq <= sample_rate / 2 = ",
+                      nyquist, " Hz, got low_freq ", o.low_freq, ", high_freq ", o.high_freq);
+    mel_ = slaney_mel_filters(o.num_mel_bins, fft_size_, double(o.sample_rate), o.low_freq, fmax,
+                              o.mel_norm == MelNorm::kSlaney);
   } else {
     // torch.stft(center=True): frames of n_fft samples every hop, the first centred on sample 0
     // (reflect padding of n_fft / 2), a periodic hann window of win_length centred in each.
@@ -273,6 +311,10 @@ int64_t FeatureExtractor::num_frames(int64_t n) const {
     return n <= offset_ ? 0 : n / shift_;
   }
   if (options_.kind == AudioFeatureKind::kStftLogMel) return n <= offset_ ? 0 : 1 + n / shift_;
+  if (options_.kind == AudioFeatureKind::kNemoMel) {
+    // NeMo's get_seq_len: one frame fewer than torch.stft returns.
+    return std::max<int64_t>(0, floor_div(n + 2 * offset_ - length_, shift_));
+  }
   if (options_.snip_edges) return n < length_ ? 0 : 1 + (n - length_) / shift_;
   return (n + shift_ / 2) / shift_;
 }
@@ -280,6 +322,9 @@ int64_t FeatureExtractor::num_frames(int64_t n) const {
 int64_t FeatureExtractor::min_samples() const {
   if (options_.kind == AudioFeatureKind::kWhisperLogMel) return std::max(offset_ + 1, shift_);
   if (options_.kind == AudioFeatureKind::kStftLogMel) return offset_ + 1;
+  if (options_.kind == AudioFeatureKind::kNemoMel) {
+    return std::max<int64_t>(1, length_ - 2 * offset_ + shift_);
+  }
   return options_.snip_edges ? length_ : shift_ - shift_ / 2;
 }
 
@@ -292,6 +337,17 @@ std::string FeatureExtractor::describe() const {
     return out.str();
   }
   const double nyquist = 0.5 * double(o.sample_rate);
+  if (o.kind == AudioFeatureKind::kNemoMel) {
+    out << "NeMo mel: " << o.num_mel_bins << " mel bins (" << to_string(o.mel_norm) << ") "
+        << o.low_freq << "-" << (o.high_freq > 0 ? o.high_freq : nyquist + o.high_freq)
+        << " Hz, n_fft " << length_ << ", " << to_string(o.window) << " of "
+        << samples_of(double(o.sample_rate), o.frame_length_ms) << ", hop " << shift_ << " at "
+        << o.sample_rate << " Hz, " << (o.exact_pad ? "exact pad" : "centred") << ", preemphasis "
+        << o.preemphasis << ", |X|^" << o.mag_power;
+    if (o.log) out << ", log (" << to_string(o.log_guard) << " " << o.log_guard_value << ")";
+    out << ", normalize " << to_string(o.normalize);
+    return out.str();
+  }
   if (o.kind == AudioFeatureKind::kStftLogMel) {
     out << "STFT log-mel: " << o.num_mel_bins << " Slaney mel bins " << o.low_freq << "-"
         << (o.high_freq > 0 ? o.high_freq : nyquist + o.high_freq) << " Hz, n_fft " << length_
@@ -328,11 +384,19 @@ torch::Tensor FeatureExtractor::log_mel(torch::Tensor frames, int64_t first) con
     }
   }
   const bool fbank = o.kind == AudioFeatureKind::kFbank;
+  // nemo_mel's pre-emphasis acts on the whole signal (FeatureStream::push), not per frame.
   const auto padded = prepare_frames(frames, window_, fft_size_, fbank && o.remove_dc_offset,
                                      fbank ? o.preemphasis : 0.0);
   // Kaldi's filters leave out the Nyquist bin; Whisper's include it.
-  const auto power = power_spectrum(torch::fft::rfft(padded, fft_size_, 1),
-                                    fbank ? fft_size_ / 2 : fft_size_ / 2 + 1);
+  auto power = power_spectrum(torch::fft::rfft(padded, fft_size_, 1),
+                              fbank ? fft_size_ / 2 : fft_size_ / 2 + 1);
+  if (o.kind == AudioFeatureKind::kNemoMel) {
+    if (o.mag_power != 2.0) power = power.pow_(0.5 * o.mag_power);
+    auto mel = torch::matmul(power, mel_t_);
+    if (!o.log) return mel;
+    if (o.log_guard == LogGuard::kAdd) return mel.add_(o.log_guard_value).log_();
+    return mel.clamp_min_(o.log_guard_value).log_();
+  }
   auto energies = torch::matmul(power, mel_t_);
   if (fbank) return energies.clamp_min_(kFltEpsilon).log_();
   if (o.kind == AudioFeatureKind::kStftLogMel) return energies.clamp_min_(1e-10).log_();
@@ -344,8 +408,24 @@ torch::Tensor FeatureExtractor::whisper_normalize(const torch::Tensor& log_mel) 
   return (clamped + 4.0) / 4.0;
 }
 
+// normalize_batch: statistics over the frames, std unbiased (0 for a single frame) plus 1e-5.
+torch::Tensor FeatureExtractor::nemo_normalize(const torch::Tensor& frames,
+                                               FeatureNormalize normalize) {
+  constexpr double kStdFloor = 1e-5;  // NeMo's CONSTANT
+  if (normalize == FeatureNormalize::kNone) return frames;
+  const bool per_feature = normalize == FeatureNormalize::kPerFeature;
+  const int64_t count = per_feature ? frames.size(0) : frames.numel();
+  const auto mean = per_feature ? frames.mean(0, true) : frames.mean();
+  const auto centred = frames - mean;
+  const auto squares = per_feature ? centred.square().sum(0, true) : centred.square().sum();
+  const auto std = count > 1 ? (squares / double(count - 1)).sqrt_() : torch::zeros_like(squares);
+  return centred / (std + kStdFloor);
+}
+
 bool FeatureExtractor::holds_utterance() const {
-  return options_.kind == AudioFeatureKind::kWhisperLogMel || options_.fixed_frames > 0;
+  return options_.kind == AudioFeatureKind::kWhisperLogMel || options_.fixed_frames > 0 ||
+         (options_.kind == AudioFeatureKind::kNemoMel &&
+          options_.normalize != FeatureNormalize::kNone);
 }
 
 torch::Tensor FeatureExtractor::normalized(torch::Tensor frames) const {
@@ -356,6 +436,9 @@ torch::Tensor FeatureExtractor::normalized(torch::Tensor frames) const {
 
 torch::Tensor FeatureExtractor::utterance(torch::Tensor frames) const {
   if (options_.kind == AudioFeatureKind::kWhisperLogMel) frames = whisper_normalize(frames);
+  if (options_.kind == AudioFeatureKind::kNemoMel) {
+    frames = nemo_normalize(frames, options_.normalize);
+  }
   const int64_t fixed = options_.fixed_frames;
   if (fixed > 0 && frames.size(0) > fixed) frames = frames.narrow(0, 0, fixed);
   if (fixed > 0 && frames.size(0) < fixed) {
@@ -383,8 +466,14 @@ torch::Tensor FeatureStream::gather(int64_t begin, int64_t end, int64_t total) c
   const int64_t length = extractor_.length_, shift = extractor_.shift_;
   auto index = (torch::arange(begin, end, torch::kLong) * shift - extractor_.offset_).unsqueeze(1) +
                torch::arange(length, torch::kLong).unsqueeze(0);
-  const bool centred = extractor_.options_.kind != AudioFeatureKind::kFbank;
-  if (centred) {
+  const auto kind = extractor_.options_.kind;
+  const bool centred = kind != AudioFeatureKind::kFbank;
+  torch::Tensor outside;  // nemo_mel: torch.stft's zero padding
+  if (kind == AudioFeatureKind::kNemoMel) {
+    outside = index < 0;
+    if (total >= 0) outside = outside.logical_or_(index >= total);
+    index = index.clamp(0, total >= 0 ? total - 1 : received_ - 1);
+  } else if (centred) {
     // torch's reflect padding: ... x2, x1 | x0, x1, ... (the edge sample once); total > offset.
     index = torch::where(index < 0, -index, index);
     if (total >= 0) index = torch::where(index >= total, 2 * total - 2 - index, index);
@@ -404,7 +493,8 @@ torch::Tensor FeatureStream::gather(int64_t begin, int64_t end, int64_t total) c
                             index.max().item<int64_t>() < received_ &&
                             !((index >= head_length) & (index < buffer_start_)).any().item<bool>(),
                         "FeatureStream: a frame needs samples no longer held");
-  return torch::take(torch::cat({head_, buffer_}), position);
+  auto samples = torch::take(torch::cat({head_, buffer_}), position);
+  return outside.defined() ? samples.masked_fill_(outside, 0.0) : samples;
 }
 
 torch::Tensor FeatureStream::frames(int64_t begin, int64_t end, int64_t total) const {
@@ -456,6 +546,14 @@ torch::Tensor FeatureStream::push(const torch::Tensor& samples) {
   }
   if (o.kind == AudioFeatureKind::kFbank && o.int16_scale) x = x * 32768.0;
   const int64_t n = x.size(0);
+  if (o.kind == AudioFeatureKind::kNemoMel && o.preemphasis != 0.0 && n > 0) {
+    // y[i] = x[i] - p x[i-1] across blocks; the signal's first sample stays.
+    auto previous = torch::empty_like(x);
+    previous[0] = received_ > 0 ? last_sample_ : 0.0;
+    previous.narrow(0, 1, n - 1).copy_(x.narrow(0, 0, n - 1));
+    last_sample_ = x[n - 1].item<double>();
+    x = x - o.preemphasis * previous;
+  }
   if (head_.size(0) < length) {
     head_ = torch::cat({head_, x.narrow(0, 0, std::min(n, length - head_.size(0)))});
   }
@@ -467,6 +565,10 @@ torch::Tensor FeatureStream::push(const torch::Tensor& samples) {
   const int64_t span = received_ - length + offset;
   int64_t ready = span >= 0 ? span / shift + 1 : 0;
   if (offset > 0 && received_ <= offset) ready = 0;
+  // nemo_mel's last STFT frame is not a feature: never emit past the frames N samples give.
+  if (o.kind == AudioFeatureKind::kNemoMel) {
+    ready = std::min(ready, extractor_.num_frames(received_));
+  }
   ready = std::max(ready, next_frame_);
   auto out = emit(next_frame_, ready, -1);
   next_frame_ = ready;
@@ -497,7 +599,10 @@ torch::Tensor FeatureStream::finish() {
     what << source_ << ": too short: " << received_ << " samples ("
          << 1000.0 * double(received_) / double(o.sample_rate) << " ms at " << o.sample_rate
          << " Hz); one frame needs " << extractor_.min_samples() << " samples";
-    if (o.kind != AudioFeatureKind::kFbank) {
+    if (o.kind == AudioFeatureKind::kNemoMel) {
+      what << " (n_fft " << extractor_.length_ << " with zero padding of " << extractor_.offset_
+           << ", hop " << extractor_.shift_ << "; NeMo's frames: (N + 2 pad - n_fft) / hop)";
+    } else if (o.kind != AudioFeatureKind::kFbank) {
       what << " (n_fft " << extractor_.length_ << " with reflect padding of " << extractor_.offset_
            << ", hop " << extractor_.shift_ << ")";
     } else if (o.snip_edges) {

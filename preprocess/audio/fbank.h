@@ -39,6 +39,19 @@
 // ln(max(x, 1e-10)). No utterance-wide step: it streams as fbank does. The fbank-only options do
 // not apply.
 //
+// kNemoMel is NeMo's AudioToMelSpectrogramPreprocessor (FilterbankFeatures in
+// nemo/collections/asr/parts/preprocessing/features.py) as it runs at inference (no dither):
+// pre-emphasis over the whole signal (y[0] = x[0], y[i] = x[i] − p·x[i−1]), torch.stft with
+// n_fft (default the next power of two above the window), a symmetric window of frame_length
+// samples (NeMo's window_size) centred in n_fft, zero padding of n_fft / 2 at either end (or of
+// (n_fft − hop) / 2 without centring, exact_pad), |X|^mag_power, librosa's mel filters over
+// low_freq .. high_freq (Slaney-normalised or not), log(x + guard) or log(max(x, guard)) (or no
+// log), and NeMo's valid frames: one fewer than the STFT gives ((N + 2·pad − n_fft) / hop, N / hop
+// for an even n_fft centred). normalize per_feature / all_features then scales by the whole
+// utterance's statistics (unbiased std + 1e-5, as NeMo), so those features come out at the end.
+// NeMo's pad_to only pads a batch with zero frames beyond each utterance's length: not part of
+// an utterance's features.
+//
 // Dither (fbank only, 0 by default as WeNet and ESPnet at test time) is seeded: the noise of
 // frame m is drawn from a generator seeded by (dither_seed, m / 64), so the features of a
 // waveform do not depend on how it was split into blocks.
@@ -62,9 +75,9 @@ namespace attnzoo {
 torch::Tensor kaldi_mel_banks(int64_t num_bins, int64_t fft_size, double sample_rate,
                               double low_freq, double high_freq, bool allow_empty = false);
 // librosa.filters.mel(sr, n_fft, n_mels, fmin, fmax, htk=False, norm="slaney"), the filters of
-// Whisper: [num_bins, n_fft / 2 + 1] float64.
+// Whisper: [num_bins, n_fft / 2 + 1] float64. `norm` false: librosa's norm=None (peaks of 1).
 torch::Tensor slaney_mel_filters(int64_t num_bins, int64_t n_fft, double sample_rate, double fmin,
-                                 double fmax);
+                                 double fmax, bool norm = true);
 
 class FeatureExtractor {
  public:
@@ -86,6 +99,9 @@ class FeatureExtractor {
   const torch::Tensor& window() const { return window_; }
   const torch::Tensor& mel_filters() const { return mel_; }  // [bins, spectrum bins] float64
   std::string describe() const;  // one line: "Kaldi fbank: 80 bins, 25 ms / 10 ms, povey, ..."
+  // False when features come out only once the utterance is whole (Whisper's normalisation,
+  // nemo_mel's normalize, fixed_frames): such features cannot feed a live stream.
+  bool streams() const { return !holds_utterance(); }
 
   // waveform: [N] float (mono, at options().sample_rate, in [-1, 1]) -> [T, num_mel_bins]
   // float32, T = num_frames(N). Throws AudioError naming `source` for a waveform with no samples,
@@ -100,8 +116,8 @@ class FeatureExtractor {
   torch::Tensor log_mel(torch::Tensor frames, int64_t first) const;
   // Whisper's dynamic-range clamp and scaling over a whole utterance, [T, F] float64.
   static torch::Tensor whisper_normalize(const torch::Tensor& log_mel);
-  // True when features come out only once the utterance is whole (Whisper's normalisation,
-  // fixed_frames).
+  // NeMo's normalize_batch over a whole utterance's frames [T, F] float64.
+  static torch::Tensor nemo_normalize(const torch::Tensor& frames, FeatureNormalize normalize);
   bool holds_utterance() const;
   // normalize_mean and normalize_std applied to frames [n, F] float64.
   torch::Tensor normalized(torch::Tensor frames) const;
@@ -144,8 +160,9 @@ class FeatureStream {
 
   FeatureExtractor extractor_;
   std::string source_;
-  torch::Tensor head_;    // float64: the first frame_length samples (what the start mirrors)
-  torch::Tensor buffer_;  // float64: samples [buffer_start_, received_)
+  torch::Tensor head_;        // float64: the first frame_length samples (what the start mirrors)
+  double last_sample_ = 0.0;  // nemo_mel: the last sample received, before its pre-emphasis
+  torch::Tensor buffer_;      // float64: samples [buffer_start_, received_)
   int64_t buffer_start_ = 0, received_ = 0, next_frame_ = 0;
   bool finished_ = false;
   std::vector<torch::Tensor> held_;  // whisper_log_mel: log-mel frames until finish()

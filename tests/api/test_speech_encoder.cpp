@@ -236,6 +236,13 @@ TEST(SpeechEncoder, StreamErrors) {
   whisper.overrides = {"features.kind=whisper_log_mel"};
   EXPECT_THAT(error_of([&] { SpeechEncoder(kYaml, whisper).stream(16000); }),
               HasSubstr("cannot stream"));
+  // NeMo's log-mel streams without its utterance normalisation, not with it.
+  SpeechEncoderOptions nemo;
+  nemo.overrides = {"features.kind=nemo_mel", "features.normalize=per_feature"};
+  EXPECT_THAT(error_of([&] { SpeechEncoder(kYaml, nemo).stream(16000); }),
+              HasSubstr("uses nemo_mel features normalised over the whole utterance"));
+  nemo.overrides.back() = "features.normalize=none";
+  EXPECT_NO_THROW(SpeechEncoder(kYaml, nemo).stream(16000));
 }
 
 // One encoder from 4 threads at once (and a Stream per thread): the results of one thread alone.

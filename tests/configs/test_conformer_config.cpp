@@ -217,6 +217,78 @@ features:
                "unknown key");
 }
 
+// NeMo's log-mel: AudioToMelSpectrogramPreprocessor's defaults (20 ms, hanning, per_feature, no
+// low cut) and keys; a choice NeMo lacks, or exact_pad with an odd hop, is refused at its key.
+TEST(ConformerConfig, NemoMelFeatures) {
+  const std::string nemo = R"(name: nemo_test
+family: conformer
+architecture:
+  input_dim: 80
+  encoder_dim: 16
+  num_layers: 1
+  num_heads: 4
+  ffn_dim: 16
+  depthwise_conv_kernel_size: 3
+features:
+  kind: nemo_mel
+  num_mel_bins: 80
+)";
+  const auto defaults = parse_model_config(nemo, "nemo.yaml");
+  ASSERT_TRUE(defaults.features.has_value());
+  const auto& d = *defaults.features;
+  EXPECT_EQ(d.kind, AudioFeatureKind::kNemoMel);
+  EXPECT_EQ(d.frame_length_ms, 20.0);
+  EXPECT_EQ(d.frame_shift_ms, 10.0);
+  EXPECT_EQ(d.window, FrameWindow::kHanning);
+  EXPECT_EQ(d.normalize, FeatureNormalize::kPerFeature);
+  EXPECT_EQ(d.preemphasis, 0.97);
+  EXPECT_EQ(d.low_freq, 0.0);
+  EXPECT_EQ(d.mel_norm, MelNorm::kSlaney);
+  EXPECT_EQ(d.log_guard, LogGuard::kAdd);
+  EXPECT_EQ(d.log_guard_value, 0x1p-24);
+  EXPECT_FALSE(d.exact_pad);
+  const std::string keys = R"(  num_mel_bins: 80
+  frame_length_ms: 25
+  window: bartlett
+  n_fft: 400
+  preemphasis: 0.0
+  low_freq: 60
+  high_freq: 7600
+  mel_norm: none
+  mag_power: 1.0
+  log: false
+  log_guard: clamp
+  log_guard_value: 1.0e-10
+  normalize: all_features
+  exact_pad: true
+)";
+  const auto config = parse_model_config(with(nemo, "  num_mel_bins: 80\n", keys), "nemo.yaml");
+  const auto& f = *config.features;
+  EXPECT_EQ(f.frame_length_ms, 25.0);
+  EXPECT_EQ(f.window, FrameWindow::kBartlett);
+  EXPECT_EQ(f.n_fft, 400);
+  EXPECT_EQ(f.preemphasis, 0.0);
+  EXPECT_EQ(f.low_freq, 60.0);
+  EXPECT_EQ(f.high_freq, 7600.0);
+  EXPECT_EQ(f.mel_norm, MelNorm::kNone);
+  EXPECT_EQ(f.mag_power, 1.0);
+  EXPECT_FALSE(f.log);
+  EXPECT_EQ(f.log_guard, LogGuard::kClamp);
+  EXPECT_EQ(f.log_guard_value, 1e-10);
+  EXPECT_EQ(f.normalize, FeatureNormalize::kAllFeatures);
+  EXPECT_TRUE(f.exact_pad);
+  expect_error(parse_error(with(nemo, "num_mel_bins: 80", "num_mel_bins: 80\n  window: povey")),
+               "features.window", 13, 11, "bartlett");
+  expect_error(
+      parse_error(with(nemo, "num_mel_bins: 80", "num_mel_bins: 80\n  normalize: fixed_mean")),
+      "features.normalize", 13, 14, "per_feature");
+  expect_error(parse_error(with(nemo, "num_mel_bins: 80",
+                                "num_mel_bins: 80\n  exact_pad: true\n  frame_shift_ms: 10.0625")),
+               "features.exact_pad", 13, 14, "exact_pad needs an even hop");
+  expect_error(parse_error(with(nemo, "num_mel_bins: 80", "num_mel_bins: 80\n  dither: 1.0e-5")),
+               "features.dither", 13, 3, "unknown key");
+}
+
 // Every attention backend, chosen in YAML or with --set, reach every block of
 // a Conformer (relative positions arrive as the attention's bias, which every backend takes).
 TEST(ConformerConfig, AttentionBackendsFromYamlAndOverridesReachTheBlocks) {

@@ -1,10 +1,10 @@
 // libFuzzer target: the audio frontend on arbitrary bytes, from the container checks through
-// libsndfile's decoders, the downmix and libsoxr's resampling to Kaldi fbank (or Whisper's or
-// ESPnet's log-mel, by the input's length) computed block by block. Whatever opens must decode to
-// at most max_seconds of audio at a rate in range, and its features must have the extractor's
-// width, finite values and the frame count of the samples that came out of the resampler; whatever
-// is refused must be refused with AudioError. The seed corpus (tests/fuzz/corpus/audio/) holds a
-// tiny file of each container and encoding.
+// libsndfile's decoders, the downmix and libsoxr's resampling to Kaldi fbank (or Whisper's,
+// ESPnet's or NeMo's log-mel, by the input's length) computed block by block. Whatever opens must
+// decode to at most max_seconds of audio at a rate in range, and its features must have the
+// extractor's width, finite values and the frame count of the samples that came out of the
+// resampler; whatever is refused must be refused with AudioError. The seed corpus
+// (tests/fuzz/corpus/audio/) holds a tiny file of each container and encoding.
 #include <attnzoo/preprocess/audio/fbank.h>
 #include <attnzoo/preprocess/audio/features.h>
 #include <attnzoo/preprocess/audio/read.h>
@@ -43,15 +43,24 @@ const FeatureExtractor& extractor(size_t choice) {
     o.low_freq = 0.0;
     return FeatureExtractor(o);
   }();
-  switch (choice % 4) {
+  static const FeatureExtractor nemo = [] {
+    AudioFeatureOptions o;
+    o.kind = AudioFeatureKind::kNemoMel;
+    o.frame_length_ms = 25.0;
+    o.normalize = FeatureNormalize::kPerFeature;
+    return FeatureExtractor(o);
+  }();
+  switch (choice % 5) {
     case 0:
       return fbank;
     case 1:
       return mirrored;
     case 2:
       return whisper;
-    default:
+    case 3:
       return stft;
+    default:
+      return nemo;
   }
 }
 
