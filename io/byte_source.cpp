@@ -60,6 +60,26 @@ void MemorySource::read_in_range(uint64_t offset, void* destination, size_t coun
   std::memcpy(destination, data_ + offset, count);
 }
 
+BufferSource::BufferSource(std::string bytes, std::string name)
+    : ByteSource(std::move(name), bytes.size()), bytes_(std::move(bytes)) {}
+
+void BufferSource::read_in_range(uint64_t offset, void* destination, size_t count) const {
+  std::memcpy(destination, bytes_.data() + offset, count);
+}
+
+SliceSource::SliceSource(const ByteSource& parent, uint64_t offset, uint64_t size, std::string name)
+    : ByteSource(std::move(name), size), parent_(&parent), offset_(offset) {
+  if (offset > parent.size() || size > parent.size() - offset) {
+    throw CheckpointError(parent.name() + ": " + this->name() + " lies outside the file (bytes " +
+                          std::to_string(offset) + " to " + std::to_string(offset + size) + " of " +
+                          std::to_string(parent.size()) + ")");
+  }
+}
+
+void SliceSource::read_in_range(uint64_t offset, void* destination, size_t count) const {
+  parent_->read(offset_ + offset, destination, count, name());
+}
+
 FileSource::FileSource(const std::string& path) : FileSource(path, open_regular_file(path)) {}
 
 FileSource::FileSource(const std::string& path, int fd)

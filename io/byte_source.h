@@ -46,6 +46,29 @@ class MemorySource final : public ByteSource {
   const unsigned char* data_;
 };
 
+// Bytes the source owns (what a decompressor produced).
+class BufferSource final : public ByteSource {
+ public:
+  BufferSource(std::string bytes, std::string name);
+  const std::string& bytes() const { return bytes_; }
+
+ private:
+  void read_in_range(uint64_t offset, void* destination, size_t count) const override;
+  std::string bytes_;
+};
+
+// Bytes [offset, offset + size) of another source, which must outlive the slice: a file inside an
+// archive, read in place. The range must lie inside the parent (CheckpointError otherwise).
+class SliceSource final : public ByteSource {
+ public:
+  SliceSource(const ByteSource& parent, uint64_t offset, uint64_t size, std::string name);
+
+ private:
+  void read_in_range(uint64_t offset, void* destination, size_t count) const override;
+  const ByteSource* parent_;
+  uint64_t offset_;
+};
+
 // A regular file, opened read-only and read with pread: several readers may share it, and no read
 // moves a position. Throws CheckpointError naming the path when it is missing, a directory or
 // cannot be opened.

@@ -4,13 +4,14 @@
 # any target crashes, leaks or trips a sanitizer.
 #   tools/fuzz.sh [--minutes M | --seconds S] [TARGET...]   default: 10 minutes each, every target
 #   tools/fuzz.sh TARGET SECONDS                           one target (the older form)
-# Targets: safetensors, pickle, image, audio, config, checkpoint, units, v2_request, cmvn_stats.
+# Targets: safetensors, pickle, image, audio, config, checkpoint, units, v2_request, cmvn_stats,
+# tar.
 # New inputs found go to a scratch corpus under build-asan/fuzz/, not into the repository; a crash
 # leaves its reproducer (crash-*) there: fix it, then add it to tests/fuzz/corpus/TARGET/ as a
 # regression seed. CI runs every target for 20 s (.ci/run).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-all=(safetensors pickle image audio config checkpoint units v2_request cmvn_stats)
+all=(safetensors pickle image audio config checkpoint units v2_request cmvn_stats tar)
 seconds=600
 targets=()
 while [ $# -gt 0 ]; do
@@ -19,7 +20,7 @@ while [ $# -gt 0 ]; do
     --seconds) seconds=$2; shift 2 ;;
     -h | --help) sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     [0-9]*) seconds=$1; shift ;;
-    safetensors | pickle | image | audio | config | checkpoint | units | v2_request | cmvn_stats)
+    safetensors | pickle | image | audio | config | checkpoint | units | v2_request | cmvn_stats | tar)
       targets+=("$1"); shift ;;
     *) echo "tools/fuzz.sh: unknown target or option '$1' (targets: ${all[*]})" >&2; exit 2 ;;
   esac
