@@ -11,12 +11,16 @@
 //     on an input of at most kMaxInputElements, runs a batch of the family's random input to
 //     finite outputs.
 // A config the readers accept and the model then rejects is a gap in validation.
+// The document also goes through OmegaConf's interpolations (configs/omegaconf_interpolation.h,
+// as a NeMo config would): a ConfigError or a result, never a crash or an unbounded walk.
 // Seeds: tests/fuzz/corpus/config/ and the zoo's own YAML files (tools/fuzz.sh passes configs/).
 #include <attnzoo/configs/model_stats.h>
+#include <attnzoo/configs/omegaconf_interpolation.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/configs/train_config.h>
 
 #include <torch/torch.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -116,6 +120,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto train = parse_train_config(text, source, overrides);
     if (train.model.family.empty()) __builtin_trap();
   } catch (const ConfigError&) {
+  }
+  try {
+    const auto resolved = attnzoo::detail::resolve_interpolations(YAML::Load(text), source);
+    if (!resolved.IsDefined()) __builtin_trap();
+  } catch (const ConfigError&) {
+  } catch (const YAML::Exception&) {
   }
   return 0;
 }
