@@ -45,13 +45,16 @@ struct TrainOptions {
 
 // Loss (train and validation) and the validation's accuracy (top-1 and top-5) or, for a CTC
 // model, error rates (WER and CER) against the step, read back from metrics.csv so that a resumed
-// run's figure holds the whole run.
-void plot_metrics(const fs::path& csv_path, const std::string& png, const std::string& title) {
+// run's figure holds the whole run. `joint`: CTC/attention training, whose training loss is the
+// joint one and whose validation loss is the CTC head's.
+void plot_metrics(const fs::path& csv_path, const std::string& png, const std::string& title,
+                  bool joint) {
   std::ifstream in(csv_path);
   std::string line;
   std::getline(in, line);  // header
-  PlotSeries train{"train loss", {}, {}, plot_color(0), false, false};
-  PlotSeries val{"val loss", {}, {}, plot_color(1), false, true};
+  PlotSeries train{
+      joint ? "train loss (CTC + attention)" : "train loss", {}, {}, plot_color(0), false, false};
+  PlotSeries val{joint ? "val CTC loss" : "val loss", {}, {}, plot_color(1), false, true};
   PlotSeries top1{"val top-1 %", {}, {}, plot_color(2), false, true};
   PlotSeries top5{"val top-5 %", {}, {}, plot_color(3), true, true};
   PlotSeries wer{"val WER %", {}, {}, plot_color(2), false, true};
@@ -78,7 +81,7 @@ void plot_metrics(const fs::path& csv_path, const std::string& png, const std::s
     add(wer, 100.0 * number(9));
     add(cer, 100.0 * number(10));
   }
-  const std::string loss_name = wer.x.empty() ? "cross-entropy" : "CTC loss";
+  const std::string loss_name = wer.x.empty() ? "cross-entropy" : joint ? "loss" : "CTC loss";
   PlotPanel loss{title + ": loss", "step", loss_name, {train, val}, false, false, false};
   PlotPanel accuracy{title + ": accuracy", "step", "%", {top1, top5}, false, false, false};
   PlotPanel errors{title + ": error rate", "step", "%", {wer, cer}, false, false, false};
@@ -100,17 +103,18 @@ int run_train(const TrainOptions& o) {
   options.resume = o.resume;
   options.progress_bar = isatty(fileno(stderr)) != 0;
   const std::string title = config.model.name;
+  const bool joint = config.train.ctc_weight < 1.0;  // refused without a decoder and CTC
   if (!o.plot.empty()) {
     // Redrawn after each evaluation, from the run's metrics.csv.
     const auto csv = fs::path(config.train.output) / "metrics.csv";
-    options.on_metrics = [csv, png = o.plot, title](const std::vector<TrainMetrics>&) {
-      plot_metrics(csv, png, title);
+    options.on_metrics = [csv, png = o.plot, title, joint](const std::vector<TrainMetrics>&) {
+      plot_metrics(csv, png, title, joint);
     };
   }
   Trainer trainer(std::move(config), options);
   const auto history = trainer.run();
   if (!o.plot.empty()) {
-    plot_metrics(fs::path(trainer.output_dir()) / "metrics.csv", o.plot, title);
+    plot_metrics(fs::path(trainer.output_dir()) / "metrics.csv", o.plot, title, joint);
     std::cerr << "plot: " << o.plot << "\n";
   }
   return history.empty() ? 1 : 0;
