@@ -50,9 +50,10 @@ std::string gunzip(const ByteSource& source, uint64_t max_bytes) {
       stream.avail_in = static_cast<uInt>(n);
     }
     const uint64_t produced = out.size();
+    // At the limit, one more byte of room tells whether the stream would produce more; it must
+    // live until inflate() has written it.
+    unsigned char probe = 0;
     if (produced >= limit) {
-      // One more byte of room tells whether the stream would produce more.
-      unsigned char probe = 0;
       stream.next_out = &probe;
       stream.avail_out = 1;
     } else {
