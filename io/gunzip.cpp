@@ -40,7 +40,8 @@ std::string gunzip(const ByteSource& source, uint64_t max_bytes) {
   std::string out;
   uint64_t consumed = 0;
   int members = 0;
-  while (true) {
+  // The next block of the file as inflate()'s input, once it has used up the last one.
+  const auto refill = [&] {
     if (stream.avail_in == 0 && consumed < source.size()) {
       const size_t n =
           static_cast<size_t>(std::min<uint64_t>(block.size(), source.size() - consumed));
@@ -49,6 +50,9 @@ std::string gunzip(const ByteSource& source, uint64_t max_bytes) {
       stream.next_in = block.data();
       stream.avail_in = static_cast<uInt>(n);
     }
+  };
+  while (true) {
+    refill();
     const uint64_t produced = out.size();
     // At the limit, one more byte of room tells whether the stream would produce more; it must
     // live until inflate() has written it.
@@ -78,14 +82,7 @@ std::string gunzip(const ByteSource& source, uint64_t max_bytes) {
       ++members;
       // Another member may follow; anything else after the last one is an error.
       if (stream.avail_in == 0 && consumed == source.size()) break;
-      if (stream.avail_in == 0) {
-        const size_t n =
-            static_cast<size_t>(std::min<uint64_t>(block.size(), source.size() - consumed));
-        source.read(consumed, block.data(), n, "gzip data");
-        consumed += n;
-        stream.next_in = block.data();
-        stream.avail_in = static_cast<uInt>(n);
-      }
+      refill();
       if (stream.avail_in < 2 || stream.next_in[0] != 0x1f || stream.next_in[1] != 0x8b) {
         gzip_fail(source,
                   "bytes after gzip member " + std::to_string(members) + " are not another member");

@@ -209,24 +209,13 @@ TarArchive::TarArchive(const ByteSource& source, TarLimits limits) : source_(&so
     }
     at = data + std::min(padded, bytes.size() - data);
   }
-  by_name_.resize(entries_.size());
-  for (size_t i = 0; i < by_name_.size(); ++i) by_name_[i] = i;
-  std::sort(by_name_.begin(), by_name_.end(),
-            [&](size_t a, size_t b) { return entries_[a].name < entries_[b].name; });
-  for (size_t i = 1; i < by_name_.size(); ++i) {
-    if (entries_[by_name_[i]].name == entries_[by_name_[i - 1]].name) {
-      tar_fail(bytes, entry_label(entries_[by_name_[i]].name) + " appears twice");
-    }
+  if (const size_t twice = by_name_.build(entries_); twice != EntryIndex::kNone) {
+    tar_fail(bytes, entry_label(entries_[twice].name) + " appears twice");
   }
 }
 
 const TarEntry* TarArchive::find(std::string_view name) const {
-  const std::string wanted = without_dot_slash(std::string(name));
-  const auto it =
-      std::lower_bound(by_name_.begin(), by_name_.end(), wanted,
-                       [&](size_t a, const std::string& n) { return entries_[a].name < n; });
-  if (it == by_name_.end() || entries_[*it].name != wanted) return nullptr;
-  return &entries_[*it];
+  return by_name_.find(entries_, without_dot_slash(std::string(name)));
 }
 
 std::string TarArchive::read_string(const TarEntry& entry, uint64_t max_bytes,

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <attnzoo/io/byte_source.h>
+#include <attnzoo/io/entry_index.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -58,7 +59,7 @@ class TarArchive {
   const ByteSource* source_;
   std::unique_ptr<ByteSource> inflated_;
   std::vector<TarEntry> entries_;  // in archive order
-  std::vector<size_t> by_name_;    // indices of entries_, sorted by name
+  EntryIndex by_name_;
 };
 
 }  // namespace attnzoo::io

@@ -218,23 +218,13 @@ ZipArchive::ZipArchive(const ByteSource& source, ZipLimits limits) : source_(&so
                            entry_label(entries_[spans[i - 1].index].name) + " (a zip bomb?)");
     }
   }
-  by_name_.resize(entries_.size());
-  for (size_t i = 0; i < by_name_.size(); ++i) by_name_[i] = i;
-  std::sort(by_name_.begin(), by_name_.end(),
-            [&](size_t a, size_t b) { return entries_[a].name < entries_[b].name; });
-  for (size_t i = 1; i < by_name_.size(); ++i) {
-    if (entries_[by_name_[i]].name == entries_[by_name_[i - 1]].name) {
-      zip_fail(source, entry_label(entries_[by_name_[i]].name) + " appears twice");
-    }
+  if (const size_t twice = by_name_.build(entries_); twice != EntryIndex::kNone) {
+    zip_fail(source, entry_label(entries_[twice].name) + " appears twice");
   }
 }
 
 const ZipEntry* ZipArchive::find(std::string_view name) const {
-  const auto it =
-      std::lower_bound(by_name_.begin(), by_name_.end(), name,
-                       [&](size_t a, std::string_view n) { return entries_[a].name < n; });
-  if (it == by_name_.end() || entries_[*it].name != name) return nullptr;
-  return &entries_[*it];
+  return by_name_.find(entries_, name);
 }
 
 void ZipArchive::read(const ZipEntry& entry, void* destination) const {

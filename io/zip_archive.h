@@ -13,6 +13,7 @@
 #pragma once
 
 #include <attnzoo/io/byte_source.h>
+#include <attnzoo/io/entry_index.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -61,7 +62,7 @@ class ZipArchive {
  private:
   const ByteSource* source_;
   std::vector<ZipEntry> entries_;  // in directory order
-  std::vector<size_t> by_name_;    // indices of entries_, sorted by name
+  EntryIndex by_name_;
 };
 
 }  // namespace attnzoo::io

@@ -12,9 +12,12 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <random>
 #include <string>
+#include <vector>
 
 namespace attnzoo::testing {
 
@@ -83,6 +86,29 @@ inline bool write_sndfile(const std::string& path, const torch::Tensor& frames, 
   const auto written = sf_writef_float(file, data.data_ptr<float>(), data.size(0));
   sf_close(file);
   return written == data.size(0);
+}
+
+// `samples` pushed into a FeatureStream in blocks of 1 to max_block samples (sizes drawn from
+// rng), then finish(): all the frames in order, and how many came out before finish().
+struct StreamedFeatures {
+  torch::Tensor features;
+  int64_t before_finish = 0;
+};
+inline StreamedFeatures stream_in_blocks(const FeatureExtractor& extractor,
+                                         const torch::Tensor& samples, int64_t max_block,
+                                         std::mt19937_64& rng) {
+  FeatureStream stream(extractor);
+  std::vector<torch::Tensor> parts;
+  StreamedFeatures out;
+  for (int64_t at = 0; at < samples.size(0);) {
+    const int64_t n = std::min<int64_t>(samples.size(0) - at, 1 + rng() % max_block);
+    parts.push_back(stream.push(samples.narrow(0, at, n)));
+    out.before_finish += parts.back().size(0);
+    at += n;
+  }
+  parts.push_back(stream.finish());
+  out.features = torch::cat(parts);
+  return out;
 }
 
 // The Python interpreter of the venv, as ctest passes it.

@@ -249,15 +249,7 @@ TEST(FeatureStream, BlocksEqualOneShot) {
     SCOPED_TRACE(extractor.describe());
     const auto whole = extractor(speech);
     for (int64_t max_block : {1, 97, 400, 5000}) {
-      FeatureStream stream(extractor);
-      std::vector<torch::Tensor> parts;
-      for (int64_t at = 0; at < speech.size(0);) {
-        const int64_t n = std::min<int64_t>(speech.size(0) - at, 1 + rng() % max_block);
-        parts.push_back(stream.push(speech.narrow(0, at, n)));
-        at += n;
-      }
-      parts.push_back(stream.finish());
-      const auto streamed = torch::cat(parts);
+      const auto streamed = testing::stream_in_blocks(extractor, speech, max_block, rng).features;
       ASSERT_EQ(streamed.sizes(), whole.sizes()) << "blocks up to " << max_block;
       EXPECT_TRUE(torch::equal(streamed, whole))
           << "blocks up to " << max_block << ": max diff " << max_abs_diff(streamed, whole);
