@@ -1,6 +1,7 @@
 #include <attnzoo/api/model_tokenizer.h>
 
 #include <attnzoo/configs/model_family.h>
+#include <attnzoo/io/archive_entry.h>
 
 #include <c10/util/Exception.h>
 
@@ -19,7 +20,16 @@ decoding::Tokenizer model_tokenizer(const ModelConfig& config) {
       "(--units FILE, SpeechRecognizerOptions::units), or list it as decoding.tokens");
   std::shared_ptr<const decoding::SentencePieceModel> sentencepiece;
   if (!d.sentencepiece_model.empty()) {
-    sentencepiece = std::make_shared<const decoding::SentencePieceModel>(d.sentencepiece_model);
+    // A file, or a file inside an archive (a .nemo file's tokenizer: ARCHIVE#ENTRY).
+    if (io::split_archive_entry(d.sentencepiece_model)) {
+      sentencepiece = std::make_shared<const decoding::SentencePieceModel>(
+          decoding::SentencePieceModel::from_bytes(
+              io::read_file_or_entry(d.sentencepiece_model, decoding::kMaxSentencePieceModelBytes,
+                                     "SentencePiece model"),
+              d.sentencepiece_model));
+    } else {
+      sentencepiece = std::make_shared<const decoding::SentencePieceModel>(d.sentencepiece_model);
+    }
   }
   if (d.units.empty()) {
     // decoding.tokens: the inline list, read as an ESPnet token list of one token a line.

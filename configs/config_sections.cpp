@@ -1,4 +1,5 @@
 #include <attnzoo/configs/config_sections.h>
+#include <attnzoo/io/archive_entry.h>
 
 #include <filesystem>
 #include <sstream>
@@ -161,18 +162,25 @@ std::optional<AudioFeatureOptions> read_audio_features(MapReader& root, int64_t 
 
 namespace {
 
-// A file named at `key`, relative to the folder of the YAML file `source`; it must exist.
-std::string existing_file(MapReader& section, const std::string& key, const std::string& source) {
+// A file named at `key`, relative to the folder of the YAML file `source`; it must exist. With
+// `entry_too`, a file inside a tar archive as ARCHIVE#ENTRY (io/archive_entry.h) is one as well.
+std::string existing_file(MapReader& section, const std::string& key, const std::string& source,
+                          bool entry_too = false) {
   namespace fs = std::filesystem;
   fs::path file(section.string(key, std::nullopt));
   if (file.is_relative()) file = fs::path(source).parent_path() / file;
   std::error_code error;
+  if (entry_too && io::split_archive_entry(file.string())) {
+    if (!io::is_file_or_entry(file.string())) {
+      section.fail(key, "'" + file.string() + "' names no entry of a tar archive");
+    }
+    return file.lexically_normal().string();
+  }
   if (!fs::is_regular_file(file, error)) {
     section.fail(key, "'" + file.string() + "' is not a file (paths are relative to the YAML)");
   }
   return file.lexically_normal().string();
 }
-
 }  // namespace
 
 DecodingConfig read_decoding(MapReader& root, const std::string& source, int64_t ctc_vocab,
@@ -211,7 +219,7 @@ DecodingConfig read_decoding(MapReader& root, const std::string& source, int64_t
     if (d.text != decoding::TextJoin::kSentencePiece) {
       section.fail("sentencepiece_model", "a SentencePiece model goes with text: sentencepiece");
     }
-    d.sentencepiece_model = existing_file(section, "sentencepiece_model", source);
+    d.sentencepiece_model = existing_file(section, "sentencepiece_model", source, true);
   }
   d.search = section.enumeration("search", d.search,
                                  {decoding::CtcSearch::kGreedy, decoding::CtcSearch::kPrefixBeam});
@@ -259,15 +267,20 @@ void read_checkpoint(MapReader checkpoint, const std::vector<std::string>& forma
   if (checkpoint.has("format")) {
     config.checkpoint_format = checkpoint.choice("format", std::nullopt, formats);
   }
-  const auto existing_file = [&](const char* key) {
+  // A file, or (the weights) a file inside a tar archive as ARCHIVE#ENTRY (a .nemo file's).
+  const auto existing_file = [&](const char* key, bool entry_too) {
     const auto file = resolve(config.source, checkpoint.string(key, std::nullopt));
     std::error_code error;
-    if (!std::filesystem::is_regular_file(file, error)) {
+    if (entry_too && io::split_archive_entry(file)) {
+      if (!io::is_file_or_entry(file)) {
+        checkpoint.fail(key, "'" + file + "' names no entry of a tar archive");
+      }
+    } else if (!std::filesystem::is_regular_file(file, error)) {
       checkpoint.fail(key, "'" + file + "' is not a file");
     }
     return std::filesystem::path(file).lexically_normal().string();
   };
-  if (checkpoint.has("file")) config.checkpoint_file = existing_file("file");
+  if (checkpoint.has("file")) config.checkpoint_file = existing_file("file", true);
   config.checkpoint_key = checkpoint.string("key", "");
   if (checkpoint.has("cmvn_file")) {
     if (!takes_cmvn) {
@@ -275,7 +288,7 @@ void read_checkpoint(MapReader checkpoint, const std::vector<std::string>& forma
                                        config.family +
                                        "; a conformer with architecture.global_cmvn: true has)");
     }
-    config.cmvn_file = existing_file("cmvn_file");
+    config.cmvn_file = existing_file("cmvn_file", false);
   }
   checkpoint.finish();
 }

@@ -108,11 +108,27 @@ SentencePieceModel::SentencePieceModel(const std::string& path) : path_(path) {
   if (!in || in.gcount() != static_cast<std::streamsize>(size)) {
     throw UnitsError("cannot read the file", path, 0);
   }
+  *this = SentencePieceModel(FromBytes{}, bytes, path);
+}
+
+SentencePieceModel SentencePieceModel::from_bytes(const std::string& bytes,
+                                                  const std::string& name) {
+  return SentencePieceModel(FromBytes{}, bytes, name);
+}
+
+SentencePieceModel::SentencePieceModel(FromBytes, const std::string& bytes, const std::string& name)
+    : path_(name) {
+  if (bytes.size() > static_cast<uint64_t>(kMaxSentencePieceModelBytes)) {
+    throw UnitsError("too large: " + std::to_string(bytes.size()) +
+                         " bytes (a SentencePiece model is at most " +
+                         std::to_string(kMaxSentencePieceModelBytes) + " bytes)",
+                     name, 0);
+  }
   processor_ = std::make_unique<Processor>();
   processor_->api = &plugin();
   std::string why;
   processor_->handle = processor_->api->load(bytes.data(), bytes.size(), string_sink(&why));
-  if (!processor_->handle) throw UnitsError("not a SentencePiece model: " + why, path, 0);
+  if (!processor_->handle) throw UnitsError("not a SentencePiece model: " + why, name, 0);
 }
 
 SentencePieceModel::~SentencePieceModel() = default;

@@ -27,6 +27,9 @@ class SentencePieceModel {
   // UnitsError naming the file: missing, larger than kMaxSentencePieceModelBytes, or not a model;
   // DecodingError naming the module's paths when libattnzoo_sentencepiece cannot be loaded.
   explicit SentencePieceModel(const std::string& path);
+  // The model of a .model file's bytes (a file inside an archive); `name` stands for the file in
+  // messages. UnitsError naming it when the bytes are not a model or are too many.
+  static SentencePieceModel from_bytes(const std::string& bytes, const std::string& name);
   ~SentencePieceModel();
   SentencePieceModel(SentencePieceModel&&) noexcept;
   SentencePieceModel& operator=(SentencePieceModel&&) noexcept;
@@ -40,6 +43,9 @@ class SentencePieceModel {
   std::string decode_ids(const std::vector<int64_t>& ids) const;
 
  private:
+  struct FromBytes {};
+  SentencePieceModel(FromBytes, const std::string& bytes, const std::string& name);
+
   struct Processor;
   std::unique_ptr<Processor> processor_;
   std::string path_;

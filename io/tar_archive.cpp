@@ -16,7 +16,7 @@ using Header = std::array<unsigned char, kTarBlock>;
   throw CheckpointError(source.name() + ": " + what);
 }
 
-std::string entry_label(const std::string& name) {
+std::string tar_entry_label(const std::string& name) {
   return "tar entry '" + name.substr(0, 200) + "'";
 }
 
@@ -210,7 +210,7 @@ TarArchive::TarArchive(const ByteSource& source, TarLimits limits) : source_(&so
     at = data + std::min(padded, bytes.size() - data);
   }
   if (const size_t twice = by_name_.build(entries_); twice != EntryIndex::kNone) {
-    tar_fail(bytes, entry_label(entries_[twice].name) + " appears twice");
+    tar_fail(bytes, tar_entry_label(entries_[twice].name) + " appears twice");
   }
 }
 
@@ -221,12 +221,12 @@ const TarEntry* TarArchive::find(std::string_view name) const {
 std::string TarArchive::read_string(const TarEntry& entry, uint64_t max_bytes,
                                     std::string_view what) const {
   if (entry.size > max_bytes) {
-    tar_fail(source(), entry_label(entry.name) + " is " + std::to_string(entry.size) +
+    tar_fail(source(), tar_entry_label(entry.name) + " is " + std::to_string(entry.size) +
                            " bytes, more than the " + std::to_string(max_bytes) + " a " +
                            std::string(what) + " may be");
   }
   return source().read_string(entry.data_offset, static_cast<size_t>(entry.size),
-                              entry_label(entry.name));
+                              tar_entry_label(entry.name));
 }
 
 std::unique_ptr<ByteSource> TarArchive::open(const TarEntry& entry) const {

@@ -1,4 +1,7 @@
 #include <attnzoo/core/error.h>
+#include <attnzoo/io/archive_entry.h>
+#include <attnzoo/io/gunzip.h>
+#include <attnzoo/io/tar_archive.h>
 #include <attnzoo/io/weights_file.h>
 
 #include <nlohmann/json.hpp>
@@ -15,7 +18,38 @@ namespace fs = std::filesystem;
 // An index lists names and files: a few MB for the largest models.
 constexpr uintmax_t kMaxIndexBytes = 64u << 20;
 
+// The entry NeMo's save_to writes the state dict to.
+constexpr const char* kNemoWeightsEntry = "model_weights.ckpt";
+
+// A PyTorch checkpoint inside a tar archive: `entry`, or NeMo's model_weights.ckpt when empty.
+WeightsFile load_from_archive(const std::string& path, const std::string& entry,
+                              const WeightsFileOptions& options) {
+  const FileSource file(path);
+  const TarArchive archive(file);
+  const std::string name = entry.empty() ? kNemoWeightsEntry : entry;
+  const auto* found = archive.find(name);
+  if (!found) {
+    throw CheckpointError(path + ": a tar archive without '" + name + "'" +
+                          (entry.empty() ? " (the weights of a NeMo .nemo file)" : ""));
+  }
+  const auto source = archive.open(*found);
+  if (!is_torch_checkpoint(*source)) {
+    throw CheckpointError(source->name() + ": not a PyTorch checkpoint (torch.save)");
+  }
+  TorchCheckpointOptions torch_options = options.torch;
+  torch_options.key = options.key;
+  auto checkpoint = load_torch_checkpoint(*source, torch_options);
+  WeightsFile out;
+  out.tensors = std::move(checkpoint.tensors);
+  out.format = checkpoint.format + (archive.gzipped() ? " in a gzipped tar" : " in a tar");
+  out.notes = std::move(checkpoint.notes);
+  return out;
+}
+
 WeightsFile load_one(const std::string& path, const WeightsFileOptions& options) {
+  if (const auto split = split_archive_entry(path)) {
+    return load_from_archive(split->archive, split->entry, options);
+  }
   std::error_code error;
   if (fs::is_directory(path, error)) {
     throw CheckpointError(path +
@@ -34,6 +68,7 @@ WeightsFile load_one(const std::string& path, const WeightsFileOptions& options)
       out.notes = std::move(checkpoint.notes);
       return out;
     }
+    if (TarArchive::is_tar(source) || is_gzip(source)) return load_from_archive(path, "", options);
   }
   if (!options.key.empty()) {
     throw CheckpointError(path + ": key '" + options.key +

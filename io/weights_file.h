@@ -1,8 +1,10 @@
 // Weights as users have them, in one call: a safetensors file, a PyTorch checkpoint (.pt .pth
 // .bin .ckpt: io/torch_checkpoint.h), or the index of a sharded checkpoint
 // (model.safetensors.index.json, pytorch_model.bin.index.json: a weight_map from each tensor to
-// the shard beside the index that holds it). The format is told by the file's bytes, not its
-// name, but for the index (by its name).
+// the shard beside the index that holds it), or a tar archive holding a PyTorch checkpoint: a
+// NeMo .nemo file (its model_weights.ckpt), or any entry named as ARCHIVE#ENTRY
+// (io/archive_entry.h), read in place. The format is told by the file's bytes, not its name, but
+// for the index (by its name).
 //
 //   auto weights = io::load_weights_file("vit.pth");            // the state dict, found
 //   auto ema = io::load_weights_file("last.pth", {"state_dict_ema"});

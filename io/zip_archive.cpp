@@ -40,7 +40,7 @@ uint64_t u64(const unsigned char* p) {
   throw CheckpointError(source.name() + ": " + what);
 }
 
-std::string entry_label(const std::string& name) {
+std::string zip_entry_label(const std::string& name) {
   return "zip entry '" + name.substr(0, 200) + "'";
 }
 
@@ -61,7 +61,7 @@ void apply_zip64_extra(const ByteSource& source, const std::string& extra, ZipEn
       const size_t end = at + length;
       auto take = [&](uint64_t& value, const char* what) {
         if (field + 8 > end) {
-          zip_fail(source, entry_label(entry.name) + ": its zip64 field lacks the " + what);
+          zip_fail(source, zip_entry_label(entry.name) + ": its zip64 field lacks the " + what);
         }
         value = u64(bytes + field);
         field += 8;
@@ -74,7 +74,8 @@ void apply_zip64_extra(const ByteSource& source, const std::string& extra, ZipEn
     at += length;
   }
   if (need_size || need_compressed || need_offset) {
-    zip_fail(source, entry_label(entry.name) + ": its sizes need a zip64 field, and it has none");
+    zip_fail(source,
+             zip_entry_label(entry.name) + ": its sizes need a zip64 field, and it has none");
   }
 }
 
@@ -174,7 +175,7 @@ ZipArchive::ZipArchive(const ByteSource& source, ZipLimits limits) : source_(&so
                       entry.compressed_size == 0xFFFFFFFF, local_offset == 0xFFFFFFFF);
     at += kCentralHeaderSize + name_length + extra_length + comment_length;
 
-    const std::string label = entry_label(entry.name);
+    const std::string label = zip_entry_label(entry.name);
     if (flags & 0x0001) zip_fail(source, label + " is encrypted");
     if (entry.method != kStored && entry.method != kDeflated) {
       zip_fail(source, label + " uses compression method " + std::to_string(entry.method) +
@@ -214,12 +215,12 @@ ZipArchive::ZipArchive(const ByteSource& source, ZipLimits limits) : source_(&so
             [](const Span& a, const Span& b) { return a.begin < b.begin; });
   for (size_t i = 1; i < spans.size(); ++i) {
     if (spans[i].begin < spans[i - 1].end) {
-      zip_fail(source, entry_label(entries_[spans[i].index].name) + " overlaps " +
-                           entry_label(entries_[spans[i - 1].index].name) + " (a zip bomb?)");
+      zip_fail(source, zip_entry_label(entries_[spans[i].index].name) + " overlaps " +
+                           zip_entry_label(entries_[spans[i - 1].index].name) + " (a zip bomb?)");
     }
   }
   if (const size_t twice = by_name_.build(entries_); twice != EntryIndex::kNone) {
-    zip_fail(source, entry_label(entries_[twice].name) + " appears twice");
+    zip_fail(source, zip_entry_label(entries_[twice].name) + " appears twice");
   }
 }
 
@@ -228,7 +229,7 @@ const ZipEntry* ZipArchive::find(std::string_view name) const {
 }
 
 void ZipArchive::read(const ZipEntry& entry, void* destination) const {
-  const std::string label = entry_label(entry.name);
+  const std::string label = zip_entry_label(entry.name);
   auto* out = static_cast<unsigned char*>(destination);
   if (entry.method == kStored) {
     source_->read(entry.data_offset, out, entry.size, label);
@@ -291,7 +292,7 @@ void ZipArchive::read(const ZipEntry& entry, void* destination) const {
 std::string ZipArchive::read_string(const ZipEntry& entry, uint64_t max_bytes,
                                     std::string_view what) const {
   if (entry.size > max_bytes) {
-    zip_fail(*source_, std::string(what) + " (" + entry_label(entry.name) + ") holds " +
+    zip_fail(*source_, std::string(what) + " (" + zip_entry_label(entry.name) + ") holds " +
                            std::to_string(entry.size) + " bytes, more than the limit of " +
                            std::to_string(max_bytes));
   }

@@ -1,8 +1,10 @@
 // tar archives read in C++: files written by Python's tarfile (tests/io/make_tar_reference.py) in
 // each of its formats (ustar, GNU, pax), plain and gzipped (also as two gzip members), compared
 // with what tarfile itself lists and reads; a checkpoint inside an archive read in place, as a
-// .nemo file holds one; and the archives that must be refused, each with its message.
+// .nemo file holds one, also through an ARCHIVE#ENTRY path; and the archives that must be refused,
+// each with its message.
 #include <attnzoo/core/error.h>
+#include <attnzoo/io/archive_entry.h>
 #include <attnzoo/io/gunzip.h>
 #include <attnzoo/io/tar_archive.h>
 #include <attnzoo/io/torch_checkpoint.h>
@@ -136,6 +138,39 @@ TEST(TarArchive, RefusesDamagedArchives) {
   TarLimits few;
   few.max_entries = 2;
   EXPECT_THAT(refuse(tar, few), HasSubstr("more than 2 files"));
+}
+
+// ARCHIVE#ENTRY names a file inside an archive wherever a file's path is asked for; an existing
+// file whose name holds '#' is still that file.
+TEST(TarArchive, EntryPathsReadFilesInside) {
+  for (const std::string name : {"nemo.tar", "nemo.tar.gz"}) {
+    SCOPED_TRACE(name);
+    const auto path = archive_entry_path(kDir + name, "model_config.yaml");
+    const auto split = split_archive_entry(path);
+    ASSERT_TRUE(split.has_value());
+    EXPECT_EQ(split->archive, kDir + name);
+    EXPECT_EQ(split->entry, "model_config.yaml");
+    EXPECT_TRUE(is_file_or_entry(path));
+    EXPECT_THAT(read_file_or_entry(path, 4096, "config"), HasSubstr("${sample_rate}"));
+    EXPECT_EQ(split_archive_entry(kDir + name + "#./model_config.yaml")->entry,
+              "model_config.yaml");
+    EXPECT_FALSE(is_file_or_entry(kDir + name + "#missing.yaml"));
+    EXPECT_THAT(error_of([&] { read_file_or_entry(kDir + name + "#missing.yaml", 10, "config"); }),
+                HasSubstr(kDir + name + ": no entry 'missing.yaml' (config)"));
+    EXPECT_THAT(error_of([&] { read_file_or_entry(path, 10, "model config"); }),
+                HasSubstr("more than the 10 a model config may be"));
+  }
+  testing::Scratch scratch;
+  const auto hashed = scratch.path("a#b.txt");
+  std::ofstream(hashed) << "plain";
+  EXPECT_FALSE(split_archive_entry(hashed).has_value());
+  EXPECT_EQ(read_file_or_entry(hashed, 100, "file"), "plain");
+  EXPECT_FALSE(split_archive_entry(scratch.path("none.tar#x")).has_value());
+  EXPECT_FALSE(split_archive_entry(kDir + "nemo.tar#").has_value());
+  EXPECT_THAT(error_of([&] { read_file_or_entry(hashed + "#x", 100, "tokenizer"); }),
+              HasSubstr(hashed + ": not a tar archive, so it holds no entry 'x' (tokenizer)"));
+  EXPECT_THAT(error_of([&] { read_file_or_entry(scratch.path("none"), 100, "tokenizer"); }),
+              HasSubstr("no such file (tokenizer)"));
 }
 
 TEST(Gunzip, InflatesWhatPythonCompressed) {
