@@ -11,6 +11,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
@@ -81,14 +82,17 @@ ConformerEncoderOptions read_conformer_architecture(MapReader arch) {
   blocks.norm_eps(arch.number("norm_eps", blocks.norm_eps(), 0.0, 1.0, true));
   blocks.conv_norm_eps(arch.number("conv_norm_eps", blocks.conv_norm_eps(), 0.0, 1.0, true));
   ConformerEncoderOptions o(input_dim, blocks);
-  o.subsampling(arch.enumeration("subsampling", o.subsampling(),
-                                 {Subsampling::kNone, Subsampling::kConv2d4, Subsampling::kConv2d6,
-                                  Subsampling::kConv2d8, Subsampling::kDwStriding8}));
+  o.subsampling(
+      arch.enumeration("subsampling", o.subsampling(),
+                       {Subsampling::kNone, Subsampling::kConv2d4, Subsampling::kConv2d6,
+                        Subsampling::kConv2d8, Subsampling::kDwStriding4, Subsampling::kDwStriding8,
+                        Subsampling::kStriding4, Subsampling::kStriding8}));
   o.subsampling_channels(
       arch.integer("subsampling_channels", o.subsampling_channels(), 0, kMaxEmbedDim));
   o.position(arch.enumeration("position", o.position(),
                               {ConformerPosition::kNone, ConformerPosition::kAbsPos,
                                ConformerPosition::kRelPos, ConformerPosition::kRelPosWenet}));
+  o.xscaling(arch.boolean("xscaling", o.xscaling()));
   o.global_cmvn(arch.boolean("global_cmvn", o.global_cmvn()));
   o.final_norm(arch.boolean("final_norm", o.final_norm()));
   o.vocab_size(arch.integer("vocab_size", o.vocab_size(), 0, kMaxClasses));
@@ -140,7 +144,8 @@ StreamingConfig read_streaming(MapReader streaming, const ConformerEncoderOption
     why = "architecture.causal_conv: true (a centred kernel reads frames not yet arrived)";
   } else if (model.blocks().conv_norm() == ConvNormKind::kGroupNorm) {
     why = "a conv_norm other than group_norm (it normalises over the whole utterance)";
-  } else if (model.subsampling() == Subsampling::kDwStriding8) {
+  } else if (const auto steps = conformer_subsampling_steps(model.subsampling());
+             std::any_of(steps.begin(), steps.end(), [](const auto& s) { return s.padding > 0; })) {
     why = "a subsampling without padding (none, conv2d4, conv2d6, conv2d8)";
   } else if (head_gating) {
     why = "attention.head_gating: false (the gates pool the whole utterance)";
@@ -180,7 +185,7 @@ class ConformerFamily final : public ModelFamily {
   const std::string& name() const override { return name_; }
   InputKind input_kind() const override { return InputKind::kAudioFeatures; }
   std::vector<std::string> checkpoint_formats() const override {
-    return {"attnzoo", "torchaudio", "wenet", "espnet"};
+    return {"attnzoo", "torchaudio", "wenet", "espnet", "nemo"};
   }
 
   void read(MapReader& root, ModelConfig& config) const override {

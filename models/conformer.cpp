@@ -261,7 +261,7 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerEncoderImpl::forward(
   if (embed) std::tie(x, length) = embed(x, length);
   const int64_t d = o.blocks().input_dim();
   if (o.position() != ConformerPosition::kNone) {
-    x = x * std::sqrt(static_cast<double>(d));
+    if (o.xscaling()) x = x * std::sqrt(static_cast<double>(d));
     if (o.position() == ConformerPosition::kAbsPos) {
       // Row j of the "rel_pos_wenet" encodings is the absolute encoding of position j.
       x = x +
@@ -340,7 +340,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> ConformerEncoderImpl::fo
   if (embed) x = std::get<0>(embed(x, torch::Tensor{}));
   const int64_t d = o.blocks().input_dim();
   if (o.position() != ConformerPosition::kNone) {
-    x = x * std::sqrt(static_cast<double>(d));
+    if (o.xscaling()) x = x * std::sqrt(static_cast<double>(d));
     if (o.position() == ConformerPosition::kAbsPos) {
       x = x + relative_position_encoding(x.size(1), x.size(1), offset, d,
                                          ConformerPosition::kRelPosWenet, x.options());

@@ -124,6 +124,7 @@ TORCH_MODULE(Conformer);
 //   kRelPos       x·√D, then dropout; the blocks add Transformer-XL's relative term (ESPnet
 //                 latest, the paper)
 //   kRelPosWenet  x·√D, then dropout; WeNet's RelPositionMultiHeadedAttention in the blocks
+// xscaling false leaves out the x·√D (NeMo's `xscaling: false`).
 // WeNet also drops out the relative encodings themselves in training; we drop out x only.
 
 // WeNet's chunk mask (subsequent_chunk_mask) in AttentionMask's sense, true = excluded: [T, T]
@@ -145,6 +146,8 @@ struct ConformerEncoderOptions {
   // Subsampling convolution channels; 0: D.
   TORCH_ARG(int64_t, subsampling_channels) = 0;
   TORCH_ARG(ConformerPosition, position) = ConformerPosition::kRelPosWenet;
+  // x·√D before the blocks (positions other than kNone only).
+  TORCH_ARG(bool, xscaling) = true;
   TORCH_ARG(bool, global_cmvn) = false;
   // LayerNorm after the blocks (WeNet's after_norm, normalize_before).
   TORCH_ARG(bool, final_norm) = true;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <regex>
+#include <set>
 #include <vector>
 
 namespace attnzoo {
@@ -172,6 +173,79 @@ MappedConformerCheckpoint from_wenet(const io::TensorDict& tensors, bool espnet)
   return out;
 }
 
+// NeMo's ConformerEncoder (FastConformer included) with its CTC head, as model_weights.ckpt of
+// a .nemo file holds them.
+MappedConformerCheckpoint from_nemo(const io::TensorDict& tensors) {
+  // "$1" is the block index throughout.
+  static const std::vector<RenameRule> rules = {
+      {std::regex(R"(encoder\.pre_encode\.conv\.(\d+)\.(weight|bias))"), "embed.conv.$1.$2"},
+      {std::regex(R"(encoder\.pre_encode\.out\.(weight|bias))"), "embed.out.$1"},
+      {std::regex(R"(encoder\.layers\.(\d+)\.norm_feed_forward([12])\.(weight|bias))"),
+       "conformer.layers.$1.ffn$2.norm.$3"},
+      {std::regex(R"(encoder\.layers\.(\d+)\.feed_forward([12])\.linear([12])\.(weight|bias))"),
+       "conformer.layers.$1.ffn$2.linear$3.$4"},
+      {std::regex(R"(encoder\.layers\.(\d+)\.norm_self_att\.(weight|bias))"),
+       "conformer.layers.$1.attn_norm.$2"},
+      {std::regex(R"(encoder\.layers\.(\d+)\.self_attn\.linear_out\.(weight|bias))"),
+       "conformer.layers.$1.attn.mha.proj.$2"},
+      {std::regex(R"(encoder\.layers\.(\d+)\.self_attn\.linear_pos\.weight)"),
+       "conformer.layers.$1.attn.linear_pos.weight"},
+      {std::regex(R"(encoder\.layers\.(\d+)\.self_attn\.(pos_bias_[uv]))"),
+       "conformer.layers.$1.attn.$2"},
+      {std::regex(R"(encoder\.layers\.(\d+)\.norm_conv\.(weight|bias))"),
+       "conformer.layers.$1.conv.norm.$2"},
+      {std::regex(R"(encoder\.layers\.(\d+)\.conv\.)"
+                  R"((pointwise_conv1|depthwise_conv|pointwise_conv2)\.(weight|bias))"),
+       "conformer.layers.$1.conv.$2.$3"},
+      // NeMo calls the norm after the depthwise convolution batch_norm whatever its kind.
+      {std::regex(R"(encoder\.layers\.(\d+)\.conv\.batch_norm\.)"
+                  R"((weight|bias|running_mean|running_var|num_batches_tracked))"),
+       "conformer.layers.$1.conv.conv_norm.$2"},
+      {std::regex(R"(encoder\.layers\.(\d+)\.norm_out\.(weight|bias))"),
+       "conformer.layers.$1.final_norm.$2"},
+  };
+  static const std::regex qkv(
+      R"(encoder\.layers\.(\d+)\.self_attn\.linear_([qkv])\.(weight|bias))");
+  static const std::regex layer(R"(encoder\.layers\.(\d+)\..*)");
+  static const std::regex ctc_head(R"((?:decoder|ctc_decoder)\.decoder_layers\.0\.(weight|bias))");
+  MappedConformerCheckpoint out;
+  QkvParts parts;
+  std::set<std::string> layers;
+  std::map<std::string, torch::Tensor> shared_biases;  // untie_biases: false
+  for (const auto& item : tensors) {
+    const auto& name = item.key();
+    std::smatch m;
+    if (std::regex_match(name, m, layer)) layers.insert(m[1].str());
+    if (std::regex_match(name, m, qkv)) {
+      parts.add("conformer.layers." + m[1].str() + ".attn.mha.qkv." + m[3].str(), m[2].str()[0],
+                item.value());
+    } else if (std::regex_match(name, m, ctc_head)) {
+      // ConvASRDecoder: a Conv1d of kernel 1, [V, D, 1], onto the Linear [V, D].
+      const auto& t = item.value();
+      insert_mapped(out.tensors, "ctc." + m[1].str(), name,
+                    m[1].str() == "weight" && t.dim() == 3 && t.size(2) == 1 ? t.squeeze(2) : t);
+    } else if (name == "encoder.pos_bias_u" || name == "encoder.pos_bias_v") {
+      shared_biases[name.substr(std::string("encoder.").size())] = item.value();
+    } else if (starts_with(name, "preprocessor.") || starts_with(name, "encoder.pos_enc.")) {
+      // The window, mel filters and positional table: computed (features kind nemo_mel).
+      out.ignored.insert(name);
+    } else if (starts_with(name, "joint.") || starts_with(name, "decoder.prediction.")) {
+      // A hybrid model's transducer, beside the CTC head that runs.
+      out.ignored.insert(name);
+    } else {
+      insert_mapped(out.tensors, rename_with(rules, name), name, item.value());
+    }
+  }
+  for (const auto& [bias, tensor] : shared_biases) {
+    for (const auto& index : layers) {
+      insert_mapped(out.tensors, "conformer.layers." + index + ".attn." + bias, "encoder." + bias,
+                    tensor);
+    }
+  }
+  parts.insert_into(out.tensors);
+  return out;
+}
+
 }  // namespace
 
 ConformerCheckpointFormat parse_conformer_format(const std::string& name) {
@@ -179,8 +253,9 @@ ConformerCheckpointFormat parse_conformer_format(const std::string& name) {
   if (name == "torchaudio") return ConformerCheckpointFormat::kTorchaudio;
   if (name == "wenet") return ConformerCheckpointFormat::kWenet;
   if (name == "espnet") return ConformerCheckpointFormat::kEspnet;
+  if (name == "nemo") return ConformerCheckpointFormat::kNemo;
   TORCH_CHECK_VALUE(false, "unknown Conformer checkpoint format '", name,
-                    "'; expected attnzoo, torchaudio, wenet or espnet");
+                    "'; expected attnzoo, torchaudio, wenet, espnet or nemo");
 }
 
 const char* conformer_format_name(ConformerCheckpointFormat format) {
@@ -193,6 +268,8 @@ const char* conformer_format_name(ConformerCheckpointFormat format) {
       return "wenet";
     case ConformerCheckpointFormat::kEspnet:
       return "espnet";
+    case ConformerCheckpointFormat::kNemo:
+      return "nemo";
   }
   return "?";
 }
@@ -202,6 +279,9 @@ ConformerCheckpointFormat detect_conformer_format(const io::TensorDict& tensors)
   for (const auto& item : tensors) {
     const auto& name = item.key();
     if (starts_with(name, "conformer_layers.")) return ConformerCheckpointFormat::kTorchaudio;
+    if (starts_with(name, "encoder.pre_encode.") || starts_with(name, "encoder.layers.")) {
+      return ConformerCheckpointFormat::kNemo;
+    }
     if (name == "normalize.mean" || name == "normalize.std")
       return ConformerCheckpointFormat::kEspnet;
     if (starts_with(name, "encoder.encoders.") || starts_with(name, "encoder.embed.") ||
@@ -223,6 +303,8 @@ MappedConformerCheckpoint to_conformer_layout(const io::TensorDict& tensors,
       return from_wenet(tensors, /*espnet=*/false);
     case ConformerCheckpointFormat::kEspnet:
       return from_wenet(tensors, /*espnet=*/true);
+    case ConformerCheckpointFormat::kNemo:
+      return from_nemo(tensors);
   }
   return {tensors, {}};
 }

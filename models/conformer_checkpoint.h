@@ -48,6 +48,25 @@
 //                normalize.mean, normalize.std            -> global_cmvn.mean, global_cmvn.istd
 //                                                            (istd = 1 / std)
 //                ignored: decoder.*, frontend.* (the feature extractor's constants)
+//   nemo         NeMo's ConformerEncoder and CTC head (ConvASRDecoder), a .nemo file's
+//                model_weights.ckpt:
+//                encoder.pre_encode.conv.{i}, .out        -> embed.conv.{i}, embed.out
+//                encoder.layers.{i}. (-> conformer.layers.{i}.)
+//                  norm_feed_forward{1,2}, feed_forward{1,2}.linear{1,2}
+//                                                         -> ffn{1,2}.norm, ffn{1,2}.linear{1,2}
+//                  norm_self_att                          -> attn_norm
+//                  self_attn.linear_{q,k,v}               -> attn.mha.qkv (rows [q; k; v])
+//                  self_attn.linear_out                   -> attn.mha.proj
+//                  self_attn.linear_pos, pos_bias_{u,v}   -> attn.linear_pos, attn.pos_bias_{u,v}
+//                  norm_conv                              -> conv.norm
+//                  conv.{pointwise_conv1, depthwise_conv, pointwise_conv2} -> conv.{same}
+//                  conv.batch_norm (any norm kind)        -> conv.conv_norm
+//                  norm_out                               -> final_norm
+//                encoder.pos_bias_{u,v} (untie_biases: false, shared) -> every block's
+//                decoder.decoder_layers.0 | ctc_decoder.decoder_layers.0 (a hybrid's CTC head),
+//                  Conv1d [V, D, 1]                       -> ctc [V, D]
+//                ignored: preprocessor.* (window, mel filters), encoder.pos_enc.*, and a
+//                hybrid model's transducer (decoder.prediction.*, joint.*)
 // wenet and espnet also take a bare encoder's own state_dict (embed.*, encoders.*, after_norm.*,
 // global_cmvn.*: the Encoder module saved alone), read as if every name had the encoder. prefix.
 // This is the one place where those layouts are known.
@@ -60,14 +79,14 @@
 
 namespace attnzoo {
 
-enum class ConformerCheckpointFormat { kAttnzoo, kTorchaudio, kWenet, kEspnet };
+enum class ConformerCheckpointFormat { kAttnzoo, kTorchaudio, kWenet, kEspnet, kNemo };
 
-// "attnzoo" | "torchaudio" | "wenet" | "espnet"; throws naming the accepted names.
+// "attnzoo" | "torchaudio" | "wenet" | "espnet" | "nemo"; throws naming the accepted names.
 ConformerCheckpointFormat parse_conformer_format(const std::string& name);
 const char* conformer_format_name(ConformerCheckpointFormat format);
 
 // Guesses the layout from the tensor names (WeNet and ESPnet share theirs: normalize.* tells
-// ESPnet).
+// ESPnet; encoder.pre_encode.* and encoder.layers.* are NeMo's).
 ConformerCheckpointFormat detect_conformer_format(const io::TensorDict& tensors);
 
 struct MappedConformerCheckpoint {

@@ -38,6 +38,12 @@ const char* to_string(Subsampling kind) {
       return "conv2d8";
     case Subsampling::kDwStriding8:
       return "dw_striding8";
+    case Subsampling::kDwStriding4:
+      return "dw_striding4";
+    case Subsampling::kStriding4:
+      return "striding4";
+    case Subsampling::kStriding8:
+      return "striding8";
   }
   return "?";
 }
@@ -62,7 +68,7 @@ void ConformerSubsamplingImpl::reset() {
   const auto& o = options;
   TORCH_CHECK_VALUE(o.kind() != Subsampling::kNone,
                     "ConformerSubsampling: kind none builds no module; expected conv2d4, conv2d6, "
-                    "conv2d8 or dw_striding8");
+                    "conv2d8, dw_striding4, dw_striding8, striding4 or striding8");
   TORCH_CHECK_VALUE(o.input_dim() > 0 && o.output_dim() > 0 && o.channels() >= 0,
                     "ConformerSubsampling: input_dim and output_dim must be > 0 and channels >= 0, "
                     "got ",
@@ -103,6 +109,12 @@ std::vector<ConformerSubsamplingImpl::Step> conformer_subsampling_steps(Subsampl
       // Conv(3, 2, pad 1), then twice [depthwise Conv(3, 2, pad 1), pointwise Conv(1)].
       return {Step{3, 2, 1}, Step{3, 2, 1, true}, Step{1, 1, 0}, Step{3, 2, 1, true},
               Step{1, 1, 0}};
+    case Subsampling::kDwStriding4:
+      return {Step{3, 2, 1}, Step{3, 2, 1, true}, Step{1, 1, 0}};
+    case Subsampling::kStriding4:
+      return {Step{3, 2, 1}, Step{3, 2, 1}};
+    case Subsampling::kStriding8:
+      return {Step{3, 2, 1}, Step{3, 2, 1}, Step{3, 2, 1}};
   }
   return {};
 }

@@ -47,6 +47,9 @@ TORCH_MODULE(GlobalCmvn);
 //   "dw_striding8"  NeMo's "dw_striding" with factor 8 (FastConformer): Conv2d(1, C, 3, 2, pad 1)
 //                   → ReLU, then twice [depthwise Conv2d(C, C, 3, 2, pad 1, groups C) →
 //                   pointwise Conv2d(C, C, 1) → ReLU]
+//   "dw_striding4"  the same with factor 4 (one depthwise-pointwise pair)
+//   "striding4"     NeMo's "striding" with factor 4: twice Conv2d(·, C, 3, 2, pad 1) → ReLU
+//   "striding8"     the same three times
 // Module names follow the source layouts: `conv` holds the Sequential's entries by index (conv.0,
 // conv.2, ...; the ReLUs hold the odd places as in WeNet's and NeMo's nn.Sequential), `out` is
 // the Linear(C·F', D).
@@ -60,11 +63,14 @@ TORCH_MODULE(GlobalCmvn);
 // zeroing of frames beyond each intermediate length, which NeMo does not do (we differ from NeMo
 // there only on batches with padding; an utterance alone is unaffected).
 enum class Subsampling {
-  kNone,        // "none": no subsampling (ConformerEncoderOptions only: features already D wide)
-  kConv2d4,     // "conv2d4": WeNet's Conv2dSubsampling4
-  kConv2d6,     // "conv2d6": WeNet's Conv2dSubsampling6
-  kConv2d8,     // "conv2d8": WeNet's Conv2dSubsampling8
-  kDwStriding8  // "dw_striding8": NeMo's dw_striding, factor 8
+  kNone,         // "none": no subsampling (ConformerEncoderOptions only: features already D wide)
+  kConv2d4,      // "conv2d4": WeNet's Conv2dSubsampling4
+  kConv2d6,      // "conv2d6": WeNet's Conv2dSubsampling6
+  kConv2d8,      // "conv2d8": WeNet's Conv2dSubsampling8
+  kDwStriding8,  // "dw_striding8": NeMo's dw_striding, factor 8
+  kDwStriding4,  // "dw_striding4": NeMo's dw_striding, factor 4
+  kStriding4,    // "striding4": NeMo's striding, factor 4
+  kStriding8     // "striding8": NeMo's striding, factor 8
 };
 const char* to_string(Subsampling kind);
 

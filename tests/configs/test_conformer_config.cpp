@@ -176,7 +176,7 @@ TEST(ConformerConfig, RelationsAreReportedAtTheirKeys) {
                "streaming.num_left_chunks", 26, 20, "expected an integer in [-1, 1048576]");
   // Family-specific values.
   expect_error(parse_error(with(kConformer, "format: wenet", "format: timm")), "checkpoint.format",
-               43, 11, "expected one of attnzoo, torchaudio, wenet, espnet, got 'timm'");
+               43, 11, "expected one of attnzoo, torchaudio, wenet, espnet, nemo, got 'timm'");
   expect_error(parse_error(std::string(kConformer) + "labels: imagenet\n"), "labels", 44, 9,
                "imagenet labels are for image classifiers");
   expect_error(parse_error(with(kConformer, "position: rel_pos", "position: relative")),

@@ -44,8 +44,8 @@ attention:
 
 TEST(ModelFamily, RegistryListsEachFamilyAndItsLayouts) {
   EXPECT_THAT(model_family_names(), ElementsAre("ast", "conformer", "vit"));
-  EXPECT_THAT(all_checkpoint_formats(),
-              ElementsAre("attnzoo", "espnet", "hf", "timm", "torchaudio", "torchvision", "wenet"));
+  EXPECT_THAT(all_checkpoint_formats(), ElementsAre("attnzoo", "espnet", "hf", "nemo", "timm",
+                                                    "torchaudio", "torchvision", "wenet"));
   EXPECT_EQ(model_family("vit").input_kind(), InputKind::kImages);
   EXPECT_EQ(model_family("conformer").input_kind(), InputKind::kAudioFeatures);
   EXPECT_THAT(error_of([] { model_family("resnet"); }),

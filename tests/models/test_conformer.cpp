@@ -439,7 +439,8 @@ TEST(Conformer, CheckpointLayoutsAndStrictLoading) {
   EXPECT_STREQ(conformer_format_name(ConformerCheckpointFormat::kAttnzoo), "attnzoo");
   EXPECT_STREQ(conformer_format_name(ConformerCheckpointFormat::kWenet), "wenet");
   EXPECT_STREQ(conformer_format_name(ConformerCheckpointFormat::kEspnet), "espnet");
-  EXPECT_THROW(parse_conformer_format("nemo"), c10::Error);
+  EXPECT_STREQ(conformer_format_name(ConformerCheckpointFormat::kNemo), "nemo");
+  EXPECT_THROW(parse_conformer_format("kaldi"), c10::Error);
   Conformer model(fixture_options(false, false));
   EXPECT_EQ(detect_conformer_format(state_dict(*model)), ConformerCheckpointFormat::kAttnzoo);
   const auto mapped =
@@ -533,19 +534,23 @@ int64_t wenet_mask_length(Subsampling kind, int64_t frames) {
 
 TEST(ConformerSubsampling, LengthsFollowTheConvolutionsAndWeNetsMasks) {
   torch::NoGradGuard no_grad;
-  const std::vector<std::pair<Subsampling, int64_t>> minimum = {{Subsampling::kConv2d4, 7},
-                                                                {Subsampling::kConv2d6, 11},
-                                                                {Subsampling::kConv2d8, 15},
-                                                                {Subsampling::kDwStriding8, 1}};
+  const std::vector<std::pair<Subsampling, int64_t>> minimum = {
+      {Subsampling::kConv2d4, 7},     {Subsampling::kConv2d6, 11},    {Subsampling::kConv2d8, 15},
+      {Subsampling::kDwStriding8, 1}, {Subsampling::kDwStriding4, 1}, {Subsampling::kStriding4, 1},
+      {Subsampling::kStriding8, 1}};
   for (const auto& [kind, min_frames] : minimum) {
     SCOPED_TRACE(to_string(kind));
     ConformerSubsampling sub(ConformerSubsamplingOptions(kind, 20, 8).channels(3));
     EXPECT_EQ(sub->min_frames(), min_frames);
-    EXPECT_EQ(sub->factor(), kind == Subsampling::kConv2d6   ? 6
-                             : kind == Subsampling::kConv2d4 ? 4
-                                                             : 8);
+    const bool nemo = kind == Subsampling::kDwStriding8 || kind == Subsampling::kDwStriding4 ||
+                      kind == Subsampling::kStriding4 || kind == Subsampling::kStriding8;
+    EXPECT_EQ(sub->factor(), kind == Subsampling::kConv2d6 ? 6
+                             : kind == Subsampling::kConv2d4 || kind == Subsampling::kDwStriding4 ||
+                                     kind == Subsampling::kStriding4
+                                 ? 4
+                                 : 8);
     for (int64_t t = 1; t <= 50; ++t) {
-      if (kind != Subsampling::kDwStriding8) {
+      if (!nemo) {
         EXPECT_EQ(sub->output_length(t), wenet_mask_length(kind, t)) << "T = " << t;
       }
       if (t < min_frames) {
@@ -560,10 +565,18 @@ TEST(ConformerSubsampling, LengthsFollowTheConvolutionsAndWeNetsMasks) {
     // Frequencies: F' from the same arithmetic, channels major in `out`.
     EXPECT_EQ(sub->out->weight.size(1), 3 * sub->output_length(20));
   }
-  // NeMo's calc_length for dw_striding: ceil(L / 2) three times.
-  ConformerSubsampling dw(ConformerSubsamplingOptions(Subsampling::kDwStriding8, 20, 8));
-  for (int64_t t = 1; t <= 50; ++t) {
-    EXPECT_EQ(dw->output_length(t), (((t + 1) / 2 + 1) / 2 + 1) / 2) << "T = " << t;
+  // NeMo's calc_length for dw_striding and striding: ceil(L / 2) per factor of 2.
+  for (const auto kind : {Subsampling::kDwStriding8, Subsampling::kStriding8}) {
+    ConformerSubsampling sub(ConformerSubsamplingOptions(kind, 20, 8));
+    for (int64_t t = 1; t <= 50; ++t) {
+      EXPECT_EQ(sub->output_length(t), (((t + 1) / 2 + 1) / 2 + 1) / 2) << "T = " << t;
+    }
+  }
+  for (const auto kind : {Subsampling::kDwStriding4, Subsampling::kStriding4}) {
+    ConformerSubsampling sub(ConformerSubsamplingOptions(kind, 20, 8));
+    for (int64_t t = 1; t <= 50; ++t) {
+      EXPECT_EQ(sub->output_length(t), ((t + 1) / 2 + 1) / 2) << "T = " << t;
+    }
   }
 }
 
@@ -621,8 +634,9 @@ TEST(ConformerEncoder, BatchedEqualsPerUtteranceThroughEverySubsampling) {
   // Padded frames hold large random values (padded_batch); the lengths hit every remainder of the
   // factors, so the last valid output frames sit at the subsampling boundary.
   torch::manual_seed(3);
-  for (const auto subsampling : {Subsampling::kConv2d4, Subsampling::kConv2d6,
-                                 Subsampling::kConv2d8, Subsampling::kDwStriding8}) {
+  for (const auto subsampling :
+       {Subsampling::kConv2d4, Subsampling::kConv2d6, Subsampling::kConv2d8,
+        Subsampling::kDwStriding8, Subsampling::kDwStriding4, Subsampling::kStriding4}) {
     for (const auto position : {ConformerPosition::kAbsPos, ConformerPosition::kRelPos,
                                 ConformerPosition::kRelPosWenet}) {
       SCOPED_TRACE(std::string(to_string(subsampling)) + " " + to_string(position));
@@ -767,7 +781,7 @@ TEST(ConformerEncoder, WenetLayoutLoadsAndMatchesTheReferenceOnValidFrames) {
   EXPECT_EQ(detect_conformer_format(weights.tensors), ConformerCheckpointFormat::kWenet);
   EXPECT_EQ(parse_conformer_format("wenet"), ConformerCheckpointFormat::kWenet);
   EXPECT_THAT(error_of<c10::Error>([] { parse_conformer_format("kaldi"); }),
-              HasSubstr("expected attnzoo, torchaudio, wenet or espnet"));
+              HasSubstr("expected attnzoo, torchaudio, wenet, espnet or nemo"));
   const auto mapped = to_conformer_layout(weights.tensors, ConformerCheckpointFormat::kWenet);
   // The fixture's one decoder tensor is mapped (models/attention_decoder.h); this model has no
   // decoder, so the loader is told to leave it, as ConformerFamily's does.
