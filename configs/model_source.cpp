@@ -22,6 +22,7 @@ const std::vector<std::unique_ptr<ModelSource>>& sources() {
     all.push_back(make_timm_source());
     all.push_back(make_wenet_source());
     all.push_back(make_espnet_source());
+    all.push_back(make_nemo_source());
     return all;
   }();
   return list;
@@ -45,8 +46,10 @@ const ModelSource& model_source_of(const std::string& path) {
   throw ConfigError(path +
                         ": not a model folder attnzoo reads: it looks for a Hugging Face folder "
                         "(config.json with model_type vit, deit or audio-spectrogram-transformer), "
-                        "a timm folder (config.json with architecture and pretrained_cfg) or a "
-                        "WeNet experiment folder (train.yaml)",
+                        "a timm folder (config.json with architecture and pretrained_cfg), a "
+                        "WeNet experiment folder (train.yaml), an ESPnet experiment folder or "
+                        "zip (config.yaml, meta.yaml) or a NeMo .nemo file (a tar with "
+                        "model_config.yaml)",
                     path, "");
 }
 
@@ -63,8 +66,13 @@ std::string describe_model_source(const std::string& path) {
 ModelConfig load_model_source(const std::string& path, const std::vector<std::string>& overrides) {
   const auto& source = model_source_of(path);
   // Messages name the source's folder; relative paths of the document (none: its importers
-  // write absolute ones) would resolve against it.
-  const std::string where = (fs::path(path) / source.config_name()).lexically_normal().string();
+  // write absolute ones) would resolve against it. A source that is a file (a .nemo archive)
+  // holds its config as an entry.
+  std::error_code error;
+  const std::string where =
+      fs::is_regular_file(path, error)
+          ? path + "#" + source.config_name()
+          : (fs::path(path) / source.config_name()).lexically_normal().string();
   return parse_model_config(source.document(path), where, overrides);
 }
 

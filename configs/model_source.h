@@ -1,12 +1,13 @@
 // Models as their sources ship them: a folder that Hugging Face's save_pretrained or timm's
-// save_for_hf wrote (config.json, the weights, the preprocessor's settings), or a WeNet
-// experiment folder (train.yaml, final.pt, units.txt), given where a model
+// save_for_hf wrote (config.json, the weights, the preprocessor's settings), a WeNet or ESPnet
+// experiment folder (train.yaml, final.pt, units.txt; config.yaml), or a NeMo .nemo file (a tar
+// of model_config.yaml, model_weights.ckpt and the tokenizer), given where a model
 // is asked for (`--model DIR`, ImageClassifier("DIR"), a serve config's `model:`), runs as it
 // is: no Python, no hand-written YAML.
 //
-// Each source is an importer, one file each (hf_source.cpp, timm_source.cpp, wenet_source.cpp),
-// listed once in
-// model_source.cpp: it tells its folders by their files and reads the source's own config into an
+// Each source is an importer, one file each (hf_source.cpp, timm_source.cpp, wenet_source.cpp,
+// espnet_source.cpp, nemo_source.cpp), listed once in model_source.cpp: it tells its folders (or
+// files) by their contents and reads the source's own config into an
 // attnzoo model document, the same YAML a user could write (so that overrides, validation and the
 // families read it as they read any config, and `attnzoo models --describe DIR` prints exactly
 // what runs). The weights come with it, as the document's checkpoint.file.

@@ -15,6 +15,11 @@ SourceYaml::SourceYaml(std::string file, const std::string& what) : file_(std::m
   if (!root_.IsMap()) throw ConfigError(file_ + ": expected a map of keys", file_, "");
 }
 
+SourceYaml::SourceYaml(std::string file, YAML::Node root)
+    : file_(std::move(file)), root_(std::move(root)) {
+  if (!root_.IsMap()) throw ConfigError(file_ + ": expected a map of keys", file_, "");
+}
+
 void SourceYaml::fail(const std::string& key, const std::string& what) const {
   throw ConfigError(file_ + ": " + key + ": " + what, file_, key);
 }

@@ -18,6 +18,8 @@ class SourceYaml {
  public:
   // Reads `file`; `what` names the kind of file in messages ("WeNet config").
   SourceYaml(std::string file, const std::string& what);
+  // A document already parsed (a file inside an archive): `file` names it in messages.
+  SourceYaml(std::string file, YAML::Node root);
 
   const std::string& file() const { return file_; }
   [[noreturn]] void fail(const std::string& key, const std::string& what) const;

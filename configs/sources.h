@@ -19,6 +19,7 @@ std::unique_ptr<ModelSource> make_hf_source();
 std::unique_ptr<ModelSource> make_timm_source();
 std::unique_ptr<ModelSource> make_wenet_source();
 std::unique_ptr<ModelSource> make_espnet_source();
+std::unique_ptr<ModelSource> make_nemo_source();
 
 namespace detail {
 

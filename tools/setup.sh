@@ -131,16 +131,20 @@ if [ ! -f "$nodeps_stamp" ]; then
   rm -f "$VENV"/.attnzoo-nodeps-*
   touch "$nodeps_stamp"
 fi
-# ESPnet's inference dependencies, in a folder of their own that only the ESPnet fixture puts on
-# its path (tools/requirements/requirements-espnet-inference.txt says why).
-ESPNET_REQS="$ROOT/tools/requirements/requirements-espnet-inference.txt"
-espnet_stamp="$VENV/espnet-inference/.attnzoo-$(sha256sum "$ESPNET_REQS" | cut -c1-12)"
-if [ ! -f "$espnet_stamp" ]; then
-  say "installing tools/requirements/requirements-espnet-inference.txt into $VENV/espnet-inference"
-  rm -rf "$VENV/espnet-inference"
-  install_pins "$ESPNET_REQS" "$VENV/espnet-inference"
-  touch "$espnet_stamp"
-fi
+# Reference dependencies in folders of their own that only their fixtures put on their sys.path,
+# stamped by the file's content: ESPnet's inference (requirements-espnet-inference.txt says why)
+# and NeMo's ASR collection (requirements-nemo-asr.txt), into <venv>/espnet-inference and
+# <venv>/nemo-asr.
+for folder in espnet-inference nemo-asr; do
+  reqs="$ROOT/tools/requirements/requirements-$folder.txt"
+  stamp="$VENV/$folder/.attnzoo-$(sha256sum "$reqs" | cut -c1-12)"
+  if [ ! -f "$stamp" ]; then
+    say "installing tools/requirements/requirements-$folder.txt into $VENV/$folder"
+    rm -rf "${VENV:?}/$folder"
+    install_pins "$reqs" "$VENV/$folder"
+    touch "$stamp"
+  fi
+done
 TORCH_PREFIX=$("$VPY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 phase_done "venv"
 

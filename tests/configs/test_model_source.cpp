@@ -255,9 +255,11 @@ TEST(ModelSource, FoldersOfNoSourceAreRefusedWithWhatIsLookedFor) {
   EXPECT_THAT(config_error(folder),
               AllOf(HasSubstr(folder.path() + ": not a model folder attnzoo reads"),
                     HasSubstr("model_type vit, deit or audio-spectrogram-transformer"),
-                    HasSubstr("a WeNet experiment folder (train.yaml)")));
+                    HasSubstr("a WeNet experiment folder (train.yaml)"),
+                    HasSubstr("a NeMo .nemo file (a tar with model_config.yaml)")));
   EXPECT_FALSE(is_model_source(folder.path()));
-  EXPECT_EQ(model_source_names(), (std::vector<std::string>{"hf", "timm", "wenet", "espnet"}));
+  EXPECT_EQ(model_source_names(),
+            (std::vector<std::string>{"hf", "timm", "wenet", "espnet", "nemo"}));
 }
 
 TEST(ModelSource, TheDescriptionIsTheDocumentThatRuns) {

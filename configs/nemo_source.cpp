@@ -1,0 +1,466 @@
+// NVIDIA NeMo's ASR models as NeMo saves them: a .nemo file (a tar, plain or gzipped, written by
+// ModelPT.save_to: model_config.yaml, model_weights.ckpt and the tokenizer's files, their names
+// prefixed with a random hex string), or the folder such a file was unpacked into. Nothing is
+// unpacked: the weights and the SentencePiece model are read in place, named in the document as
+// ARCHIVE#ENTRY (io/archive_entry.h). model_config.yaml's OmegaConf interpolations are resolved
+// first (NeMo saves them resolved; a hand-edited file may not be). They give:
+//   - the frontend: AudioToMelSpectrogramPreprocessor (preprocessor) as features kind nemo_mel,
+//     without dither (NeMo applies none in eval mode); pad_to and pad_value only pad batches;
+//   - the encoder: ConformerEncoder (FastConformer included) with full-context rel_pos attention,
+//     subsampling dw_striding or striding (x4, x8), xscaling, tied or untied position biases,
+//     BatchNorm or LayerNorm in the convolution module;
+//   - the CTC head: ConvASRDecoder (decoder), or a hybrid model's CTC head (aux_ctc.decoder),
+//     whose blank is the last class;
+//   - the tokens: the head's vocabulary and "<blank>" after it, as text through the tokenizer's
+//     SentencePiece model (tokenizer.type bpe) or as characters (EncDecCTCModel's vocabulary,
+//     its space as "▁"); decoding greedy, NeMo's default for CTC.
+// A model attnzoo does not run is refused naming model_config.yaml's key and value: a target that
+// is not a CTC or hybrid ASR model (the transducer-only models, TTS, speaker and language models),
+// an encoder other than ConformerEncoder, limited-context or cache-aware streaming attention,
+// causal subsampling and every other option attnzoo does not implement. A hybrid's transducer
+// (decoder.prediction.*, joint.*) is not run: its CTC head decodes.
+#include <attnzoo/configs/omegaconf_interpolation.h>
+#include <attnzoo/configs/source_yaml.h>
+#include <attnzoo/configs/sources.h>
+#include <attnzoo/core/error.h>
+#include <attnzoo/io/archive_entry.h>
+#include <attnzoo/io/byte_source.h>
+#include <attnzoo/io/gunzip.h>
+#include <attnzoo/io/tar_archive.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+
+namespace attnzoo {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kConfigEntry = "model_config.yaml";
+constexpr const char* kWeightsEntry = "model_weights.ckpt";
+// A model_config.yaml is a few kilobytes; its vocabulary can make it a megabyte.
+constexpr uint64_t kMaxConfigBytes = 16u << 20;
+
+bool is_file(const fs::path& path) {
+  std::error_code error;
+  return fs::is_regular_file(path, error);
+}
+
+std::string absolute_path(const fs::path& path) {
+  return fs::absolute(path).lexically_normal().string();
+}
+
+// The model's files: inside a .nemo file (entries), or in the folder it was unpacked into.
+class NemoFiles {
+ public:
+  explicit NemoFiles(const std::string& path) {
+    std::error_code error;
+    if (fs::is_directory(path, error)) {
+      folder_ = absolute_path(path);
+      return;
+    }
+    archive_ = absolute_path(path);
+    const io::FileSource source(archive_);
+    const io::TarArchive tar(source);
+    for (const auto& entry : tar.entries()) entries_.insert(entry.name);
+    if (const auto* config = tar.find(kConfigEntry)) {
+      config_text_ = tar.read_string(*config, kMaxConfigBytes, kConfigEntry);
+    }
+  }
+
+  bool has(const std::string& name) const {
+    return archive_.empty() ? is_file(fs::path(folder_) / name) : entries_.count(name) > 0;
+  }
+  // The path by which attnzoo reads the file: ARCHIVE#ENTRY, or the folder's file.
+  std::string path(const std::string& name) const {
+    return archive_.empty() ? absolute_path(fs::path(folder_) / name)
+                            : io::archive_entry_path(archive_, name);
+  }
+  // What messages call model_config.yaml.
+  std::string config_name() const { return path(kConfigEntry); }
+  std::string config_text() const {
+    if (!archive_.empty()) return config_text_;
+    return io::read_file_or_entry(path(kConfigEntry), kMaxConfigBytes, kConfigEntry);
+  }
+  const std::string& where() const { return archive_.empty() ? folder_ : archive_; }
+  bool is_archive() const { return !archive_.empty(); }
+
+ private:
+  std::string archive_, folder_;
+  std::set<std::string> entries_;
+  std::string config_text_;
+};
+
+// model_config.yaml, parsed and with its interpolations resolved.
+detail::SourceYaml read_config(const NemoFiles& files) {
+  const auto name = files.config_name();
+  if (!files.has(kConfigEntry)) {
+    throw ConfigError(files.where() + ": no " + kConfigEntry + " (not a NeMo model)", name, "");
+  }
+  YAML::Node root;
+  try {
+    root = YAML::Load(files.config_text());
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(name + ": not YAML: " + e.what(), name, "");
+  }
+  return detail::SourceYaml(name, detail::resolve_interpolations(root, name));
+}
+
+// A "nemo:<name>" path of the config (an artifact the .nemo file holds), or a plain path whose
+// file name is looked for among the model's files.
+std::string artifact(const detail::SourceYaml& c, const NemoFiles& files, const std::string& key) {
+  auto value = c.text(key, "");
+  if (value.rfind("nemo:", 0) == 0) value.erase(0, 5);
+  const auto name = fs::path(value).filename().string();
+  if (name.empty() || !files.has(name)) {
+    c.fail(key, "'" + c.text(key, "") + "' is not among the model's files");
+  }
+  return files.path(name);
+}
+
+// The kinds of model attnzoo runs, by model_config.yaml's target (the class save_to recorded).
+enum class ModelKind { kCtc, kCtcCharacters, kHybrid };
+
+ModelKind model_kind(const detail::SourceYaml& c) {
+  static const std::map<std::string, ModelKind> kTargets = {
+      {"nemo.collections.asr.models.ctc_bpe_models.EncDecCTCModelBPE", ModelKind::kCtc},
+      {"nemo.collections.asr.models.ctc_models.EncDecCTCModel", ModelKind::kCtcCharacters},
+      {"nemo.collections.asr.models.hybrid_rnnt_ctc_bpe_models.EncDecHybridRNNTCTCBPEModel",
+       ModelKind::kHybrid},
+  };
+  const auto target = c.text("target", "");
+  const auto found = kTargets.find(target);
+  if (found == kTargets.end()) {
+    std::string known;
+    for (const auto& [name, kind] : kTargets) {
+      known += (known.empty() ? "" : ", ") + name.substr(name.rfind('.') + 1);
+    }
+    c.fail("target", "'" + target + "' is not a model attnzoo runs (it runs NeMo's " + known +
+                         "; transducer decoding of RNN-T and TDT models is not implemented)");
+  }
+  return found->second;
+}
+
+YAML::Node features(const detail::SourceYaml& c, int64_t feat_in) {
+  const std::string p = "preprocessor";
+  c.require(p + "._target_", "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
+            "attnzoo reads NeMo's log-mel preprocessor");
+  c.only_keys(p, {"_target_",
+                  "sample_rate",
+                  "window_size",
+                  "window_stride",
+                  "window",
+                  "normalize",
+                  "n_fft",
+                  "preemph",
+                  "features",
+                  "lowfreq",
+                  "highfreq",
+                  "log",
+                  "log_zero_guard_type",
+                  "log_zero_guard_value",
+                  "dither",
+                  "pad_to",
+                  "frame_splicing",
+                  "exact_pad",
+                  "pad_value",
+                  "mag_power",
+                  "mel_norm",
+                  "rng",
+                  "nb_augmentation_prob",
+                  "nb_max_freq",
+                  "use_torchaudio",
+                  "stft_exact_pad",
+                  "stft_conv",
+                  "n_window_size",
+                  "n_window_stride"});
+  YAML::Node out;
+  out["kind"] = "nemo_mel";
+  const auto rate =
+      c.integer(p + ".sample_rate", c.integer("sample_rate", 16000, 1000, 384000), 1000, 384000);
+  out["sample_rate"] = rate;
+  const auto bins = c.integer(p + ".features", 64, 1, 4096);
+  if (bins != feat_in) {
+    c.fail(p + ".features",
+           std::to_string(bins) + " bins, but encoder.feat_in is " + std::to_string(feat_in));
+  }
+  out["num_mel_bins"] = bins;
+  // Window and hop in seconds, or in samples (n_window_size, n_window_stride).
+  const auto milliseconds = [&](const char* seconds_key, const char* samples_key, double fallback) {
+    if (c.has(p + "." + samples_key)) {
+      return 1000.0 * static_cast<double>(c.integer(p + "." + samples_key, 0, 1, 1 << 20)) /
+             static_cast<double>(rate);
+    }
+    const double seconds = c.number(p + "." + seconds_key, fallback);
+    if (!(seconds > 0.0)) c.fail(p + "." + seconds_key, "must be > 0");
+    return 1000.0 * seconds;
+  };
+  out["frame_length_ms"] = detail::number_text(milliseconds("window_size", "n_window_size", 0.02));
+  out["frame_shift_ms"] =
+      detail::number_text(milliseconds("window_stride", "n_window_stride", 0.01));
+  static const std::map<std::string, std::string> kWindows = {{"hann", "hanning"},
+                                                              {"hamming", "hamming"},
+                                                              {"blackman", "blackman"},
+                                                              {"bartlett", "bartlett"}};
+  const auto window = c.text(p + ".window", "hann");
+  if (!kWindows.count(window)) {
+    c.fail(p + ".window", "'" + window + "' is not supported (hann, hamming, blackman, bartlett)");
+  }
+  out["window"] = kWindows.at(window);
+  if (c.has(p + ".n_fft")) out["n_fft"] = c.integer(p + ".n_fft", 0, 1, 1 << 20);
+  // A key written as null is NeMo's "none" (no pre-emphasis, no mel normalisation, the Nyquist
+  // frequency); an absent key its default.
+  const auto stated_null = [&](const char* key) {
+    const YAML::Node section = c.at(p);
+    const YAML::Node value = section[key];
+    return value.IsDefined() && value.IsNull();
+  };
+  out["preemphasis"] =
+      detail::number_text(stated_null("preemph") ? 0.0 : c.number(p + ".preemph", 0.97));
+  out["low_freq"] = detail::number_text(c.number(p + ".lowfreq", 0.0));
+  if (c.has(p + ".highfreq")) out["high_freq"] = detail::number_text(c.number(p + ".highfreq", 0));
+  const auto mel_norm = c.text(p + ".mel_norm", "slaney");
+  if (mel_norm != "slaney") {
+    c.fail(p + ".mel_norm", "'" + mel_norm + "' is not supported (slaney, or null)");
+  }
+  out["mel_norm"] = stated_null("mel_norm") ? "none" : "slaney";
+  out["mag_power"] = detail::number_text(c.number(p + ".mag_power", 2.0));
+  out["log"] = c.boolean(p + ".log", true);
+  const auto guard = c.text(p + ".log_zero_guard_type", "add");
+  if (guard != "add" && guard != "clamp") {
+    c.fail(p + ".log_zero_guard_type", "'" + guard + "' is not supported (add, clamp)");
+  }
+  out["log_guard"] = guard;
+  // A number, or "tiny" / "eps" of float32 (NeMo's features are float32).
+  const auto guard_value = c.text(p + ".log_zero_guard_value", "");
+  if (guard_value == "tiny") {
+    out["log_guard_value"] = detail::number_text(std::numeric_limits<float>::min());
+  } else if (guard_value == "eps") {
+    out["log_guard_value"] = detail::number_text(std::numeric_limits<float>::epsilon());
+  } else {
+    out["log_guard_value"] =
+        detail::number_text(c.number(p + ".log_zero_guard_value", std::ldexp(1.0, -24)));
+  }
+  const auto normalize = c.text(p + ".normalize", "per_feature");
+  if (normalize == "per_feature" || normalize == "all_features") {
+    out["normalize"] = normalize;
+  } else if (normalize == "NA" || normalize == "None" || normalize.empty() ||
+             !c.has(p + ".normalize")) {
+    out["normalize"] = "none";
+  } else {
+    c.fail(p + ".normalize",
+           "'" + normalize + "' is not supported (per_feature, all_features, NA)");
+  }
+  out["exact_pad"] = c.boolean(p + ".exact_pad", false);
+  c.require_number(p + ".frame_splicing", 1.0, "attnzoo does not splice frames");
+  c.require_flag(p + ".stft_conv", false, "the convolutional STFT of old NeMo releases");
+  return out;
+}
+
+YAML::Node encoder_architecture(const detail::SourceYaml& c, int64_t* feat_in) {
+  const std::string e = "encoder";
+  const auto target = c.text(e + "._target_", "");
+  if (target != "nemo.collections.asr.modules.ConformerEncoder" &&
+      target != "nemo.collections.asr.modules.conformer_encoder.ConformerEncoder") {
+    c.fail(e + "._target_", "'" + target + "' is not supported (ConformerEncoder)");
+  }
+  c.only_keys(
+      e, {"_target_", "feat_in", "feat_out", "n_layers", "d_model", "subsampling",
+          "subsampling_factor", "subsampling_conv_channels", "subsampling_conv_chunking_factor",
+          "causal_downsampling", "reduction", "reduction_position", "reduction_factor",
+          "ff_expansion_factor", "self_attention_model", "n_heads", "att_context_size",
+          "att_context_probs", "att_chunk_context_size", "att_context_style", "xscaling",
+          "untie_biases", "pos_emb_max_len", "conv_kernel_size", "conv_norm_type",
+          "conv_context_size", "conv_context_style", "use_bias", "global_tokens",
+          "global_tokens_spacing", "global_attn_separate", "use_pytorch_sdpa",
+          "use_pytorch_sdpa_backends", "sync_max_audio_length",
+          // training only
+          "dropout", "dropout_pre_encoder", "dropout_emb", "dropout_att",
+          "stochastic_depth_drop_prob", "stochastic_depth_mode", "stochastic_depth_start_layer"});
+  YAML::Node arch;
+  *feat_in = c.integer(e + ".feat_in", 80, 1, 4096);
+  arch["input_dim"] = *feat_in;
+  const auto d = c.integer(e + ".d_model", 256, 1, 65536);
+  arch["encoder_dim"] = d;
+  arch["num_layers"] = c.integer(e + ".n_layers", 1, 1, 1000);
+  arch["num_heads"] = c.integer(e + ".n_heads", 4, 1, 1024);
+  arch["ffn_dim"] = d * c.integer(e + ".ff_expansion_factor", 4, 1, 64);
+  const auto kernel = c.integer(e + ".conv_kernel_size", 31, 1, 1024);
+  if (kernel % 2 == 0) c.fail(e + ".conv_kernel_size", "must be odd (NeMo's centred kernel)");
+  arch["depthwise_conv_kernel_size"] = kernel;
+  const auto norm = c.text(e + ".conv_norm_type", "batch_norm");
+  if (norm != "batch_norm" && norm != "layer_norm") {
+    c.fail(e + ".conv_norm_type", "'" + norm + "' is not supported (batch_norm, layer_norm)");
+  }
+  arch["conv_norm"] = norm;
+  if (c.has(e + ".conv_context_size")) {
+    const auto context = c.text_list(e + ".conv_context_size");
+    const auto half = std::to_string((kernel - 1) / 2);
+    if (context.size() != 2 || context[0] != half || context[1] != half) {
+      c.fail(e + ".conv_context_size", "only the centred kernel [" + half + ", " + half +
+                                           "] is supported (causal "
+                                           "convolutions are the cache-aware streaming models')");
+    }
+  }
+  c.require(e + ".conv_context_style", "regular", "attnzoo's convolution module");
+  const auto subsampling = c.text(e + ".subsampling", "striding");
+  const auto factor = c.integer(e + ".subsampling_factor", 4, 1, 64);
+  const std::string kind = subsampling + std::to_string(factor);
+  if ((subsampling != "dw_striding" && subsampling != "striding") || (factor != 4 && factor != 8)) {
+    c.fail(e + ".subsampling", "'" + subsampling + "' with subsampling_factor " +
+                                   std::to_string(factor) +
+                                   " is not supported (dw_striding or striding, factor 4 or 8)");
+  }
+  arch["subsampling"] = kind;
+  const auto channels = c.integer(e + ".subsampling_conv_channels", -1, -1, 65536);
+  arch["subsampling_channels"] = channels <= 0 ? d : channels;
+  c.require_flag(e + ".causal_downsampling", false,
+                 "causal subsampling belongs to the cache-aware streaming models");
+  if (c.has(e + ".reduction")) c.fail(e + ".reduction", "time reduction inside the encoder");
+  const auto attention = c.text(e + ".self_attention_model", "rel_pos");
+  if (attention != "rel_pos") {
+    c.fail(e + ".self_attention_model", "'" + attention + "' is not supported (rel_pos)");
+  }
+  arch["position"] = "rel_pos";
+  if (c.has(e + ".att_context_size")) {
+    const auto context = c.at(e + ".att_context_size");
+    // [L, R], or a list of them (multi-lookahead models): only full context, [-1, -1].
+    const bool full = context.IsSequence() && context.size() == 2 && context[0].IsScalar() &&
+                      context[0].Scalar() == "-1" && context[1].Scalar() == "-1";
+    if (!full) {
+      c.fail(e + ".att_context_size",
+             "limited attention context is not supported (only [-1, -1], full context)");
+    }
+  }
+  c.require(e + ".att_context_style", "regular", "chunked_limited is NeMo's cache-aware streaming");
+  c.require_flag(e + ".use_bias", true, "attnzoo's Conformer blocks have biases");
+  c.require_number(e + ".global_tokens", 0.0, "global tokens go with limited context");
+  const auto feat_out = c.integer(e + ".feat_out", -1, -1, 65536);
+  if (feat_out > 0 && feat_out != d) c.fail(e + ".feat_out", "an output projection");
+  arch["xscaling"] = c.boolean(e + ".xscaling", true);
+  arch["final_norm"] = false;
+  return arch;
+}
+
+// The CTC head's vocabulary (without its blank), checked against encoder and config.
+std::vector<std::string> ctc_vocabulary(const detail::SourceYaml& c, const std::string& head,
+                                        int64_t d_model) {
+  c.require(head + "._target_", "nemo.collections.asr.modules.ConvASRDecoder",
+            "attnzoo reads NeMo's CTC head");
+  c.only_keys(head, {"_target_", "feat_in", "num_classes", "vocabulary", "init_mode", "add_blank"});
+  c.require_flag(head + ".add_blank", true, "NeMo's CTC heads add the blank last");
+  if (c.integer(head + ".feat_in", d_model, 1, 65536) != d_model) {
+    c.fail(head + ".feat_in", "must equal encoder.d_model " + std::to_string(d_model));
+  }
+  const auto vocabulary = c.text_list(head + ".vocabulary");
+  if (vocabulary.empty()) c.fail(head + ".vocabulary", "is empty");
+  const auto classes = c.integer(head + ".num_classes", -1, -1, 1 << 24);
+  if (classes > 0 && classes != static_cast<int64_t>(vocabulary.size())) {
+    c.fail(head + ".num_classes", std::to_string(classes) + " classes but " +
+                                      std::to_string(vocabulary.size()) + " in vocabulary");
+  }
+  return vocabulary;
+}
+
+YAML::Node decoding(const detail::SourceYaml& c, const NemoFiles& files, ModelKind kind,
+                    const std::string& head, std::vector<std::string> vocabulary) {
+  YAML::Node out;
+  if (kind == ModelKind::kCtcCharacters) {
+    for (size_t i = 0; i < vocabulary.size(); ++i) {
+      auto& token = vocabulary[i];
+      if (token == " ") token = "\u2581";
+      if (token.empty() || token.find_first_of(" \t\r\n") != std::string::npos) {
+        c.fail(head + ".vocabulary",
+               "token " + std::to_string(i) + " is empty or holds white space");
+      }
+    }
+    out["text"] = "characters";
+  } else {
+    const auto type = c.text("tokenizer.type", "");
+    if (type != "bpe") {
+      c.fail("tokenizer.type", "'" + type + "' is not supported (bpe: a SentencePiece model)");
+    }
+    out["text"] = "sentencepiece";
+    out["sentencepiece_model"] = artifact(c, files, "tokenizer.model_path");
+  }
+  for (const auto& token : vocabulary) {
+    if (token == "<blank>") c.fail(head + ".vocabulary", "holds '<blank>', NeMo's added class");
+  }
+  vocabulary.push_back("<blank>");
+  YAML::Node tokens(YAML::NodeType::Sequence);
+  for (const auto& token : vocabulary) tokens.push_back(token);
+  tokens.SetStyle(YAML::EmitterStyle::Flow);
+  out["tokens"] = tokens;
+  out["search"] = "greedy";
+  return out;
+}
+
+class NemoSource final : public ModelSource {
+ public:
+  const char* name() const override { return "nemo"; }
+  const char* config_name() const override { return kConfigEntry; }
+
+  // A tar (plain or gzipped) holding model_config.yaml, or a folder holding it beside
+  // model_weights.ckpt.
+  bool detect(const std::string& path) const override {
+    std::error_code error;
+    if (fs::is_directory(path, error)) {
+      return is_file(fs::path(path) / kConfigEntry) && is_file(fs::path(path) / kWeightsEntry);
+    }
+    if (!is_file(path)) return false;
+    try {
+      const io::FileSource source(path);
+      if (!io::TarArchive::is_tar(source) && !io::is_gzip(source)) return false;
+      const io::TarArchive tar(source);
+      return tar.find(kConfigEntry) != nullptr;
+    } catch (const CheckpointError&) {
+      return false;
+    }
+  }
+
+  std::string document(const std::string& path) const override {
+    const NemoFiles files(path);
+    const auto c = read_config(files);
+    const auto kind = model_kind(c);
+    YAML::Node doc;
+    doc["name"] =
+        detail::source_model_name(files.is_archive() ? fs::path(path).stem().string() : path);
+    doc["family"] = "conformer";
+    int64_t feat_in = 0;
+    auto arch = encoder_architecture(c, &feat_in);
+    const auto d_model = arch["encoder_dim"].as<int64_t>();
+    const std::string head = kind == ModelKind::kHybrid ? "aux_ctc.decoder" : "decoder";
+    auto vocabulary = ctc_vocabulary(c, head, d_model);
+    arch["vocab_size"] = static_cast<int64_t>(vocabulary.size()) + 1;
+    doc["architecture"] = arch;
+    doc["features"] = features(c, feat_in);
+    doc["decoding"] = decoding(c, files, kind, head, std::move(vocabulary));
+    if (!files.has(kWeightsEntry)) {
+      throw ConfigError(files.where() + ": no " + kWeightsEntry + " (the model's weights)",
+                        files.where(), "");
+    }
+    YAML::Node checkpoint;
+    checkpoint["format"] = "nemo";
+    checkpoint["file"] = files.path(kWeightsEntry);
+    doc["checkpoint"] = checkpoint;
+    std::vector<std::string> header = {
+        "Read from " + files.where() + ":",
+        std::string(files.is_archive() ? "a NeMo .nemo file" : "an unpacked NeMo .nemo folder") +
+            " (" + c.text("target", "") + ").",
+    };
+    if (kind == ModelKind::kHybrid) {
+      header.push_back("A hybrid transducer/CTC model, decoded with its CTC head (aux_ctc).");
+    }
+    return detail::emit_document(doc, header);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ModelSource> make_nemo_source() { return std::make_unique<NemoSource>(); }
+
+}  // namespace attnzoo
