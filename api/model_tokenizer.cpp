@@ -10,9 +10,9 @@
 namespace attnzoo {
 
 decoding::Tokenizer model_tokenizer(const ModelConfig& config) {
-  const int64_t vocab = model_family(config.family).ctc_vocab(config);
+  const int64_t vocab = model_family(config.family).token_vocab(config);
   TORCH_CHECK_VALUE(vocab > 0, config.source, ": model ", config.name,
-                    " has no CTC head (architecture.vocab_size is 0)");
+                    " has no CTC or transducer head (architecture.vocab_size is 0)");
   const auto& d = config.decoding;
   TORCH_CHECK_VALUE(
       d.defined(), config.source, ": model ", config.name,

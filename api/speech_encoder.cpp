@@ -130,6 +130,12 @@ torch::Tensor SpeechEncoder::ctc_log_probs(const torch::Tensor& encoded) const {
   return s.conformer->ctc_log_probs(x)[0].to(torch::kCPU, torch::kFloat).contiguous();
 }
 
+TransducerImpl* SpeechEncoder::transducer() const {
+  auto& conformer = state_->conformer;
+  return conformer.is_empty() || conformer->transducer.is_empty() ? nullptr
+                                                                  : conformer->transducer.get();
+}
+
 bool SpeechEncoder::has_attention_decoder() const {
   return !state_->conformer.is_empty() && !state_->conformer->decoder.is_empty();
 }

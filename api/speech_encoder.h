@@ -18,6 +18,7 @@
 #include <attnzoo/configs/model_config.h>
 #include <attnzoo/configs/model_options.h>
 #include <attnzoo/models/attention_decoder.h>
+#include <attnzoo/models/transducer.h>
 #include <attnzoo/preprocess/audio/read.h>
 
 #include <torch/types.h>
@@ -144,6 +145,10 @@ class SpeechEncoder {
   // log-probabilities [k, vocab] float32 on the CPU: what encode() gives as log_probs, for live
   // audio. c10::ValueError when the model has no CTC head or is not a Conformer.
   torch::Tensor ctc_log_probs(const torch::Tensor& encoded) const;
+
+  // The model's transducer head (architecture.transducer), for a transducer search; nullptr
+  // without one.
+  TransducerImpl* transducer() const;
 
   // Whether the model has an attention decoder (architecture.decoder), and with a right-to-left
   // one.

@@ -3,6 +3,7 @@
 #include <attnzoo/api/ctc_search.h>
 #include <attnzoo/api/model_setup.h>
 #include <attnzoo/api/model_tokenizer.h>
+#include <attnzoo/api/transducer_search.h>
 #include <attnzoo/configs/registry.h>
 
 #include <c10/util/Exception.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <utility>
 
 namespace attnzoo {
@@ -59,13 +61,23 @@ struct SpeechRecognizer::State {
   bool rescoring() const {
     return encoder.config().decoding.mode == decoding::DecodingMode::kAttentionRescoring;
   }
+  bool transducer() const {
+    return encoder.config().decoding.head == decoding::DecodingHead::kTransducer;
+  }
+  // The transducer's search over one utterance.
+  TransducerSearcher transducer_search() const {
+    return TransducerSearcher(*encoder.transducer(), encoder.config());
+  }
 
   // The search's hypotheses, best first. With attention rescoring, the whole beam ranked again
   // by the decoder over the utterance's encoder frames `encoded` [T', D], each scored with its
   // rescoring score, the first decoding.nbest of them kept.
   std::vector<TranscriptHypothesis> hypotheses(const CtcSearcher& search,
                                                const torch::Tensor& encoded) const {
-    auto found = search.hypotheses();
+    return ranked(search.hypotheses(), encoded);
+  }
+  std::vector<TranscriptHypothesis> ranked(std::vector<decoding::CtcHypothesis> found,
+                                           const torch::Tensor& encoded) const {
     if (rescoring() && !found.empty()) {
       const auto& settings = encoder.config().decoding;
       std::vector<std::vector<int64_t>> tokens;
@@ -106,9 +118,12 @@ SpeechRecognizer::SpeechRecognizer(const std::string& model, SpeechRecognizerOpt
   auto tokenizer = model_tokenizer(resolve_model_config(model, encoder_options.overrides));
   auto state = std::make_shared<State>(SpeechEncoder(model, encoder_options), std::move(tokenizer));
   const auto& config = state->encoder.config();
-  TORCH_CHECK_VALUE(model_family(config.family).ctc_vocab(config) > 0,
+  TORCH_CHECK_VALUE(model_family(config.family).token_vocab(config) > 0,
                     "SpeechRecognizer: ", config.source,
-                    " has no CTC head (architecture.vocab_size is 0)");
+                    " has no CTC or transducer head (architecture.vocab_size is 0)");
+  TORCH_CHECK_VALUE(!state->transducer() || state->encoder.transducer(),
+                    "SpeechRecognizer: ", config.source,
+                    ": decoding.head transducer needs architecture.transducer");
   state->search = ctc_search_settings(config, state->tokenizer.units());
   if (state->rescoring()) {
     TORCH_CHECK_VALUE(state->encoder.has_attention_decoder(), "SpeechRecognizer: ", config.source,
@@ -145,9 +160,15 @@ Transcript SpeechRecognizer::decode(const EncodedSpeech& encoded) const {
   if (!encoded.ok()) return out;
   const auto start = std::chrono::steady_clock::now();
   try {
-    CtcSearcher search(state_->search);
-    search.advance(encoded.log_probs);
-    out.hypotheses = state_->hypotheses(search, encoded.encoded);
+    if (state_->transducer()) {
+      auto search = state_->transducer_search();
+      search.advance(encoded.encoded);
+      out.hypotheses = state_->ranked(search.hypotheses(), encoded.encoded);
+    } else {
+      CtcSearcher search(state_->search);
+      search.advance(encoded.log_probs);
+      out.hypotheses = state_->hypotheses(search, encoded.encoded);
+    }
   } catch (const std::exception& e) {
     out.hypotheses.clear();
     out.error = encoded.audio + ": " + e.what();
@@ -181,23 +202,38 @@ struct SpeechRecognizer::Stream::Impl {
       : state(std::move(state)),
         encoder(std::move(encoder)),
         search(this->state->search),
-        source(std::move(source)) {}
+        source(std::move(source)) {
+    if (this->state->transducer()) transducer.emplace(this->state->transducer_search());
+  }
 
   // Encoder frames [k, D] through the CTC head into the search (and kept for the attention
-  // rescoring at the end).
+  // rescoring at the end), or into the transducer's search, whose prediction network carries
+  // its state from chunk to chunk.
   void advance(const torch::Tensor& frames) {
     if (state->rescoring() && frames.size(0) > 0) encoded.push_back(frames);
     auto start = std::chrono::steady_clock::now();
+    if (transducer) {
+      transducer->advance(frames);
+      decode_ms += detail::ms_since(start);
+      return;
+    }
     const auto log_probs = state->encoder.ctc_log_probs(frames);
     encode_ms += detail::ms_since(start);
     start = std::chrono::steady_clock::now();
     search.advance(log_probs);
     decode_ms += detail::ms_since(start);
   }
+  std::vector<decoding::CtcHypothesis> hypotheses() const {
+    return transducer ? transducer->hypotheses() : search.hypotheses();
+  }
+  std::vector<int64_t> stable_tokens() {
+    return transducer ? transducer->stable_tokens() : search.stable_tokens();
+  }
 
   std::shared_ptr<const State> state;
   SpeechEncoder::Stream encoder;
   CtcSearcher search;
+  std::optional<TransducerSearcher> transducer;  // decoding.head transducer
   std::vector<torch::Tensor> encoded;  // the encoder's frames so far, with attention rescoring
   std::string source;
   double encode_ms = 0.0, decode_ms = 0.0;
@@ -224,8 +260,8 @@ PartialTranscript SpeechRecognizer::Stream::push(const torch::Tensor& samples) {
   PartialTranscript out;
   // First the stable tokens (which may drop hypotheses that disagree with them), then the best
   // hypothesis, which begins with them as all do.
-  const auto stable = static_cast<int64_t>(m.search.stable_tokens().size());
-  const auto best = m.search.hypotheses().front();
+  const auto stable = static_cast<int64_t>(m.stable_tokens().size());
+  const auto best = m.hypotheses().front();
   out.best = hypothesis_of(best, m.state->tokenizer);
   out.stable = hypothesis_of(best, m.state->tokenizer, stable);
   out.seconds = seconds_received();
@@ -245,8 +281,8 @@ Transcript SpeechRecognizer::Stream::finish() {
   out.seconds = seconds_received();
   const auto rescoring_start = std::chrono::steady_clock::now();
   // Rescored once, over every frame of the stream, as WeNet's runtime does at the end.
-  out.hypotheses =
-      m.state->hypotheses(m.search, m.encoded.empty() ? torch::Tensor() : torch::cat(m.encoded, 0));
+  out.hypotheses = m.state->ranked(m.hypotheses(),
+                                   m.encoded.empty() ? torch::Tensor() : torch::cat(m.encoded, 0));
   m.decode_ms += detail::ms_since(rescoring_start);
   out.encode_ms = m.encode_ms;
   out.decode_ms = m.decode_ms;

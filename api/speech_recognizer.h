@@ -1,6 +1,7 @@
 // Speech to text in one object: a SpeechEncoder (api/speech_encoder.h) whose model has a CTC
-// head, the model's token table and a CTC search (decoding/), as the model YAML's `decoding:`
-// section says (configs/README.md), each setting overridable.
+// head or a transducer, the model's token table and a search (decoding/'s CTC searches, or the
+// transducer's greedy search: api/transducer_search.h), as the model YAML's `decoding:` section
+// says (configs/README.md), each setting overridable.
 //
 //   attnzoo::SpeechRecognizerOptions options;
 //   options.encoder.weights = "final.safetensors";  // e.g. a WeNet checkpoint, converted
@@ -106,8 +107,10 @@ struct PartialTranscript {
 
 class SpeechRecognizer {
  public:
-  // `model`: a registered name or a YAML file of a model of audio with a CTC head
-  // (architecture.vocab_size > 0) and a features section.
+  // `model`: a registered name, a YAML file or a model source (a .nemo file, ...) of a model of
+  // audio with a CTC or transducer head (architecture.vocab_size > 0) and a features section;
+  // decoding.head says which decodes (api/transducer_search.h for the transducer's greedy
+  // search).
   explicit SpeechRecognizer(const std::string& model, SpeechRecognizerOptions options = {});
   ~SpeechRecognizer();
   SpeechRecognizer(SpeechRecognizer&&) noexcept;
@@ -121,7 +124,8 @@ class SpeechRecognizer {
   // Every file, encoded in batches of options.encoder.batch_size; a file that fails gets its
   // error and the others are still transcribed.
   std::vector<Transcript> transcribe(const std::vector<std::string>& paths) const;
-  // The search over an encoder's output (its log_probs); `encoded.error` is passed on.
+  // The search over an encoder's output (its log_probs, or its frames through the transducer);
+  // `encoded.error` is passed on.
   Transcript decode(const EncodedSpeech& encoded) const;
 
   // Live audio: push blocks of samples, get what they give so far; finish() gives the final

@@ -183,14 +183,16 @@ std::string existing_file(MapReader& section, const std::string& key, const std:
 }
 }  // namespace
 
-DecodingConfig read_decoding(MapReader& root, const std::string& source, int64_t ctc_vocab,
-                             int64_t decoder_directions) {
+DecodingConfig read_decoding(MapReader& root, const std::string& source, const SpeechHeads& heads) {
   DecodingConfig d;
+  d.head = heads.transducer ? decoding::DecodingHead::kTransducer : decoding::DecodingHead::kCtc;
   if (!root.has("decoding")) return d;
   auto section = root.map("decoding", true);
-  if (ctc_vocab <= 0) {
-    section.fail_here("a decoding section needs a CTC head (architecture.vocab_size > 0)");
+  if (heads.vocab <= 0) {
+    section.fail_here(
+        "a decoding section needs a CTC or transducer head (architecture.vocab_size > 0)");
   }
+  const int64_t decoder_directions = heads.decoder_directions;
   // A units file, or the tokens inline; a units file given as an override (--units, --set)
   // replaces the document's inline tokens.
   const bool has_units = section.has("units");
@@ -244,7 +246,21 @@ DecodingConfig read_decoding(MapReader& root, const std::string& source, int64_t
   auto& r = d.rescoring;
   r.ctc_weight = section.number("ctc_weight", r.ctc_weight, 0.0, 1e6);
   r.reverse_weight = section.number("reverse_weight", r.reverse_weight, 0.0, 1.0);
+  d.head = section.enumeration("head", d.head,
+                               {decoding::DecodingHead::kCtc, decoding::DecodingHead::kTransducer});
+  d.max_symbols = section.integer("max_symbols", d.max_symbols, 1, 1000);
   section.finish();
+  if (d.head == decoding::DecodingHead::kCtc && !heads.ctc) {
+    section.fail("head", "the model has no CTC head (head: transducer)");
+  }
+  if (d.head == decoding::DecodingHead::kTransducer && !heads.transducer) {
+    section.fail("head", "the model has no transducer head (architecture.transducer)");
+  }
+  if (d.head == decoding::DecodingHead::kTransducer &&
+      d.mode == decoding::DecodingMode::kAttentionRescoring) {
+    section.fail(section.relation_key("mode", "head"),
+                 "attention_rescoring ranks a CTC beam's hypotheses (head: ctc)");
+  }
   if (d.mode == decoding::DecodingMode::kAttentionRescoring) {
     if (decoder_directions == 0) {
       section.fail("mode", "attention_rescoring needs an attention decoder (architecture.decoder)");

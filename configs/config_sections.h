@@ -55,13 +55,19 @@ ImagePreprocessConfig read_image_preprocess(MapReader pre, int64_t in_chans, int
 std::optional<AudioFeatureOptions> read_audio_features(MapReader& root, int64_t input_dim,
                                                        const std::string& input_key);
 
-// `decoding:` of a model whose CTC head has `ctc_vocab` outputs (DecodingConfig; absent: an
-// empty one). Files are resolved against the folder of `source`, the YAML file, and must exist;
-// a model without a CTC head (ctc_vocab 0) may not have the section. decoder_directions: the
-// model's attention decoder's (0 none, 1 left to right, 2 both), which mode: attention_rescoring
-// and reverse_weight need.
-DecodingConfig read_decoding(MapReader& root, const std::string& source, int64_t ctc_vocab,
-                             int64_t decoder_directions = 0);
+// The speech heads a model has, which its `decoding:` section decodes with.
+struct SpeechHeads {
+  int64_t vocab = 0;  // the token vocabulary's size (0: no speech head)
+  bool ctc = false;
+  bool transducer = false;
+  int64_t decoder_directions = 0;  // the attention decoder's: 0 none, 1 left to right, 2 both
+};
+
+// `decoding:` of a model with `heads` (DecodingConfig; absent: an empty one). Files are resolved
+// against the folder of `source`, the YAML file, and must exist; a model without a speech head
+// may not have the section. mode attention_rescoring and reverse_weight need the decoder's
+// directions; head the head.
+DecodingConfig read_decoding(MapReader& root, const std::string& source, const SpeechHeads& heads);
 
 // `checkpoint:` into `config`: its `format` (one of the family's `formats`), `file` (resolved
 // against config.source's folder; it must exist) and `key`; and `cmvn_file` (resolved and checked

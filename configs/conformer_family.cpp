@@ -64,6 +64,29 @@ AttentionDecoderOptions read_attention_decoder(MapReader decoder,
   return d;
 }
 
+// `architecture.transducer:` (models/transducer.h), NeMo's RNNTDecoder and RNNTJoint in our
+// names, over the model's vocab_size.
+TransducerOptions read_transducer(MapReader transducer, const ConformerEncoderOptions& o) {
+  TransducerOptions t(o.vocab_size(), o.blocks().input_dim());
+  t.pred_hidden(transducer.integer("pred_hidden", t.pred_hidden(), 1, kMaxEmbedDim));
+  t.pred_layers(transducer.integer("pred_layers", t.pred_layers(), 1, kMaxDepth));
+  t.joint_hidden(transducer.integer("joint_hidden", t.joint_hidden(), 1, kMaxEmbedDim));
+  t.activation(transducer.choice("activation", t.activation(), {"relu", "sigmoid", "tanh"}));
+  if (transducer.has("durations")) {
+    t.durations(*transducer.integer_list("durations", 0, 0, kMaxDepth));
+    if (t.durations().size() < 2) {
+      transducer.fail("durations", "a TDT joint has at least two durations");
+    }
+  }
+  transducer.finish();
+  if (o.vocab_size() < 2) {
+    transducer.fail_here(
+        "a transducer predicts tokens and the blank: it needs "
+        "architecture.vocab_size >= 2");
+  }
+  return t;
+}
+
 ConformerEncoderOptions read_conformer_architecture(MapReader arch) {
   ConformerOptions blocks(256, 4, 2048, 12, 15);
   const int64_t input_dim = arch.integer("input_dim", 80, 1, kMaxFeatures);
@@ -97,7 +120,9 @@ ConformerEncoderOptions read_conformer_architecture(MapReader arch) {
   o.final_norm(arch.boolean("final_norm", o.final_norm()));
   o.vocab_size(arch.integer("vocab_size", o.vocab_size(), 0, kMaxClasses));
   o.num_classes(arch.integer("num_classes", o.num_classes(), 0, kMaxClasses));
+  o.ctc_head(arch.boolean("ctc_head", o.ctc_head()));
   if (arch.has("decoder")) o.decoder(read_attention_decoder(arch.map("decoder", true), o));
+  if (arch.has("transducer")) o.transducer(read_transducer(arch.map("transducer", true), o));
   arch.finish();
 
   // Relations between values, checked once every value is known to be well-formed, reported at
@@ -203,8 +228,12 @@ class ConformerFamily final : public ModelFamily {
         .head_gating(attention.head_gating);
     config.features = read_audio_features(root, o.input_dim(), "architecture.input_dim");
     config.streaming = read_streaming(root.map("streaming", false), o, attention.head_gating);
-    const int64_t directions = !o.decoder() ? 0 : o.decoder()->right_blocks() > 0 ? 2 : 1;
-    config.decoding = read_decoding(root, config.source, o.vocab_size(), directions);
+    SpeechHeads heads;
+    heads.vocab = o.vocab_size();
+    heads.ctc = o.vocab_size() > 0 && o.ctc_head();
+    heads.transducer = o.transducer().has_value();
+    heads.decoder_directions = !o.decoder() ? 0 : o.decoder()->right_blocks() > 0 ? 2 : 1;
+    config.decoding = read_decoding(root, config.source, heads);
     if (root.has("checkpoint")) {
       read_checkpoint(root.map("checkpoint", true), checkpoint_formats(), config, o.global_cmvn());
     }
@@ -240,10 +269,14 @@ class ConformerFamily final : public ModelFamily {
     LoadOptions options;
     options.ignore = mapped.ignored;
     options.source = source;
-    // A WeNet checkpoint's attention decoder, for a model built without one (CTC decoding).
-    if (encoder_module(module).decoder.is_empty()) {
+    // A WeNet checkpoint's attention decoder, or a NeMo hybrid's transducer, for a model built
+    // without one (CTC decoding).
+    for (const auto& [prefix, absent] :
+         {std::pair{"decoder.", encoder_module(module).decoder.is_empty()},
+          std::pair{"transducer.", encoder_module(module).transducer.is_empty()}}) {
+      if (!absent) continue;
       for (const auto& item : mapped.tensors) {
-        if (item.key().rfind("decoder.", 0) == 0) options.ignore.insert(item.key());
+        if (item.key().rfind(prefix, 0) == 0) options.ignore.insert(item.key());
       }
     }
     // Statistics from checkpoint.cmvn_file (set when the model was built) stand where the
@@ -290,6 +323,10 @@ class ConformerFamily final : public ModelFamily {
     return config.options<ConformerEncoderOptions>().num_classes();
   }
   int64_t ctc_vocab(const ModelConfig& config) const override {
+    const auto& o = config.options<ConformerEncoderOptions>();
+    return o.ctc_head() ? o.vocab_size() : 0;
+  }
+  int64_t token_vocab(const ModelConfig& config) const override {
     return config.options<ConformerEncoderOptions>().vocab_size();
   }
   int64_t attention_layers(const ModelConfig& config) const override {
@@ -392,7 +429,9 @@ class ConformerFamily final : public ModelFamily {
     }
     NamedTensors out = {{"encoded", encoded}, {"lengths", lengths}};
     const auto& o = config.options<ConformerEncoderOptions>();
-    if (o.vocab_size() > 0) out.emplace_back("logits", encoder.ctc_log_probs(encoded));
+    if (o.vocab_size() > 0 && o.ctc_head()) {
+      out.emplace_back("logits", encoder.ctc_log_probs(encoded));
+    }
     if (o.num_classes() > 0) out.emplace_back("class_logits", encoder.classify(encoded, lengths));
     return out;
   }

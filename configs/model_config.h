@@ -114,6 +114,11 @@ struct DecodingConfig {
   // must agree (then the final result is the offline one exactly, but the improbable
   // alternatives a beam keeps can hold the stable text back until the end).
   double stable_margin = 0.0;
+  // The head that decodes: the CTC head (with the searches above), or the transducer
+  // (architecture.transducer; greedy, at most max_symbols tokens per encoder frame, NeMo's
+  // greedy.max_symbols). The transducer where the model has one, else CTC.
+  decoding::DecodingHead head = decoding::DecodingHead::kCtc;
+  int64_t max_symbols = 10;
   bool defined() const { return !units.empty() || !tokens.empty(); }
 };
 

@@ -26,6 +26,7 @@ const std::map<std::string, std::unique_ptr<ModelFamily>>& families() {
 }  // namespace
 
 int64_t ModelFamily::ctc_vocab(const ModelConfig&) const { return 0; }
+int64_t ModelFamily::token_vocab(const ModelConfig& config) const { return ctc_vocab(config); }
 
 int64_t ModelFamily::min_frames(const ModelConfig&) const { return 1; }
 

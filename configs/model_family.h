@@ -103,6 +103,9 @@ class ModelFamily {
   // The CTC head's outputs (blank included), which forward() names "logits" beside "encoded";
   // 0 (the default) when the model has none.
   virtual int64_t ctc_vocab(const ModelConfig& config) const;
+  // The token vocabulary of the speech heads (the CTC head's, a transducer's): the size of the
+  // token table that decodes them; 0 without any. The default: ctc_vocab.
+  virtual int64_t token_vocab(const ModelConfig& config) const;
   // The attention layers a forward records (AttentionRecorder), and their backend.
   virtual int64_t attention_layers(const ModelConfig& config) const = 0;
   virtual std::string attention_backend(const ModelConfig& config) const = 0;

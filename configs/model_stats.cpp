@@ -98,9 +98,17 @@ int64_t conformer_parameter_count(const ConformerEncoderOptions& o) {
   block += layer_norm;                     // final_norm
   n += b.num_layers() * block;
   if (o.final_norm()) n += layer_norm;
-  if (o.vocab_size() > 0) n += d * o.vocab_size() + o.vocab_size();
+  if (o.vocab_size() > 0 && o.ctc_head()) n += d * o.vocab_size() + o.vocab_size();
   if (o.num_classes() > 0) n += d * o.num_classes() + o.num_classes();
   if (o.decoder()) n += attention_decoder_parameter_count(*o.decoder());
+  if (o.transducer()) {
+    const auto& r = *o.transducer();
+    const int64_t h = r.pred_hidden(), j = r.joint_hidden();
+    const int64_t outputs = r.vocab_size() + static_cast<int64_t>(r.durations().size());
+    n += r.vocab_size() * h;                             // embed
+    n += r.pred_layers() * (4 * h * 2 * h + 8 * h);      // LSTM: both matrices and biases per layer
+    n += d * j + j + h * j + j + j * outputs + outputs;  // enc, pred, out
+  }
   return n;
 }
 
@@ -133,8 +141,16 @@ int64_t conformer_macs(const ConformerEncoderOptions& o, int64_t input_frames) {
   }
   block += t * d * 2 * d + t * d * k + t * d * d;  // pointwise_conv1, depthwise, pointwise_conv2
   macs += b.num_layers() * block;
-  if (o.vocab_size() > 0) macs += t * d * o.vocab_size();
+  if (o.vocab_size() > 0 && o.ctc_head()) macs += t * d * o.vocab_size();
   if (o.num_classes() > 0) macs += d * o.num_classes();
+  if (o.transducer()) {
+    // Greedy decoding's least: one joint step per frame (the encoder side once, the joint's
+    // output layer) and one prediction step per token, counted as one per frame.
+    const auto& r = *o.transducer();
+    const int64_t h = r.pred_hidden(), j = r.joint_hidden();
+    const int64_t outputs = r.vocab_size() + static_cast<int64_t>(r.durations().size());
+    macs += t * (d * j + h * j + j * outputs + r.pred_layers() * 4 * h * 2 * h);
+  }
   return macs;
 }
 

@@ -9,16 +9,18 @@
 //   - the encoder: ConformerEncoder (FastConformer included) with full-context rel_pos attention,
 //     subsampling dw_striding or striding (x4, x8), xscaling, tied or untied position biases,
 //     BatchNorm or LayerNorm in the convolution module;
-//   - the CTC head: ConvASRDecoder (decoder), or a hybrid model's CTC head (aux_ctc.decoder),
-//     whose blank is the last class;
-//   - the tokens: the head's vocabulary and "<blank>" after it, as text through the tokenizer's
-//     SentencePiece model (tokenizer.type bpe) or as characters (EncDecCTCModel's vocabulary,
-//     its space as "▁"); decoding greedy, NeMo's default for CTC.
+//   - the heads: the CTC head, ConvASRDecoder (decoder, or a hybrid model's aux_ctc.decoder),
+//     whose blank is the last class; the transducer, RNNTDecoder and RNNTJoint (decoder, joint),
+//     RNN-T or TDT (decoding.model_type, decoding.durations), as architecture.transducer;
+//   - the tokens: the heads' vocabulary and "<blank>" after it, as text through the tokenizer's
+//     SentencePiece model (tokenizer.type bpe) or as characters (the models without a
+//     tokenizer, their space as "▁");
+//   - decoding: greedy, NeMo's default; by the transducer where the model has one (a hybrid's
+//     default head, as in NeMo), with decoding.greedy.max_symbols.
 // A model attnzoo does not run is refused naming model_config.yaml's key and value: a target that
-// is not a CTC or hybrid ASR model (the transducer-only models, TTS, speaker and language models),
-// an encoder other than ConformerEncoder, limited-context or cache-aware streaming attention,
-// causal subsampling and every other option attnzoo does not implement. A hybrid's transducer
-// (decoder.prediction.*, joint.*) is not run: its CTC head decodes.
+// is not a CTC, transducer or hybrid ASR model (TTS, speaker and language models), an encoder
+// other than ConformerEncoder, limited-context or cache-aware streaming attention, causal
+// subsampling, multi-blank transducers and every other option attnzoo does not implement.
 #include <attnzoo/configs/omegaconf_interpolation.h>
 #include <attnzoo/configs/source_yaml.h>
 #include <attnzoo/configs/sources.h>
@@ -29,6 +31,7 @@
 #include <attnzoo/io/tar_archive.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -122,15 +125,24 @@ std::string artifact(const detail::SourceYaml& c, const NemoFiles& files, const 
   return files.path(name);
 }
 
-// The kinds of model attnzoo runs, by model_config.yaml's target (the class save_to recorded).
-enum class ModelKind { kCtc, kCtcCharacters, kHybrid };
+// The heads of a model attnzoo runs, by model_config.yaml's target (the class save_to recorded):
+// CTC, transducer (RNN-T or TDT) or both (hybrid), over SentencePiece pieces or characters.
+struct ModelKind {
+  bool ctc = false;
+  bool transducer = false;
+  bool characters = false;
+};
 
 ModelKind model_kind(const detail::SourceYaml& c) {
   static const std::map<std::string, ModelKind> kTargets = {
-      {"nemo.collections.asr.models.ctc_bpe_models.EncDecCTCModelBPE", ModelKind::kCtc},
-      {"nemo.collections.asr.models.ctc_models.EncDecCTCModel", ModelKind::kCtcCharacters},
+      {"nemo.collections.asr.models.ctc_bpe_models.EncDecCTCModelBPE", {true, false, false}},
+      {"nemo.collections.asr.models.ctc_models.EncDecCTCModel", {true, false, true}},
+      {"nemo.collections.asr.models.rnnt_bpe_models.EncDecRNNTBPEModel", {false, true, false}},
+      {"nemo.collections.asr.models.rnnt_models.EncDecRNNTModel", {false, true, true}},
       {"nemo.collections.asr.models.hybrid_rnnt_ctc_bpe_models.EncDecHybridRNNTCTCBPEModel",
-       ModelKind::kHybrid},
+       {true, true, false}},
+      {"nemo.collections.asr.models.hybrid_rnnt_ctc_models.EncDecHybridRNNTCTCModel",
+       {true, true, true}},
   };
   const auto target = c.text("target", "");
   const auto found = kTargets.find(target);
@@ -139,8 +151,7 @@ ModelKind model_kind(const detail::SourceYaml& c) {
     for (const auto& [name, kind] : kTargets) {
       known += (known.empty() ? "" : ", ") + name.substr(name.rfind('.') + 1);
     }
-    c.fail("target", "'" + target + "' is not a model attnzoo runs (it runs NeMo's " + known +
-                         "; transducer decoding of RNN-T and TDT models is not implemented)");
+    c.fail("target", "'" + target + "' is not a model attnzoo runs (it runs NeMo's " + known + ")");
   }
   return found->second;
 }
@@ -346,6 +357,95 @@ YAML::Node encoder_architecture(const detail::SourceYaml& c, int64_t* feat_in) {
   return arch;
 }
 
+// RNNTDecoder and RNNTJoint as architecture.transducer; the joint's vocabulary (without its
+// blank) into `vocabulary`, the greedy search's max_symbols into `max_symbols`.
+YAML::Node transducer_architecture(const detail::SourceYaml& c, int64_t d_model,
+                                   std::vector<std::string>* vocabulary, int64_t* max_symbols) {
+  c.require("decoder._target_", "nemo.collections.asr.modules.RNNTDecoder",
+            "attnzoo reads NeMo's RNNTDecoder");
+  c.only_keys("decoder", {"_target_", "prednet", "vocab_size", "normalization_mode",
+                          "random_state_sampling", "blank_as_pad"});
+  c.only_keys("decoder.prednet",
+              {"pred_hidden", "pred_rnn_layers", "t_max", "dropout", "forget_gate_bias",
+               "weights_init_scale", "hidden_hidden_bias_scale", "rnn_hidden_size"});
+  c.require_flag("decoder.blank_as_pad", true, "the blank is the prediction network's padding");
+  if (c.has("decoder.normalization_mode")) {
+    c.fail("decoder.normalization_mode", "a normalised prediction network is not supported");
+  }
+  if (c.has("decoder.prednet.rnn_hidden_size") &&
+      c.integer("decoder.prednet.rnn_hidden_size", -1, -1, 1 << 20) > 0) {
+    c.fail("decoder.prednet.rnn_hidden_size", "an LSTM projection is not supported");
+  }
+  YAML::Node t;
+  const auto pred_hidden = c.integer("decoder.prednet.pred_hidden", 640, 1, 65536);
+  t["pred_hidden"] = pred_hidden;
+  t["pred_layers"] = c.integer("decoder.prednet.pred_rnn_layers", 1, 1, 64);
+  c.require("joint._target_", "nemo.collections.asr.modules.RNNTJoint",
+            "attnzoo reads NeMo's RNNTJoint");
+  c.only_keys("joint", {"_target_", "jointnet", "num_classes", "vocabulary", "num_extra_outputs",
+                        "log_softmax", "preserve_memory", "fuse_loss_wer", "fused_batch_size",
+                        "experimental_fuse_loss_wer"});
+  c.only_keys("joint.jointnet",
+              {"joint_hidden", "activation", "dropout", "encoder_hidden", "pred_hidden"});
+  t["joint_hidden"] = c.integer("joint.jointnet.joint_hidden", 640, 1, 65536);
+  const auto activation = c.text("joint.jointnet.activation", "relu");
+  if (activation != "relu" && activation != "sigmoid" && activation != "tanh") {
+    c.fail("joint.jointnet.activation",
+           "'" + activation + "' is not supported (relu, sigmoid, tanh)");
+  }
+  t["activation"] = activation;
+  if (c.integer("joint.jointnet.encoder_hidden", d_model, 1, 65536) != d_model) {
+    c.fail("joint.jointnet.encoder_hidden",
+           "must equal encoder.d_model " + std::to_string(d_model));
+  }
+  if (c.integer("joint.jointnet.pred_hidden", pred_hidden, 1, 65536) != pred_hidden) {
+    c.fail("joint.jointnet.pred_hidden", "must equal decoder.prednet.pred_hidden");
+  }
+  *vocabulary = c.text_list("joint.vocabulary");
+  if (vocabulary->empty()) c.fail("joint.vocabulary", "is empty");
+  const auto classes = c.integer("joint.num_classes", -1, -1, 1 << 24);
+  if (classes > 0 && classes != static_cast<int64_t>(vocabulary->size())) {
+    c.fail("joint.num_classes", std::to_string(classes) + " classes but " +
+                                    std::to_string(vocabulary->size()) + " in vocabulary");
+  }
+  if (c.has("decoder.vocab_size") &&
+      c.integer("decoder.vocab_size", 0, 0, 1 << 24) != static_cast<int64_t>(vocabulary->size())) {
+    c.fail("decoder.vocab_size", "differs from the joint's vocabulary");
+  }
+  const auto model_type = c.text("decoding.model_type", "rnnt");
+  const auto extra = c.integer("joint.num_extra_outputs", 0, 0, 1024);
+  if (model_type == "tdt") {
+    const auto durations = c.text_list("decoding.durations");
+    if (durations.size() < 2 || static_cast<int64_t>(durations.size()) != extra) {
+      c.fail("decoding.durations",
+             "a TDT model needs its durations, as many as "
+             "joint.num_extra_outputs (" +
+                 std::to_string(extra) + ")");
+    }
+    std::vector<int64_t> values;
+    for (const auto& text : durations) {
+      char* end = nullptr;
+      const long long value = std::strtoll(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0' || value < 0 || value > 1000) {
+        c.fail("decoding.durations", "'" + text + "' is not a duration in [0, 1000] frames");
+      }
+      values.push_back(value);
+    }
+    t["durations"] = detail::flow_list(values);
+  } else if (model_type != "rnnt") {
+    c.fail("decoding.model_type", "'" + model_type + "' is not supported (rnnt, tdt)");
+  } else if (extra != 0) {
+    c.fail("joint.num_extra_outputs",
+           "extra outputs of an RNN-T joint (multi-blank) are not "
+           "supported");
+  }
+  if (c.has("decoding.big_blank_durations")) {
+    c.fail("decoding.big_blank_durations", "multi-blank transducers are not supported");
+  }
+  *max_symbols = c.integer("decoding.greedy.max_symbols", 10, 1, 1000);
+  return t;
+}
+
 // The CTC head's vocabulary (without its blank), checked against encoder and config.
 std::vector<std::string> ctc_vocabulary(const detail::SourceYaml& c, const std::string& head,
                                         int64_t d_model) {
@@ -367,15 +467,14 @@ std::vector<std::string> ctc_vocabulary(const detail::SourceYaml& c, const std::
 }
 
 YAML::Node decoding(const detail::SourceYaml& c, const NemoFiles& files, ModelKind kind,
-                    const std::string& head, std::vector<std::string> vocabulary) {
+                    const std::string& vocabulary_key, std::vector<std::string> vocabulary) {
   YAML::Node out;
-  if (kind == ModelKind::kCtcCharacters) {
+  if (kind.characters) {
     for (size_t i = 0; i < vocabulary.size(); ++i) {
       auto& token = vocabulary[i];
       if (token == " ") token = "\u2581";
       if (token.empty() || token.find_first_of(" \t\r\n") != std::string::npos) {
-        c.fail(head + ".vocabulary",
-               "token " + std::to_string(i) + " is empty or holds white space");
+        c.fail(vocabulary_key, "token " + std::to_string(i) + " is empty or holds white space");
       }
     }
     out["text"] = "characters";
@@ -388,7 +487,7 @@ YAML::Node decoding(const detail::SourceYaml& c, const NemoFiles& files, ModelKi
     out["sentencepiece_model"] = artifact(c, files, "tokenizer.model_path");
   }
   for (const auto& token : vocabulary) {
-    if (token == "<blank>") c.fail(head + ".vocabulary", "holds '<blank>', NeMo's added class");
+    if (token == "<blank>") c.fail(vocabulary_key, "holds '<blank>', NeMo's added class");
   }
   vocabulary.push_back("<blank>");
   YAML::Node tokens(YAML::NodeType::Sequence);
@@ -433,12 +532,34 @@ class NemoSource final : public ModelSource {
     int64_t feat_in = 0;
     auto arch = encoder_architecture(c, &feat_in);
     const auto d_model = arch["encoder_dim"].as<int64_t>();
-    const std::string head = kind == ModelKind::kHybrid ? "aux_ctc.decoder" : "decoder";
-    auto vocabulary = ctc_vocabulary(c, head, d_model);
+    // The tokens: the CTC head's vocabulary, the same as the joint's in a hybrid.
+    std::vector<std::string> vocabulary;
+    std::string vocabulary_key;
+    int64_t max_symbols = 10;
+    if (kind.transducer) {
+      arch["transducer"] = transducer_architecture(c, d_model, &vocabulary, &max_symbols);
+      vocabulary_key = "joint.vocabulary";
+    }
+    if (kind.ctc) {
+      const std::string head = kind.transducer ? "aux_ctc.decoder" : "decoder";
+      auto ctc_tokens = ctc_vocabulary(c, head, d_model);
+      if (kind.transducer && ctc_tokens != vocabulary) {
+        c.fail(head + ".vocabulary", "differs from joint.vocabulary");
+      }
+      vocabulary = std::move(ctc_tokens);
+      vocabulary_key = head + ".vocabulary";
+    } else {
+      arch["ctc_head"] = false;
+    }
     arch["vocab_size"] = static_cast<int64_t>(vocabulary.size()) + 1;
     doc["architecture"] = arch;
     doc["features"] = features(c, feat_in);
-    doc["decoding"] = decoding(c, files, kind, head, std::move(vocabulary));
+    auto decoding_section = decoding(c, files, kind, vocabulary_key, std::move(vocabulary));
+    if (kind.transducer) {
+      decoding_section["head"] = "transducer";
+      decoding_section["max_symbols"] = max_symbols;
+    }
+    doc["decoding"] = decoding_section;
     if (!files.has(kWeightsEntry)) {
       throw ConfigError(files.where() + ": no " + kWeightsEntry + " (the model's weights)",
                         files.where(), "");
@@ -452,8 +573,10 @@ class NemoSource final : public ModelSource {
         std::string(files.is_archive() ? "a NeMo .nemo file" : "an unpacked NeMo .nemo folder") +
             " (" + c.text("target", "") + ").",
     };
-    if (kind == ModelKind::kHybrid) {
-      header.push_back("A hybrid transducer/CTC model, decoded with its CTC head (aux_ctc).");
+    if (kind.transducer) {
+      header.push_back(
+          "Decoded greedily by its transducer" +
+          std::string(kind.ctc ? " (decoding.head: ctc decodes with its CTC head)." : "."));
     }
     return detail::emit_document(doc, header);
   }

@@ -482,11 +482,16 @@ std::optional<std::vector<int64_t>> MapReader::integer_list(const std::string& k
                                                             int64_t min, int64_t max) {
   const Entry* entry = lookup(key, false);
   if (!entry) return std::nullopt;
-  const std::string expected = "a sequence of " + std::to_string(size) + " integers in [" +
-                               std::to_string(min) + ", " + std::to_string(max) + "]";
-  if (!entry->value.IsSequence() || entry->value.size() != size) fail_type(*entry, expected);
+  const std::string expected = (size > 0 ? "a sequence of " + std::to_string(size)
+                                         : std::string("a non-empty sequence of")) +
+                               " integers in [" + std::to_string(min) + ", " + std::to_string(max) +
+                               "]";
+  if (!entry->value.IsSequence() || entry->value.size() == 0 ||
+      (size > 0 && entry->value.size() != size)) {
+    fail_type(*entry, expected);
+  }
   std::vector<int64_t> values;
-  for (size_t i = 0; i < size; ++i) {
+  for (size_t i = 0; i < entry->value.size(); ++i) {
     const YAML::Node item = entry->value[i];
     int64_t value = 0;
     if (!decode_integer(item, value) || value < min || value > max) {

@@ -125,8 +125,8 @@ class MapReader {
   std::optional<double> nullable_number(const std::string& key, std::optional<double> fallback,
                                         double min, double max, bool min_exclusive = false);
   std::optional<bool> nullable_boolean(const std::string& key, std::optional<bool> fallback);
-  // A sequence of exactly `size` values (size 0: any number of them but none); std::nullopt
-  // when the key is absent.
+  // A sequence of exactly `size` values (size 0: any number of them, but not none);
+  // std::nullopt when the key is absent.
   std::optional<std::vector<int64_t>> integer_list(const std::string& key, size_t size, int64_t min,
                                                    int64_t max);
   std::optional<std::vector<double>> number_list(const std::string& key, size_t size, double min,

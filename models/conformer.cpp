@@ -224,7 +224,9 @@ void ConformerEncoderImpl::reset() {
         "after_norm",
         torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(o.blocks().norm_eps())));
   }
-  if (o.vocab_size() > 0) ctc = register_module("ctc", torch::nn::Linear(d, o.vocab_size()));
+  if (o.vocab_size() > 0 && o.ctc_head()) {
+    ctc = register_module("ctc", torch::nn::Linear(d, o.vocab_size()));
+  }
   if (o.num_classes() > 0) {
     classifier = register_module("classifier", torch::nn::Linear(d, o.num_classes()));
   }
@@ -236,6 +238,14 @@ void ConformerEncoderImpl::reset() {
                       ": the attention decoder's vocabulary (", decoder_options.vocab_size(),
                       ") must be the CTC head's (vocab_size ", o.vocab_size(), ")");
     decoder = register_module("decoder", AttentionDecoder(decoder_options));
+  }
+  if (o.transducer()) {
+    const auto& t = *o.transducer();
+    TORCH_CHECK_VALUE(t.encoder_dim() == d, who, ": the transducer's encoder_dim ", t.encoder_dim(),
+                      " must be the model width ", d);
+    TORCH_CHECK_VALUE(t.vocab_size() == o.vocab_size(), who, ": the transducer's vocabulary (",
+                      t.vocab_size(), ") must be vocab_size ", o.vocab_size());
+    transducer = register_module("transducer", Transducer(t));
   }
 }
 
@@ -453,7 +463,8 @@ torch::Tensor ConformerStream::finish() {
 }
 
 torch::Tensor ConformerEncoderImpl::ctc_log_probs(const torch::Tensor& encoded) {
-  TORCH_CHECK_VALUE(!ctc.is_empty(), "ConformerEncoder: no CTC head (vocab_size is 0)");
+  TORCH_CHECK_VALUE(!ctc.is_empty(),
+                    "ConformerEncoder: no CTC head (vocab_size is 0, or ctc_head false)");
   return torch::log_softmax(ctc(encoded), -1);
 }
 

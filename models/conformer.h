@@ -16,6 +16,7 @@
 #include <attnzoo/layers/conformer_parts.h>
 #include <attnzoo/models/attention_decoder.h>
 #include <attnzoo/models/conformer_frontend.h>
+#include <attnzoo/models/transducer.h>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -151,8 +152,10 @@ struct ConformerEncoderOptions {
   TORCH_ARG(bool, global_cmvn) = false;
   // LayerNorm after the blocks (WeNet's after_norm, normalize_before).
   TORCH_ARG(bool, final_norm) = true;
-  // CTC vocabulary size; 0: no CTC head.
+  // The token vocabulary of the speech heads (the CTC head's and the transducer's); 0: none.
   TORCH_ARG(int64_t, vocab_size) = 0;
+  // A CTC head over vocab_size (false: a transducer-only model).
+  TORCH_ARG(bool, ctc_head) = true;
   // Utterance classes (keyword spotting, audio classification); 0: no classification head. The
   // head is a Linear [C, D] on the mean of the encoded frames over each utterance's valid ones.
   TORCH_ARG(int64_t, num_classes) = 0;
@@ -160,6 +163,9 @@ struct ConformerEncoderOptions {
   // U2++), for attention rescoring; its dim must be the model width D and its vocabulary the CTC
   // head's.
   TORCH_ARG(std::optional<AttentionDecoderOptions>, decoder) = std::nullopt;
+  // A transducer head (models/transducer.h: NeMo's RNN-T and TDT); its vocabulary must be
+  // vocab_size and its encoder_dim the model width D.
+  TORCH_ARG(std::optional<TransducerOptions>, transducer) = std::nullopt;
 };
 
 class ConformerEncoderImpl : public torch::nn::Cloneable<ConformerEncoderImpl> {
@@ -226,9 +232,10 @@ class ConformerEncoderImpl : public torch::nn::Cloneable<ConformerEncoderImpl> {
   torch::nn::Dropout dropout{nullptr};       // after the positional encoding
   Conformer conformer{nullptr};              // conformer.layers.{i}
   torch::nn::LayerNorm after_norm{nullptr};  // final_norm only
-  torch::nn::Linear ctc{nullptr};            // [vocab, D], vocab_size > 0 only
+  torch::nn::Linear ctc{nullptr};            // [vocab, D], vocab_size > 0 and ctc_head only
   torch::nn::Linear classifier{nullptr};     // [classes, D], num_classes > 0 only
   AttentionDecoder decoder{nullptr};         // options.decoder only
+  Transducer transducer{nullptr};            // options.transducer only
 };
 TORCH_MODULE(ConformerEncoder);
 

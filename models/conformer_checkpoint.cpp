@@ -203,6 +203,12 @@ MappedConformerCheckpoint from_nemo(const io::TensorDict& tensors) {
        "conformer.layers.$1.conv.conv_norm.$2"},
       {std::regex(R"(encoder\.layers\.(\d+)\.norm_out\.(weight|bias))"),
        "conformer.layers.$1.final_norm.$2"},
+      // The transducer: RNNTDecoder's prediction network and RNNTJoint.
+      {std::regex(R"(decoder\.prediction\.embed\.weight)"), "transducer.embed.weight"},
+      {std::regex(R"(decoder\.prediction\.dec_rnn\.lstm\.((?:weight|bias)_(?:ih|hh)_l\d+))"),
+       "transducer.lstm.$1"},
+      {std::regex(R"(joint\.(enc|pred)\.(weight|bias))"), "transducer.$1.$2"},
+      {std::regex(R"(joint\.joint_net\.2\.(weight|bias))"), "transducer.out.$1"},
   };
   static const std::regex qkv(
       R"(encoder\.layers\.(\d+)\.self_attn\.linear_([qkv])\.(weight|bias))");
@@ -229,9 +235,7 @@ MappedConformerCheckpoint from_nemo(const io::TensorDict& tensors) {
     } else if (starts_with(name, "preprocessor.") || starts_with(name, "encoder.pos_enc.")) {
       // The window, mel filters and positional table: computed (features kind nemo_mel).
       out.ignored.insert(name);
-    } else if (starts_with(name, "joint.") || starts_with(name, "decoder.prediction.")) {
-      // A hybrid model's transducer, beside the CTC head that runs.
-      out.ignored.insert(name);
+
     } else {
       insert_mapped(out.tensors, rename_with(rules, name), name, item.value());
     }

@@ -65,8 +65,12 @@
 //                encoder.pos_bias_{u,v} (untie_biases: false, shared) -> every block's
 //                decoder.decoder_layers.0 | ctc_decoder.decoder_layers.0 (a hybrid's CTC head),
 //                  Conv1d [V, D, 1]                       -> ctc [V, D]
-//                ignored: preprocessor.* (window, mel filters), encoder.pos_enc.*, and a
-//                hybrid model's transducer (decoder.prediction.*, joint.*)
+//                the transducer (models/transducer.h):
+//                  decoder.prediction.embed               -> transducer.embed
+//                  decoder.prediction.dec_rnn.lstm.*      -> transducer.lstm.*
+//                  joint.enc, joint.pred, joint.joint_net.2 -> transducer.enc, .pred, .out
+//                (a model built without a transducer ignores transducer.*: ConformerFamily)
+//                ignored: preprocessor.* (window, mel filters), encoder.pos_enc.*
 // wenet and espnet also take a bare encoder's own state_dict (embed.*, encoders.*, after_norm.*,
 // global_cmvn.*: the Encoder module saved alone), read as if every name had the encoder. prefix.
 // This is the one place where those layouts are known.

@@ -51,7 +51,7 @@ std::shared_ptr<const ServedModel> audio_model(const ServedModelConfig& m,
     task = *m.task;
   } else if (family.num_classes(model_config) > 0) {
     task = ServedTask::kClassify;
-  } else if (family.ctc_vocab(model_config) > 0 &&
+  } else if (family.token_vocab(model_config) > 0 &&
              (!m.units.empty() || model_config.decoding.defined())) {
     task = ServedTask::kTranscribe;
   }

@@ -138,6 +138,35 @@ def model_config(features, normalize, encoder_changes, tokenizer_dir=None, vocab
     return cfg
 
 
+def transducer_config(features, tokenizer_dir, durations=None, hybrid=False):
+    """An RNN-T (or, with durations, TDT) FastConformer in the keys of NeMo's transducer
+    recipes; with hybrid, the hybrid model's auxiliary CTC head too."""
+    cfg = model_config(features, "per_feature", {}, tokenizer_dir)
+    del cfg["decoder"]
+    cfg["model_defaults"] = {"enc_hidden": 64, "pred_hidden": 48, "joint_hidden": 40}
+    cfg["decoder"] = {"_target_": "nemo.collections.asr.modules.RNNTDecoder",
+                      "normalization_mode": None, "random_state_sampling": False,
+                      "blank_as_pad": True,
+                      "prednet": {"pred_hidden": 48, "pred_rnn_layers": 2 if durations else 1,
+                                  "t_max": None, "dropout": 0.2}}
+    cfg["joint"] = {"_target_": "nemo.collections.asr.modules.RNNTJoint", "log_softmax": None,
+                    "preserve_memory": False, "fuse_loss_wer": False, "fused_batch_size": 4,
+                    "jointnet": {"joint_hidden": 40, "activation": "relu", "dropout": 0.2}}
+    cfg["decoding"] = {"strategy": "greedy_batch", "greedy": {"max_symbols": 10}}
+    cfg["loss"] = {"loss_name": "default"}
+    if durations:
+        cfg["joint"]["num_extra_outputs"] = len(durations)
+        cfg["decoding"].update({"model_type": "tdt", "durations": durations})
+        cfg["loss"] = {"loss_name": "tdt", "tdt_kwargs": {"durations": durations, "sigma": 0.05,
+                                                          "omega": 0.1}}
+    if hybrid:
+        cfg["aux_ctc"] = {"ctc_loss_weight": 0.3, "use_cer": False,
+                          "decoder": {"_target_": "nemo.collections.asr.modules.ConvASRDecoder",
+                                      "feat_in": 64, "num_classes": -1, "vocabulary": []},
+                          "decoding": {"strategy": "greedy"}}
+    return cfg
+
+
 def make_tokenizer(work):
     from nemo.collections.common.tokenizers.sentencepiece_tokenizer import create_spt_model
 
@@ -166,11 +195,8 @@ def off_identity(model, generator):
                 parameter.copy_(0.3 * torch.randn(parameter.shape, generator=generator))
 
 
-def sensitive_head(model, waves, generator):
-    """The CTC head, made to read what varies between frames. A random encoder's frames share a
-    large common part, so a random head gives one token everywhere: here the head is a random
-    mix of the 16 principal directions of the encoded frames of `waves` (centred), scaled to
-    logits of a few units, with the blank a little ahead, so that tokens follow the input."""
+def encoded_frames(model, waves):
+    """The encoder's valid output frames of every wave, one after another: [N, D]."""
     frames = []
     with torch.no_grad():
         for x in waves.values():
@@ -179,43 +205,142 @@ def sensitive_head(model, waves, generator):
                                                   length=torch.tensor([signal.shape[1]]))
             encoded, n = model.encoder(audio_signal=features, length=length)
             frames.append(encoded[0, :, : int(n[0])].T)
-        frames = torch.cat(frames)
-        mean = frames.mean(0)
-        _, singular, directions = torch.linalg.svd(frames - mean, full_matrices=False)
-        k = min(16, directions.shape[0])
-        basis = directions[:k] / singular[:k, None] * frames.shape[0] ** 0.5  # unit variance
-        layer = model.decoder.decoder_layers[0]
-        mix = torch.randn(layer.weight.shape[0], k, generator=generator)
-        weight = 1.5 * mix @ basis
-        layer.weight.copy_(weight[:, :, None])
-        layer.bias.copy_(-weight @ mean)
+    return torch.cat(frames)
+
+
+def varying_directions(frames, rows, generator, k=16):
+    """A [rows, D] projection onto random mixes of the k principal directions of `frames` (centred,
+    scaled to unit variance), with outputs of unit variance over the frames, and the bias that
+    centres it."""
+    mean = frames.mean(0)
+    _, singular, directions = torch.linalg.svd(frames - mean, full_matrices=False)
+    k = min(k, directions.shape[0])
+    basis = directions[:k] / singular[:k, None] * frames.shape[0] ** 0.5
+    weight = torch.randn(rows, k, generator=generator) / k**0.5 @ basis
+    return weight, -weight @ mean
+
+
+def sensitive_transducer(model, waves, generator):
+    """The joint network, made to read what varies between frames (as sensitive_head), its
+    prediction-network side scaled up so that the tokens emitted so far matter too, and the
+    blank's bias set so that 60% of the frames end on a blank from the start state; a TDT joint's
+    shortest durations favoured."""
+    frames = encoded_frames(model, waves)
+    joint = model.joint
+    with torch.no_grad():
+        weight, bias = varying_directions(frames, joint.enc.weight.shape[0], generator)
+        joint.enc.weight.copy_(2.0 * weight)
+        joint.enc.bias.copy_(2.0 * bias)
+        out = joint.joint_net[-1]
+        out.weight.copy_(torch.randn(out.weight.shape, generator=generator)
+                         * 2.0 / out.weight.shape[1] ** 0.5)
+        out.bias.zero_()
+        joint.pred.weight.mul_(8.0)
+        start, _ = model.decoder.predict(None, None, add_sos=False, batch_size=1)
+        logits = joint.joint(frames[None], start)[0, :, 0]
+        tokens = logits.shape[-1] - joint.num_extra_outputs
+        blank = tokens - 1
+        margin = logits[:, :blank].max(-1).values - logits[:, blank]
+        out.bias[blank] = margin.quantile(0.6)
+        if joint.num_extra_outputs:
+            # TDT: durations 0 and 1 (more tokens, and tokens at the same frame) a little ahead.
+            out.bias[tokens] = 1.0
+            out.bias[tokens + 1] = 1.5
+
+
+def sensitive_head(model, waves, generator):
+    """The CTC head, made to read what varies between frames. A random encoder's frames share a
+    large common part, so a random head gives one token everywhere: here the head is a random
+    mix of the 16 principal directions of the encoded frames of `waves` (centred), scaled to
+    logits of a few units, with the blank a little ahead, so that tokens follow the input."""
+    frames = encoded_frames(model, waves)
+    layer = (model.ctc_decoder if hasattr(model, "ctc_decoder") else model.decoder).decoder_layers[0]
+    with torch.no_grad():
+        weight, bias = varying_directions(frames, layer.weight.shape[0], generator)
+        layer.weight.copy_(6.0 * weight[:, :, None])
+        layer.bias.copy_(6.0 * bias)
         layer.bias[-1] += 2.0  # NeMo's blank is the last class
 
 
-def reference(model, waves):
-    """Per wave: the preprocessor's features, the encoder's output, the log-probabilities and
-    NeMo's greedy transcription."""
+def features_and_encoded(model, x):
+    """NeMo's preprocessor and encoder on one wave: features [T, F], encoded [T', D]."""
+    signal = torch.from_numpy(x)[None]
+    length = torch.tensor([signal.shape[1]])
+    # transcribe() leaves the model in training mode (dropout on): eval again each time.
+    model.eval()
+    with torch.no_grad():
+        features, feature_length = model.preprocessor(input_signal=signal, length=length)
+        encoded, encoded_length = model.encoder(audio_signal=features, length=feature_length)
+    t, n = int(feature_length[0]), int(encoded_length[0])
+    return features[0, :, :t].T.contiguous(), encoded[:, :, :n]
+
+
+def ctc_result(model, x, decoder):
+    """The CTC head's log-probabilities [T', V] and NeMo's greedy transcription."""
+    _, encoded = features_and_encoded(model, x)
+    with torch.no_grad():
+        log_probs = decoder(encoder_output=encoded)[0].contiguous()
+    hypothesis = model.transcribe([x], batch_size=1, verbose=False)[0]
+    # A CTC hypothesis's y_sequence is the best class of each frame; its tokens are those with
+    # repeats merged and blanks (the last class) dropped.
+    blank = log_probs.shape[-1] - 1
+    frames = [int(i) for i in hypothesis.y_sequence]
+    tokens = [k for i, k in enumerate(frames) if k != blank and (i == 0 or k != frames[i - 1])]
+    return log_probs, {"text": hypothesis.text, "token_ids": tokens, "frames": len(frames)}
+
+
+def transducer_results(model, x):
+    """NeMo's greedy transducer decoding (GreedyRNNTInfer / GreedyTDTInfer, the frame-by-frame
+    loop, called directly so that its hypothesis keeps each token's frame): tokens, frames, TDT
+    durations, the score and the text; and the tokens and text of transcribe() with the batched
+    greedy search (greedy_batch) that NeMo's configs choose."""
+    from omegaconf import open_dict
+
+    hybrid = hasattr(model, "ctc_decoder")
+    _, encoded = features_and_encoded(model, x)
+    out = {}
+    for strategy in ("greedy", "greedy_batch"):
+        cfg = model.cfg.decoding
+        with open_dict(cfg):
+            cfg.strategy = strategy
+            cfg.tdt_include_token_duration = True
+        model.change_decoding_strategy(cfg, verbose=False,
+                                       **({"decoder_type": "rnnt"} if hybrid else {}))
+        model.eval()
+        if strategy == "greedy":
+            with torch.no_grad():
+                (hypothesis,) = model.decoding.decoding(
+                    encoder_output=encoded, encoded_lengths=torch.tensor([encoded.shape[-1]]))[0]
+            ids = [int(i) for i in hypothesis.y_sequence]
+            out = {"text": model.tokenizer.ids_to_text(ids), "token_ids": ids,
+                   "token_frames": [int(i) for i in hypothesis.timestamp],
+                   "score": float(hypothesis.score)}
+            if hypothesis.token_duration is not None and len(hypothesis.token_duration):
+                out["token_durations"] = [int(i) for i in hypothesis.token_duration]
+        else:
+            hypothesis = model.transcribe([x], batch_size=1, verbose=False)[0]
+            out["batched_text"] = hypothesis.text
+            out["batched_token_ids"] = [int(i) for i in hypothesis.y_sequence]
+    return out
+
+
+def reference(model, kind, waves):
+    """Per wave: the preprocessor's features, the encoder's output, and each head's results: the
+    CTC log-probabilities and greedy transcription, the transducer's greedy transcription."""
     tensors, results = {}, {}
     for name, x in waves.items():
-        signal = torch.from_numpy(x)[None]
-        length = torch.tensor([signal.shape[1]])
-        # transcribe() leaves the model in training mode (dropout on): eval again each time.
-        model.eval()
-        with torch.no_grad():
-            features, feature_length = model.preprocessor(input_signal=signal, length=length)
-            encoded, encoded_length = model.encoder(audio_signal=features, length=feature_length)
-            log_probs = model.decoder(encoder_output=encoded)
-        t, n = int(feature_length[0]), int(encoded_length[0])
-        tensors[f"{name}/features"] = features[0, :, :t].T.contiguous()
-        tensors[f"{name}/encoded"] = encoded[0, :, :n].T.contiguous()
-        tensors[f"{name}/log_probs"] = log_probs[0, :n].contiguous()
-        hypothesis = model.transcribe([x], batch_size=1, verbose=False)[0]
-        # A CTC hypothesis's y_sequence is the best class of each frame; its tokens are those
-        # with repeats merged and blanks (the last class) dropped.
-        blank = log_probs.shape[-1] - 1
-        frames = [int(i) for i in hypothesis.y_sequence]
-        tokens = [k for i, k in enumerate(frames) if k != blank and (i == 0 or k != frames[i - 1])]
-        results[name] = {"text": hypothesis.text, "token_ids": tokens, "frames": n}
+        features, encoded = features_and_encoded(model, x)
+        tensors[f"{name}/features"] = features
+        tensors[f"{name}/encoded"] = encoded[0].T.contiguous()
+        result = {"frames": int(encoded.shape[-1])}
+        if kind in ("rnnt", "tdt", "hybrid"):
+            result["transducer"] = transducer_results(model, x)
+        if kind in ("ctc", "hybrid"):
+            if kind == "hybrid":
+                model.change_decoding_strategy(decoder_type="ctc", verbose=False)
+            decoder = model.ctc_decoder if kind == "hybrid" else model.decoder
+            tensors[f"{name}/log_probs"], result["ctc"] = ctc_result(model, x, decoder)
+        results[name] = result
     return tensors, results
 
 
@@ -228,7 +353,8 @@ def main():
     waves = make_waves(sys.argv[1], out)
 
     import nemo
-    from nemo.collections.asr.models import EncDecCTCModel, EncDecCTCModelBPE
+    from nemo.collections.asr.models import (EncDecCTCModel, EncDecCTCModelBPE,
+                                             EncDecHybridRNNTCTCBPEModel, EncDecRNNTBPEModel)
     from omegaconf import OmegaConf
 
     characters = [" ", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o",
@@ -238,34 +364,44 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer = make_tokenizer(Path(tmp))
         models = {
-            "ctc_bpe": (EncDecCTCModelBPE, model_config(80, "per_feature", {}, tokenizer)),
-            "ctc_char": (EncDecCTCModel, model_config(
+            "ctc_bpe": (EncDecCTCModelBPE, "ctc", model_config(80, "per_feature", {}, tokenizer)),
+            "ctc_char": (EncDecCTCModel, "ctc", model_config(
                 64, "all_features",
                 {"subsampling": "striding", "subsampling_factor": 4, "xscaling": False,
                  "untie_biases": False, "conv_norm_type": "layer_norm", "conv_kernel_size": 5},
                 vocabulary=characters)),
+            "rnnt_bpe": (EncDecRNNTBPEModel, "rnnt", transducer_config(80, tokenizer)),
+            "tdt_bpe": (EncDecRNNTBPEModel, "tdt",
+                        transducer_config(80, tokenizer, durations=[0, 1, 2, 3, 4])),
+            "hybrid_bpe": (EncDecHybridRNNTCTCBPEModel, "hybrid",
+                           transducer_config(80, tokenizer, hybrid=True)),
         }
-        for index, (name, (cls, cfg)) in enumerate(models.items()):
+        for index, (name, (cls, kind, cfg)) in enumerate(models.items()):
             torch.manual_seed(SEED + index)
             model = cls(cfg=OmegaConf.create(cfg), trainer=None)
             generator = torch.Generator().manual_seed(SEED + 100 + index)
             off_identity(model, generator)
             model.eval()
-            sensitive_head(model, waves, generator)
+            if kind in ("ctc", "hybrid"):
+                sensitive_head(model, waves, generator)
+            if kind != "ctc":
+                sensitive_transducer(model, waves, generator)
             path = out / f"{name}.nemo"
             model.save_to(str(path))
             # What a user's file gives: the model as NeMo restores it.
             restored = cls.restore_from(str(path), map_location="cpu")
             restored.eval()
-            tensors, results = reference(restored, waves)
+            tensors, results = reference(restored, kind, waves)
             all_tensors.update({f"{name}/{key}": value for key, value in tensors.items()})
             summary["models"][name] = {
                 "target": f"{cls.__module__}.{cls.__name__}",
-                "vocabulary_size": int(restored.decoder.num_classes_with_blank),
+                "kind": kind,
                 "waves": results,
             }
             print(f"{name}: {sum(p.numel() for p in model.parameters())} parameters; "
-                  + "; ".join(f"{w}: {r['frames']} frames, {r['text']!r}"
+                  + "; ".join(f"{w}: {r['frames']} frames, "
+                              + ", ".join(f"{head} {r[head]['text'][:50]!r}"
+                                          for head in ("ctc", "transducer") if head in r)
                               for w, r in results.items()), flush=True)
     # The same files as users also hold them: unpacked into a folder, and gzipped (NeMo before
     # 1.7 wrote .nemo files so, and still reads them).

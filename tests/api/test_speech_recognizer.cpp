@@ -13,6 +13,7 @@
 #include <attnzoo/io/safetensors.h>
 #include <attnzoo/preprocess/audio/error.h>
 #include "common/test_util.h"
+#include "transcript_test_util.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -30,6 +31,8 @@
 namespace attnzoo {
 namespace test_speech_recognizer {
 
+using testing::begins_with;
+using testing::ids_of;
 using testing::write_wav16;
 
 using testing::error_of;
@@ -123,16 +126,6 @@ torch::Tensor utterance(double seconds, int64_t rate, int64_t seed) {
     x.narrow(0, i, len).copy_(y);
   }
   return ((x * 32768.0).round().clamp(-32768, 32767) / 32768.0).to(torch::kFloat);
-}
-
-std::vector<int64_t> ids_of(const TranscriptHypothesis& h) {
-  std::vector<int64_t> ids;
-  for (const auto& token : h.tokens) ids.push_back(token.id);
-  return ids;
-}
-
-bool begins_with(const std::vector<int64_t>& all, const std::vector<int64_t>& prefix) {
-  return prefix.size() <= all.size() && std::equal(prefix.begin(), prefix.end(), all.begin());
 }
 
 // The same hypotheses: tokens, text, alignments; scores and confidences within `tolerance`.
@@ -529,13 +522,13 @@ TEST(SpeechRecognizer, BadUnitsAndModelsAreNamed) {
     with_units.units = dir + "/tables/units.txt";
     const auto e = error_of([&] { SpeechRecognizer(classifier, with_units); });
     EXPECT_THAT(e, HasSubstr(classifier));
-    EXPECT_THAT(e, HasSubstr("CTC head"));
+    EXPECT_THAT(e, HasSubstr("CTC or transducer head"));
     const auto bare = write_model(dir, /*decoding=*/false, "bare.yaml");
     SpeechRecognizerOptions no_head;
     no_head.encoder.overrides = {"architecture.vocab_size=0"};
     const auto e2 = error_of([&] { SpeechRecognizer(bare, no_head); });
     EXPECT_THAT(e2, HasSubstr(bare));
-    EXPECT_THAT(e2, HasSubstr("has no CTC head (architecture.vocab_size is 0)"));
+    EXPECT_THAT(e2, HasSubstr("has no CTC or transducer head (architecture.vocab_size is 0)"));
     // A CTC head but no table: say where to give one.
     const auto e3 = error_of([&] { SpeechRecognizer{bare}; });
     EXPECT_THAT(e3, HasSubstr(bare));

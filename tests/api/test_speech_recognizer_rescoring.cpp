@@ -11,6 +11,7 @@
 #include <attnzoo/core/error.h>
 #include <attnzoo/io/safetensors.h>
 #include "common/test_util.h"
+#include "transcript_test_util.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -30,6 +31,7 @@ namespace test_speech_recognizer_rescoring {
 using testing::error_of;
 using testing::fresh_dir;
 using ::testing::HasSubstr;
+using testing::ids_of;
 
 const std::string kData = std::string(ATTNZOO_MODELS_DATA_DIR) + "/wenet_u2";
 
@@ -80,12 +82,6 @@ SpeechRecognizerOptions with_weights(const std::string& name,
   options.encoder.weights = kData + "/" + name + "/final.pt";
   options.encoder.overrides = overrides;
   return options;
-}
-
-std::vector<int64_t> ids_of(const TranscriptHypothesis& h) {
-  std::vector<int64_t> ids;
-  for (const auto& token : h.tokens) ids.push_back(token.id);
-  return ids;
 }
 
 // Every utterance of the fixture `name`'s full-context decoding, at every rescoring setting and

@@ -135,7 +135,7 @@ PY
     printf '<blank> 0\n<unk> 1\nalpha 2\n' >"$out/small.txt"
     refused 1 "small.txt: 3 tokens, but the CTC head has 7 outputs" \
       transcribe --model "$yaml" --units "$out/small.txt" "$out/a.wav"
-    refused 1 'decoding: a decoding section needs a CTC head \(architecture.vocab_size > 0\)' \
+    refused 1 'decoding: a decoding section needs a CTC or transducer head \(architecture.vocab_size > 0\)' \
       transcribe --model "$data/conformer_micro_torchaudio.yaml" --units "$out/units.txt" "$out/a.wav"
     refused 1 "override 'decoding.nbest=20'.*nbest 20 exceeds beam_size 10" \
       transcribe --model "$yaml" "${words[@]}" --nbest 20 "$out/a.wav"

@@ -219,6 +219,59 @@ features:
 
 // NeMo's log-mel: AudioToMelSpectrogramPreprocessor's defaults (20 ms, hanning, per_feature, no
 // low cut) and keys; a choice NeMo lacks, or exact_pad with an odd hop, is refused at its key.
+// architecture.transducer (NeMo's RNN-T and TDT heads), ctc_head and decoding.head.
+TEST(ConformerConfig, TransducerHeads) {
+  const std::string tdt = R"(name: t
+family: conformer
+architecture:
+  input_dim: 20
+  encoder_dim: 16
+  num_heads: 4
+  num_layers: 1
+  vocab_size: 6
+  ctc_head: false
+  transducer:
+    pred_hidden: 12
+    pred_layers: 2
+    joint_hidden: 10
+    activation: tanh
+    durations: [0, 1, 2]
+decoding:
+  tokens: [a, b, c, d, e, <blank>]
+)";
+  const auto config = parse_model_config(tdt, "t.yaml");
+  const auto& o = config.options<ConformerEncoderOptions>();
+  ASSERT_TRUE(o.transducer().has_value());
+  EXPECT_FALSE(o.ctc_head());
+  EXPECT_EQ(o.transducer()->vocab_size(), 6);
+  EXPECT_EQ(o.transducer()->encoder_dim(), 16);
+  EXPECT_EQ(o.transducer()->pred_layers(), 2);
+  EXPECT_EQ(o.transducer()->activation(), "tanh");
+  EXPECT_EQ(o.transducer()->durations(), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(config.decoding.head, decoding::DecodingHead::kTransducer);
+  EXPECT_EQ(model_family("conformer").ctc_vocab(config), 0);
+  EXPECT_EQ(model_family("conformer").token_vocab(config), 6);
+  // The built model: no CTC Linear, the transducer with its TDT outputs; its parameters are the
+  // ones model_stats counts.
+  torch::manual_seed(0);
+  auto model = build_model(config);
+  auto* encoder = model.module->as<ConformerEncoderImpl>();
+  ASSERT_NE(encoder, nullptr);
+  EXPECT_TRUE(encoder->ctc.is_empty());
+  EXPECT_EQ(encoder->transducer->out->weight.sizes(), (torch::IntArrayRef{6 + 3, 10}));
+  int64_t parameters = 0;
+  for (const auto& p : model.module->parameters()) parameters += p.numel();
+  EXPECT_EQ(model_family("conformer").stats(config).parameters, parameters);
+
+  expect_error(parse_error(with(tdt, "durations: [0, 1, 2]", "durations: [3]")),
+               "architecture.transducer.durations", 15, 16, "at least two durations");
+  expect_error(parse_error(with(tdt, "activation: tanh", "activation: gelu")),
+               "architecture.transducer.activation", 14, 17, "expected one of relu, sigmoid, tanh");
+  EXPECT_THAT(parse_error(with(tdt, "vocab_size: 6", "vocab_size: 0")).what(),
+              HasSubstr("a transducer predicts tokens and the blank"));
+  EXPECT_THAT(parse_error(tdt, {"decoding.head=ctc"}).what(), HasSubstr("no CTC head"));
+}
+
 TEST(ConformerConfig, NemoMelFeatures) {
   const std::string nemo = R"(name: nemo_test
 family: conformer

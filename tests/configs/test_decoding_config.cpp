@@ -229,17 +229,17 @@ TEST(DecodingConfig, EachRefusalNamesItsKey) {
     EXPECT_EQ(e.key_path(), "decoding.units");
     EXPECT_THAT(e.what(), StartsWith(source + ":"));
   }
-  // No CTC head: no decoding section.
+  // No CTC or transducer head: no decoding section.
   {
     const auto e = bad("  vocab_size: 9\n", "");
     EXPECT_EQ(e.key_path(), "decoding");
     EXPECT_EQ(e.file(), source);
     EXPECT_EQ(e.line(), 16);
-    EXPECT_THAT(e.what(), HasSubstr("a decoding section needs a CTC head "
+    EXPECT_THAT(e.what(), HasSubstr("a decoding section needs a CTC or transducer head "
                                     "(architecture.vocab_size > 0)"));
     const auto o = error_of_config(doc, source, {"architecture.vocab_size=0"});
     EXPECT_EQ(o.key_path(), "decoding");
-    EXPECT_THAT(o.what(), HasSubstr("needs a CTC head"));
+    EXPECT_THAT(o.what(), HasSubstr("needs a CTC or transducer head"));
   }
   // A family without a CTC head has no such key at all.
   {

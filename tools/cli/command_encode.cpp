@@ -117,7 +117,7 @@ Command add_encode_command(CLI::App& app) {
   auto options = std::make_shared<EncodeOptions>();
   auto* sub = app.add_subcommand("encode", "Encode audio files with a Conformer of the zoo");
   add_model_options(sub, options->model, options->encoder,
-                    {"attnzoo", "torchaudio", "wenet", "espnet"});
+                    {"attnzoo", "torchaudio", "wenet", "espnet", "nemo"});
   add_device_options(sub, options->encoder);
   sub->add_option("--threads", options->encoder.threads, "LibTorch intra-op threads")
       ->check(CLI::Range(0, 1024));

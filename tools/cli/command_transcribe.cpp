@@ -1,8 +1,8 @@
 // `attnzoo transcribe`: audio files to text through a SpeechRecognizer (api/speech_recognizer.h):
-// the model's features, its Conformer and CTC head, its token table and CTC search, as its YAML's
-// decoding section says, with the search's settings on flags. Offline by default (batched, or
-// chunk by chunk with --stream); --live feeds each file to a live stream in blocks as a
-// microphone would and prints each partial result that grew, then the final one. A line per file
+// the model's features, its Conformer and CTC or transducer head, its token table and search, as
+// its YAML's decoding section says, with the search's settings on flags. Offline by default
+// (batched, or chunk by chunk with --stream); --live feeds each file to a live stream in blocks as
+// a microphone would and prints each partial result that grew, then the final one. A line per file
 // (JSON lines with --json: text, confidence, score, seconds, ms, tokens with times, the n-best;
 // or error). A bad file gets its error and the others are still transcribed; the exit status is 1
 // if any failed.
@@ -176,9 +176,11 @@ int run_transcribe(TranscribeOptions o) {
 Command add_transcribe_command(CLI::App& app) {
   auto o = std::make_shared<TranscribeOptions>();
   auto* sub = app.add_subcommand(
-      "transcribe", "Speech to text with a Conformer that has a CTC head (greedy or beam search)");
+      "transcribe",
+      "Speech to text with a Conformer that has a CTC head (greedy or beam search) or a "
+      "transducer (greedy)");
   add_model_options(sub, o->model, o->recognizer.encoder,
-                    {"attnzoo", "torchaudio", "wenet", "espnet"});
+                    {"attnzoo", "torchaudio", "wenet", "espnet", "nemo"});
   sub->add_option("--units", o->recognizer.units,
                   "Token table (WeNet units.txt, or an ESPnet token list with --set "
                   "decoding.units_format=espnet); default: the config's decoding.units")
