@@ -127,7 +127,7 @@ ModelConfig resolve_model_config(const std::string& name_or_path,
   const fs::path path(name_or_path);
   std::error_code error;
   if (has_yaml_extension(path) || name_or_path.find('/') != std::string::npos ||
-      path.extension() == ".zip" || fs::is_directory(path, error)) {
+      path.extension() == ".zip" || path.extension() == ".nemo" || fs::is_directory(path, error)) {
     return load_model_config(name_or_path, overrides);
   }
   return model_config(name_or_path, overrides);

@@ -95,9 +95,10 @@ std::vector<std::string> model_names();
 ModelConfig model_config(const std::string& name, const std::vector<std::string>& overrides = {});
 ModelConfig model_config_from_yaml(const std::string& path,
                                    const std::vector<std::string>& overrides = {});
-// `name_or_path` is read as a model folder of a source (configs/model_source.h: Hugging Face,
-// timm) when it is a directory, as a YAML file when it ends in .yaml or .yml (or contains a '/'),
-// otherwise as a registered name: the CLI's --model.
+// `name_or_path` is read as a model of a source (configs/model_source.h: a Hugging Face, timm,
+// WeNet or ESPnet folder, an ESPnet zip, a NeMo .nemo file) when it is a directory or ends in
+// .zip or .nemo, as a YAML file when it ends in .yaml or .yml (or contains a '/': a source or a
+// YAML file, by its contents), otherwise as a registered name: the CLI's --model.
 ModelConfig resolve_model_config(const std::string& name_or_path,
                                  const std::vector<std::string>& overrides = {});
 

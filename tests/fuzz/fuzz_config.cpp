@@ -12,8 +12,12 @@
 //     finite outputs.
 // A config the readers accept and the model then rejects is a gap in validation.
 // The document also goes through OmegaConf's interpolations (configs/omegaconf_interpolation.h,
-// as a NeMo config would): a ConfigError or a result, never a crash or an unbounded walk.
+// as a NeMo config would): a ConfigError or a result, never a crash or an unbounded walk; and it
+// is read as a NeMo model's model_config.yaml (configs/nemo_source.cpp, in an unpacked .nemo
+// folder beside an empty model_weights.ckpt and a tokenizer.model): a ConfigError, or a document
+// that parses and builds as any other.
 // Seeds: tests/fuzz/corpus/config/ and the zoo's own YAML files (tools/fuzz.sh passes configs/).
+#include <attnzoo/configs/model_source.h>
 #include <attnzoo/configs/model_stats.h>
 #include <attnzoo/configs/omegaconf_interpolation.h>
 #include <attnzoo/configs/registry.h>
@@ -22,10 +26,14 @@
 #include <torch/torch.h>
 #include <yaml-cpp/yaml.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -99,6 +107,33 @@ void check_accepted_model(const ModelConfig& config) {
   if (!all_finite(family.forward(*model.module, config, input, false))) __builtin_trap();
 }
 
+// An unpacked .nemo folder of this process: model_config.yaml is each input.
+std::string nemo_folder() {
+  static const std::string dir = [] {
+    const auto path = std::filesystem::temp_directory_path() /
+                      ("attnzoo_fuzz_nemo_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(path);
+    std::ofstream(path / "model_weights.ckpt") << "";
+    std::ofstream(path / "tokenizer.model") << "";
+    return path.string();
+  }();
+  return dir;
+}
+
+void check_nemo_document(const std::string& text) {
+  std::ofstream(nemo_folder() + "/model_config.yaml", std::ios::binary | std::ios::trunc) << text;
+  std::string document;
+  try {
+    document = describe_model_source(nemo_folder());
+  } catch (const ConfigError&) {
+    return;
+  } catch (const YAML::Exception&) {
+    return;  // not YAML: the document itself does not parse
+  }
+  // What the importer writes, the reader must take (its values are the importer's checked ones).
+  check_accepted_model(parse_model_config(document, nemo_folder() + "/model_config.yaml"));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -127,5 +162,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const ConfigError&) {
   } catch (const YAML::Exception&) {
   }
+  check_nemo_document(text);
   return 0;
 }

@@ -2,8 +2,8 @@
 // frames and durations (and the score, within rounding) whether the encoder frames come at once
 // or in blocks of any size (the prediction network's state, and a TDT duration that runs past a
 // block's end, carry over), never emits more than max_symbols tokens on a frame, and its
-// prediction network reads the blank as a zero input whatever the embedding's row holds. Against NeMo's own greedy searches:
-// tests/api/test_nemo_file.cpp.
+// prediction network reads the blank as a zero input whatever the embedding's row holds. Against
+// NeMo's own greedy searches: tests/api/test_nemo_file.cpp.
 #include <attnzoo/models/transducer.h>
 
 #include <gmock/gmock.h>
