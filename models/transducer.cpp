@@ -57,8 +57,13 @@ torch::Tensor TransducerImpl::project_encoder(const torch::Tensor& encoded) {
   return enc->forward(encoded);
 }
 
-torch::Tensor TransducerImpl::joint(const torch::Tensor& projected, const torch::Tensor& g) {
-  auto x = projected + pred->forward(g);
+torch::Tensor TransducerImpl::project_prediction(const torch::Tensor& g) {
+  return pred->forward(g);
+}
+
+torch::Tensor TransducerImpl::joint(const torch::Tensor& encoder_side,
+                                    const torch::Tensor& prediction_side) {
+  auto x = encoder_side + prediction_side;
   const auto& a = options.activation();
   x = a == "relu" ? torch::relu(x) : a == "sigmoid" ? torch::sigmoid(x) : torch::tanh(x);
   return out->forward(x);
@@ -75,8 +80,11 @@ TransducerGreedySearch::TransducerGreedySearch(TransducerImpl& transducer, int64
 
 void TransducerGreedySearch::predict_last() {
   const auto device = transducer_.out->weight.device();
-  std::tie(g_, next_state_) = transducer_.predict(
+  torch::Tensor g;
+  std::tie(g, next_state_) = transducer_.predict(
       torch::full({1}, last_, torch::dtype(torch::kLong).device(device)), state_);
+  // Projected once per token, not once per joint step: g_ stays until the next token.
+  g_ = transducer_.project_prediction(g);
 }
 
 void TransducerGreedySearch::emit(int64_t id, int64_t frame, double log_prob, double score,

@@ -54,11 +54,14 @@ class TransducerImpl : public torch::nn::Cloneable<TransducerImpl> {
   // The prediction network on one token per sequence: tokens [B] (the blank: the start of a
   // sequence) -> (g [B, pred_hidden], the new state).
   std::pair<torch::Tensor, State> predict(const torch::Tensor& tokens, const State& state);
-  // The encoder side of the joint, once per frame: encoded [..., D] -> [..., joint_hidden].
+  // The two sides of the joint, each projected once: the encoder's per frame, encoded [..., D]
+  // -> [..., joint_hidden]; the prediction network's per token, g [..., pred_hidden] ->
+  // [..., joint_hidden].
   torch::Tensor project_encoder(const torch::Tensor& encoded);
-  // The joint's logits from projected frames [..., joint_hidden] and prediction outputs
-  // g [..., pred_hidden] (broadcast against each other) -> [..., vocab_size + durations].
-  torch::Tensor joint(const torch::Tensor& projected, const torch::Tensor& g);
+  torch::Tensor project_prediction(const torch::Tensor& g);
+  // The joint's logits from the two projected sides (broadcast against each other)
+  // -> [..., vocab_size + durations].
+  torch::Tensor joint(const torch::Tensor& encoder_side, const torch::Tensor& prediction_side);
 
   int64_t blank_id() const { return options.vocab_size() - 1; }
 
@@ -105,7 +108,7 @@ class TransducerGreedySearch {
   int64_t frames() const { return frames_; }  // encoder frames given so far
 
  private:
-  // The prediction network on the last token from state_: g_ and next_state_.
+  // The prediction network on the last token from state_: g_ (projected) and next_state_.
   void predict_last();
   // One step of the joint on the projected frame: the logits [vocab_size + durations].
   void emit(int64_t id, int64_t frame, double log_prob, double score, int64_t duration);
@@ -119,7 +122,7 @@ class TransducerGreedySearch {
   int64_t last_;                 // the last token emitted, or the blank at the start
   TransducerImpl::State state_;  // the prediction network's state before last_
   TransducerImpl::State next_state_;  // and after it
-  torch::Tensor g_;                   // the prediction output for last_ [1, pred_hidden]
+  torch::Tensor g_;  // the prediction output for last_, projected: [1, joint_hidden]
 };
 
 }  // namespace attnzoo
