@@ -248,7 +248,11 @@ DecodingConfig read_decoding(MapReader& root, const std::string& source, const S
   r.reverse_weight = section.number("reverse_weight", r.reverse_weight, 0.0, 1.0);
   d.head = section.enumeration("head", d.head,
                                {decoding::DecodingHead::kCtc, decoding::DecodingHead::kTransducer});
+  d.transducer_search =
+      section.enumeration("transducer_search", d.transducer_search,
+                          {decoding::TransducerSearch::kGreedy, decoding::TransducerSearch::kBeam});
   d.max_symbols = section.integer("max_symbols", d.max_symbols, 1, 1000);
+  d.score_norm = section.boolean("score_norm", d.score_norm);
   section.finish();
   if (d.head == decoding::DecodingHead::kCtc && !heads.ctc) {
     section.fail("head", "the model has no CTC head (head: transducer)");

@@ -13,6 +13,7 @@
 #include <attnzoo/core/error.h>
 #include <attnzoo/decoding/attention_rescoring.h>
 #include <attnzoo/decoding/ctc_decoder.h>
+#include <attnzoo/decoding/decoding_head.h>
 #include <attnzoo/decoding/units.h>
 #include <attnzoo/preprocess/audio/feature_options.h>
 #include <attnzoo/preprocess/image/transform_options.h>
@@ -115,10 +116,15 @@ struct DecodingConfig {
   // alternatives a beam keeps can hold the stable text back until the end).
   double stable_margin = 0.0;
   // The head that decodes: the CTC head (with the searches above), or the transducer
-  // (architecture.transducer; greedy, at most max_symbols tokens per encoder frame, NeMo's
-  // greedy.max_symbols). The transducer where the model has one, else CTC.
+  // (architecture.transducer). The transducer where the model has one, else CTC.
   decoding::DecodingHead head = decoding::DecodingHead::kCtc;
+  // The transducer's search: greedy, at most max_symbols tokens per encoder frame (NeMo's
+  // greedy.max_symbols); or beam (NeMo's strategy beam) with beam.beam_size, returning
+  // beam.nbest hypotheses ranked by score / (tokens + 1) with score_norm (NeMo's
+  // beam.score_norm), else by score.
+  decoding::TransducerSearch transducer_search = decoding::TransducerSearch::kGreedy;
   int64_t max_symbols = 10;
+  bool score_norm = true;
   bool defined() const { return !units.empty() || !tokens.empty(); }
 };
 

@@ -15,8 +15,10 @@
 //   - the tokens: the heads' vocabulary and "<blank>" after it, as text through the tokenizer's
 //     SentencePiece model (tokenizer.type bpe) or as characters (the models without a
 //     tokenizer, their space as "▁");
-//   - decoding: greedy, NeMo's default; by the transducer where the model has one (a hybrid's
-//     default head, as in NeMo), with decoding.greedy.max_symbols.
+//   - decoding: by the transducer where the model has one (a hybrid's default head, as in
+//     NeMo), greedy with decoding.greedy.max_symbols, or NeMo's beam search (strategy beam, and
+//     the other beam strategies with it) with decoding.beam's beam_size, return_best_hypothesis
+//     and score_norm; the CTC head greedily.
 // A model attnzoo does not run is refused naming model_config.yaml's key and value: a target that
 // is not a CTC, transducer or hybrid ASR model (TTS, speaker and language models), an encoder
 // other than ConformerEncoder, limited-context or cache-aware streaming attention, causal
@@ -358,9 +360,9 @@ YAML::Node encoder_architecture(const detail::SourceYaml& c, int64_t* feat_in) {
 }
 
 // RNNTDecoder and RNNTJoint as architecture.transducer; the joint's vocabulary (without its
-// blank) into `vocabulary`, the greedy search's max_symbols into `max_symbols`.
+// blank) into `vocabulary`, the search's keys of the decoding section into `search`.
 YAML::Node transducer_architecture(const detail::SourceYaml& c, int64_t d_model,
-                                   std::vector<std::string>* vocabulary, int64_t* max_symbols) {
+                                   std::vector<std::string>* vocabulary, YAML::Node* search) {
   c.require("decoder._target_", "nemo.collections.asr.modules.RNNTDecoder",
             "attnzoo reads NeMo's RNNTDecoder");
   c.only_keys("decoder", {"_target_", "prednet", "vocab_size", "normalization_mode",
@@ -442,7 +444,24 @@ YAML::Node transducer_architecture(const detail::SourceYaml& c, int64_t d_model,
   if (c.has("decoding.big_blank_durations")) {
     c.fail("decoding.big_blank_durations", "multi-blank transducers are not supported");
   }
-  *max_symbols = c.integer("decoding.greedy.max_symbols", 10, 1, 1000);
+  (*search)["max_symbols"] = c.integer("decoding.greedy.max_symbols", 10, 1, 1000);
+  // NeMo's beam strategies: `beam` is NeMo's default algorithm, which attnzoo runs; the others
+  // (tsd, alsd, maes and the batched malsd_batch, maes_batch) decode with it too.
+  const auto strategy = c.text("decoding.strategy", "greedy_batch");
+  if (strategy == "beam" || strategy == "tsd" || strategy == "alsd" || strategy == "maes" ||
+      strategy == "malsd_batch" || strategy == "maes_batch") {
+    const auto beam_size = c.integer("decoding.beam.beam_size", 4, 1, 10000);
+    (*search)["transducer_search"] = "beam";
+    (*search)["beam_size"] = beam_size;
+    (*search)["nbest"] =
+        c.boolean("decoding.beam.return_best_hypothesis", true) ? int64_t{1} : beam_size;
+    (*search)["score_norm"] = c.boolean("decoding.beam.score_norm", true);
+  } else if (strategy != "greedy" && strategy != "greedy_batch") {
+    c.fail("decoding.strategy",
+           "'" + strategy +
+               "' is not a transducer strategy attnzoo runs (greedy, "
+               "greedy_batch, beam, tsd, alsd, maes, malsd_batch, maes_batch)");
+  }
   return t;
 }
 
@@ -535,9 +554,9 @@ class NemoSource final : public ModelSource {
     // The tokens: the CTC head's vocabulary, the same as the joint's in a hybrid.
     std::vector<std::string> vocabulary;
     std::string vocabulary_key;
-    int64_t max_symbols = 10;
+    YAML::Node search;
     if (kind.transducer) {
-      arch["transducer"] = transducer_architecture(c, d_model, &vocabulary, &max_symbols);
+      arch["transducer"] = transducer_architecture(c, d_model, &vocabulary, &search);
       vocabulary_key = "joint.vocabulary";
     }
     if (kind.ctc) {
@@ -557,7 +576,7 @@ class NemoSource final : public ModelSource {
     auto decoding_section = decoding(c, files, kind, vocabulary_key, std::move(vocabulary));
     if (kind.transducer) {
       decoding_section["head"] = "transducer";
-      decoding_section["max_symbols"] = max_symbols;
+      for (const auto& key : search) decoding_section[key.first] = key.second;
     }
     doc["decoding"] = decoding_section;
     if (!files.has(kWeightsEntry)) {

@@ -15,10 +15,6 @@ const char* to_string(DecodingMode mode) {
   return "?";
 }
 
-const char* to_string(DecodingHead head) {
-  return head == DecodingHead::kCtc ? "ctc" : "transducer";
-}
-
 RescoredNbest rescore_nbest(const std::vector<double>& ctc_scores, const std::vector<double>& left,
                             const std::vector<double>& right,
                             const AttentionRescoringOptions& options) {

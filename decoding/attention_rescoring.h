@@ -22,11 +22,6 @@ namespace attnzoo::decoding {
 enum class DecodingMode { kCtc, kAttentionRescoring };
 const char* to_string(DecodingMode mode);
 
-// Which head of a speech model decodes: "ctc" (its CTC head, with DecodingMode's searches) or
-// "transducer" (its transducer head, greedy).
-enum class DecodingHead { kCtc, kTransducer };
-const char* to_string(DecodingHead head);
-
 struct AttentionRescoringOptions {
   double ctc_weight = 0.5;      // WeNet's runtime default
   double reverse_weight = 0.0;  // > 0 needs a right-to-left decoder (U2++)

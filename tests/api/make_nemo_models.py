@@ -17,19 +17,27 @@ made to read what varies between frames (sensitive_head), so that the tokens fol
   ctc_char  EncDecCTCModel (a character vocabulary in the config, no tokenizer files), with the
             other choices: 64 bins normalised over all features, striding x4, no xscaling, biases
             tied across layers, LayerNorm in the convolution module, kernel 5.
+  rnnt_bpe, tdt_bpe
+            EncDecRNNTBPEModel, RNN-T and TDT (durations 0-4, two LSTM layers), their joints
+            made sensitive (sensitive_transducer): many tokens on one frame.
+  hybrid_bpe, hybrid_tdt_bpe
+            EncDecHybridRNNTCTCBPEModel, RNN-T or TDT with the auxiliary CTC head, their joints
+            as confident as trained ones (confident_transducer), for NeMo's beam search.
 
 Audio: AUDIO_DIR/speech_16k.wav and other_voice_16k.wav (tests/preprocess/make_audio_reference.py,
 espeak-ng), cut and mixed here into three utterances of 1.3 to 2.6 s.
 
 Writes into OUT_DIR:
   <model>.nemo            as NeMo's save_to wrote it
-  ctc_bpe_unpacked/       ctc_bpe.nemo unpacked (tarfile)
+  <model>_unpacked/       ctc_bpe.nemo and hybrid_tdt_bpe.nemo unpacked (tarfile)
   ctc_char_gz.nemo        ctc_char.nemo gzipped, as NeMo before 1.7 wrote them
   waves/<wave>.wav        16 kHz mono, 16 bit
   nemo_reference.safetensors  "<model>/<wave>/features" [T, F] (the preprocessor's output cut to
                           its length), ".../encoded" [T', D], ".../log_probs" [T', V] (float32)
-  manifest.json           versions; per model its target and vocabulary size, per wave the
-                          greedy hypothesis of NeMo's transcribe(): text and token ids
+  manifest.json           versions; per model its target and kind, per wave the greedy
+                          hypotheses of NeMo's transcribe() and of its transducer searches (tokens,
+                          frames, durations, score, text) and, for the hybrids, every hypothesis
+                          of NeMo's transducer beam search
 
 Runs offline on the CPU: nothing is downloaded.
 """
@@ -53,6 +61,7 @@ from safetensors.torch import save_file  # noqa: E402
 
 RATE = 16000
 SEED = 20261206
+BEAM_SIZE = 4
 
 SENTENCES = [
     "the quick brown fox jumps over the lazy dog",
@@ -248,6 +257,57 @@ def sensitive_transducer(model, waves, generator):
             out.bias[tokens + 1] = 1.5
 
 
+def confident_transducer(model, waves, generator):
+    """A transducer that behaves as a trained one does where beam search is concerned: each
+    frame's probabilities are peaked, most frames end on a blank, and a token just emitted is
+    not emitted again at once (so that NeMo's default beam search, which has no bound on the
+    tokens of one frame, ends each frame after a few expansions; on sensitive_transducer's joint
+    it runs for minutes).
+
+    The prediction network passes the last token through: embedding row k is the unit vector
+    e_k, each LSTM layer's input, forget and output gates saturated open, shut and open, its cell
+    input tanh(4·x), so that its output is about 0.76·e_k (and 0 from the start), plus small
+    noise. The joint's hidden unit k reads token k's evidence from the frame (a random mix of
+    the frames' principal directions, unit variance) minus 4 when k was the last token; token k's
+    logit is 8 times that unit (after the ReLU), the blank's a constant that 70% of the frames'
+    best token stays under; a TDT joint's durations are random mixes of the units."""
+    frames = encoded_frames(model, waves)
+    joint, prediction = model.joint, model.decoder.prediction
+    out = joint.joint_net[-1]
+    with torch.no_grad():
+        embed = prediction["embed"].weight
+        tokens = embed.shape[0] - 1  # without the blank (the padding row, last)
+        hidden = embed.shape[1]
+        embed.zero_()
+        embed[:tokens, :tokens] = torch.eye(tokens)
+        lstm = prediction["dec_rnn"].lstm
+        for layer in range(lstm.num_layers):
+            w_ih, w_hh = getattr(lstm, f"weight_ih_l{layer}"), getattr(lstm, f"weight_hh_l{layer}")
+            b_ih, b_hh = getattr(lstm, f"bias_ih_l{layer}"), getattr(lstm, f"bias_hh_l{layer}")
+            w_ih.copy_(0.01 * torch.randn(w_ih.shape, generator=generator))
+            w_hh.copy_(0.01 * torch.randn(w_hh.shape, generator=generator))
+            w_ih[2 * hidden:3 * hidden] += 4.0 * torch.eye(hidden)
+            b_hh.zero_()
+            b_ih.copy_(torch.cat([torch.full((hidden,), 10.0), torch.full((hidden,), -10.0),
+                                  torch.zeros(hidden), torch.full((hidden,), 10.0)]))
+        weight, bias = varying_directions(frames, tokens, generator)
+        joint.enc.weight.zero_()
+        joint.enc.bias.zero_()
+        joint.enc.weight[:tokens] = weight
+        joint.enc.bias[:tokens] = bias
+        joint.pred.weight.zero_()
+        joint.pred.bias.zero_()
+        joint.pred.weight[:tokens, :tokens] = -4.0 / 0.76 * torch.eye(tokens)
+        out.weight.zero_()
+        out.bias.zero_()
+        out.weight[:tokens, :tokens] = 8.0 * torch.eye(tokens)
+        best = (8.0 * torch.relu(frames @ weight.T + bias)).max(-1).values
+        out.bias[tokens] = best.quantile(0.7)
+        if joint.num_extra_outputs:
+            durations = out.weight[tokens + 1:]
+            durations.copy_(torch.randn(durations.shape, generator=generator) * 0.5)
+
+
 def sensitive_head(model, waves, generator):
     """The CTC head, made to read what varies between frames. A random encoder's frames share a
     large common part, so a random head gives one token everywhere: here the head is a random
@@ -321,6 +381,33 @@ def transducer_results(model, x):
             hypothesis = model.transcribe([x], batch_size=1, verbose=False)[0]
             out["batched_text"] = hypothesis.text
             out["batched_token_ids"] = [int(i) for i in hypothesis.y_sequence]
+    if hybrid:
+        out["beam"] = beam_results(model, encoded)
+    return out
+
+
+def beam_results(model, encoded):
+    """NeMo's `strategy: beam` (BeamRNNTInfer / BeamTDTInfer, search_type default) with
+    BEAM_SIZE and score_norm, every hypothesis it keeps, best first: tokens, the frame of each
+    (for TDT NeMo's timestamp: the frame plus the token's duration), score and text."""
+    from omegaconf import open_dict
+
+    cfg = model.cfg.decoding
+    with open_dict(cfg):
+        cfg.strategy = "beam"
+        cfg.beam = {"beam_size": BEAM_SIZE, "return_best_hypothesis": False, "score_norm": True}
+    model.change_decoding_strategy(cfg, verbose=False,
+                                   **({"decoder_type": "rnnt"} if hasattr(model, "ctc_decoder")
+                                      else {}))
+    model.eval()
+    with torch.no_grad():
+        (nbest,) = model.decoding.decoding(
+            encoder_output=encoded, encoded_lengths=torch.tensor([encoded.shape[-1]]))[0]
+    out = []
+    for hypothesis in nbest.n_best_hypotheses:
+        ids = [int(i) for i in hypothesis.y_sequence]
+        out.append({"token_ids": ids, "token_frames": [int(i) for i in hypothesis.timestamp],
+                    "score": float(hypothesis.score), "text": model.tokenizer.ids_to_text(ids)})
     return out
 
 
@@ -375,6 +462,8 @@ def main():
                         transducer_config(80, tokenizer, durations=[0, 1, 2, 3, 4])),
             "hybrid_bpe": (EncDecHybridRNNTCTCBPEModel, "hybrid",
                            transducer_config(80, tokenizer, hybrid=True)),
+            "hybrid_tdt_bpe": (EncDecHybridRNNTCTCBPEModel, "hybrid", transducer_config(
+                80, tokenizer, durations=[0, 1, 2, 3, 4], hybrid=True)),
         }
         for index, (name, (cls, kind, cfg)) in enumerate(models.items()):
             torch.manual_seed(SEED + index)
@@ -384,7 +473,9 @@ def main():
             model.eval()
             if kind in ("ctc", "hybrid"):
                 sensitive_head(model, waves, generator)
-            if kind != "ctc":
+            if kind == "hybrid":
+                confident_transducer(model, waves, generator)
+            elif kind != "ctc":
                 sensitive_transducer(model, waves, generator)
             path = out / f"{name}.nemo"
             model.save_to(str(path))
@@ -405,8 +496,9 @@ def main():
                               for w, r in results.items()), flush=True)
     # The same files as users also hold them: unpacked into a folder, and gzipped (NeMo before
     # 1.7 wrote .nemo files so, and still reads them).
-    with tarfile.open(out / "ctc_bpe.nemo") as tar:
-        tar.extractall(out / "ctc_bpe_unpacked", filter="data")
+    for name in ("ctc_bpe", "hybrid_tdt_bpe"):
+        with tarfile.open(out / f"{name}.nemo") as tar:
+            tar.extractall(out / f"{name}_unpacked", filter="data")
     (out / "ctc_char_gz.nemo").write_bytes(gzip.compress((out / "ctc_char.nemo").read_bytes(),
                                                          mtime=0))
     save_file(all_tensors, str(out / "nemo_reference.safetensors"))

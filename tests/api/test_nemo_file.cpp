@@ -1,16 +1,16 @@
 // NeMo's .nemo files run as they are (configs/nemo_source.cpp), against NeMo itself on the same
-// files and WAV files (make_nemo_models.py, a CTest fixture): two random-weight models built and
-// saved by NeMo's own classes, a FastConformer CTC BPE model (dw_striding x8, xscaling, untied
-// position biases, BatchNorm, per-feature normalisation, a SentencePiece tokenizer in the
-// archive) and a character CTC model with the other choices (striding x4, no xscaling, tied
-// biases, LayerNorm, normalisation over all features). The features, the encoder's output and
-// the CTC log-probabilities agree with NeMo's preprocessor, encoder and decoder, and the
-// recognizer's greedy tokens and text are those of NeMo's transcribe().
+// files and WAV files (make_nemo_models.py, a CTest fixture): six random-weight models built and
+// saved by NeMo's own classes (CTC BPE and character models with NeMo's two sets of encoder
+// choices; RNN-T, TDT, and RNN-T/CTC and TDT/CTC hybrids). The features, the encoder's output and
+// the CTC log-probabilities agree with NeMo's preprocessor, encoder and decoder; the greedy CTC
+// and transducer searches give NeMo's tokens, frames, durations, scores and text, and the beam
+// search NeMo's hypotheses in NeMo's order.
 #include <attnzoo/api/speech_encoder.h>
 #include <attnzoo/api/speech_recognizer.h>
 #include <attnzoo/configs/model_source.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/io/weights_file.h>
+#include <attnzoo/models/transducer_beam_search.h>
 #include "common/reference_files.h"
 #include "common/test_util.h"
 #include "transcript_test_util.h"
@@ -42,7 +42,7 @@ std::string nemo(const std::string& model) { return kDir + "/" + model + ".nemo"
 std::string wav(const std::string& name) { return kDir + "/waves/" + name + ".wav"; }
 
 TEST(NemoFile, FeaturesEncoderAndCtcAreNemos) {
-  ASSERT_EQ(reference()["models"].size(), 5u);
+  ASSERT_EQ(reference()["models"].size(), 6u);
   for (const auto& [model, expected] : reference()["models"].items()) {
     SCOPED_TRACE(model);
     const SpeechEncoder encoder(nemo(model));
@@ -153,6 +153,75 @@ TEST(NemoFile, TransducersGiveNemosGreedyTokensFramesDurationsAndScores) {
   EXPECT_GE(tdt_tokens, 30);
 }
 
+// NeMo's `strategy: beam` (BeamRNNTInfer and BeamTDTInfer, search_type default) with beam_size 4
+// and score_norm, on the RNN-T and TDT hybrids (whose joints make_nemo_models.py makes as
+// confident as a trained one's: NeMo's search does not end a frame otherwise): every hypothesis
+// NeMo keeps, in NeMo's order, with its tokens, their frames (NeMo's TDT timestamp is the frame
+// plus the duration) and its score. Then through the recognizer: decoding.transducer_search beam
+// gives NeMo's best hypothesis and text.
+TEST(NemoFile, TransducerBeamKeepsNemosHypothesesInNemosOrder) {
+  int64_t hypotheses_seen = 0, tokens_seen = 0, models = 0, tdt = 0;
+  double score_error = 0.0;
+  for (const auto& [model, expected] : reference()["models"].items()) {
+    const auto& first = expected["waves"].begin().value();
+    if (!first.contains("transducer") || !first["transducer"].contains("beam")) continue;
+    SCOPED_TRACE(model);
+    ++models;
+    const SpeechEncoder encoder(nemo(model));
+    auto* transducer = encoder.transducer();
+    ASSERT_NE(transducer, nullptr);
+    const bool is_tdt = !transducer->options.durations().empty();
+    SpeechRecognizerOptions options;
+    options.encoder.overrides = {"decoding.transducer_search=beam", "decoding.beam_size=4",
+                                 "decoding.nbest=4"};
+    const SpeechRecognizer recognizer(nemo(model), options);
+    for (const auto& [name, result] : expected["waves"].items()) {
+      SCOPED_TRACE(name);
+      const auto& theirs = result["transducer"]["beam"];
+      const auto encoded = encoder.encode(wav(name));
+      ASSERT_TRUE(encoded.ok()) << encoded.error;
+      TransducerBeamOptions beam;
+      beam.beam_size = 4;
+      TransducerBeamSearch search(*transducer, beam);
+      {
+        torch::InferenceMode inference;
+        search.advance(encoded.encoded);
+      }
+      EXPECT_EQ(search.bounded_frames(), 0);
+      const auto ours = search.hypotheses();
+      ASSERT_EQ(ours.size(), theirs.size());
+      for (size_t h = 0; h < ours.size(); ++h) {
+        SCOPED_TRACE("hypothesis " + std::to_string(h));
+        const auto ids = theirs[h]["token_ids"].get<std::vector<int64_t>>();
+        const auto frames = theirs[h]["token_frames"].get<std::vector<int64_t>>();
+        ASSERT_EQ(ours[h].tokens.size(), ids.size());
+        for (size_t i = 0; i < ids.size(); ++i) {
+          EXPECT_EQ(ours[h].tokens[i].id, ids[i]) << "token " << i;
+          EXPECT_EQ(ours[h].tokens[i].frame + ours[h].tokens[i].duration, frames[i])
+              << "token " << i;
+        }
+        EXPECT_NEAR(ours[h].score, theirs[h]["score"].get<double>(),
+                    1e-4 + 2e-6 * static_cast<double>(ids.size()));
+        score_error =
+            std::max(score_error, std::abs(ours[h].score - theirs[h]["score"].get<double>()));
+        tokens_seen += static_cast<int64_t>(ids.size());
+      }
+      hypotheses_seen += static_cast<int64_t>(ours.size());
+      const auto transcript = recognizer.transcribe(wav(name));
+      ASSERT_TRUE(transcript.ok()) << transcript.error;
+      ASSERT_EQ(transcript.hypotheses.size(), std::min<size_t>(4, theirs.size()));
+      EXPECT_EQ(ids_of(transcript.best()), theirs[0]["token_ids"].get<std::vector<int64_t>>());
+      EXPECT_EQ(transcript.best().text, theirs[0]["text"].get<std::string>());
+    }
+    tdt += is_tdt;
+  }
+  std::printf("%ld beam hypotheses, %ld tokens, scores within %.2e\n", long(hypotheses_seen),
+              long(tokens_seen), score_error);
+  EXPECT_EQ(models, 2);
+  EXPECT_EQ(tdt, 1);
+  EXPECT_GE(hypotheses_seen, 30);
+}
+
 // The same model unpacked into a folder, and a gzipped .nemo (NeMo before 1.7), run as the
 // archive does.
 TEST(NemoFile, UnpackedFolderAndGzippedFileRunAsTheArchive) {
@@ -168,6 +237,25 @@ TEST(NemoFile, UnpackedFolderAndGzippedFileRunAsTheArchive) {
                 result["ctc"]["text"].get<std::string>());
     }
   }
+}
+
+// A copy of an unpacked model (the CTC BPE model, or the TDT hybrid) with model_config.yaml
+// edited (`from` replaced by `to`).
+std::string edited(const std::string& label, const std::string& from, const std::string& to,
+                   const std::string& model = "ctc_bpe") {
+  namespace fs = std::filesystem;
+  const auto source = kDir + "/" + model + "_unpacked";
+  const auto dir = kDir + "/edited_" + label;
+  fs::remove_all(dir);
+  fs::copy(source, dir);
+  EXPECT_TRUE(
+      testing::copy_edited(source + "/model_config.yaml", dir + "/model_config.yaml", from, to))
+      << from;
+  return dir;
+}
+
+std::string load_error(const std::string& dir) {
+  return error_of<Error>([&] { resolve_model_config(dir, {}); });
 }
 
 TEST(NemoFile, DescribesWhatRuns) {
@@ -204,29 +292,29 @@ TEST(NemoFile, DescribesWhatRuns) {
   EXPECT_THAT(
       error_of<Error>([&] { resolve_model_config(nemo("rnnt_bpe"), {"decoding.head=ctc"}); }),
       HasSubstr("the model has no CTC head"));
+  // NeMo's transducer strategies: greedy, or its beam search with decoding.beam's settings.
+  const auto greedy = resolve_model_config(nemo("hybrid_tdt_bpe"), {}).decoding;
+  EXPECT_EQ(greedy.transducer_search, decoding::TransducerSearch::kGreedy);
+  const auto beam =
+      resolve_model_config(edited("beam", "strategy: greedy_batch",
+                                  "strategy: malsd_batch\n  beam:\n    beam_size: 3\n"
+                                  "    return_best_hypothesis: false\n    score_norm: false",
+                                  "hybrid_tdt_bpe"),
+                           {})
+          .decoding;
+  EXPECT_EQ(beam.transducer_search, decoding::TransducerSearch::kBeam);
+  EXPECT_EQ(beam.beam.beam_size, 3);
+  EXPECT_EQ(beam.beam.nbest, 3);
+  EXPECT_FALSE(beam.score_norm);
+  EXPECT_THAT(load_error(edited("strategy", "strategy: greedy_batch", "strategy: wfst_batch",
+                                "hybrid_tdt_bpe")),
+              HasSubstr("decoding.strategy: 'wfst_batch' is not a transducer strategy"));
   // The weights read in place from the archive, through the checkpoint reader.
   const auto weights = io::load_weights_file(nemo("ctc_bpe"));
   EXPECT_EQ(weights.format, "torch.save zip in a tar");
   EXPECT_TRUE(weights.tensors.contains("encoder.pre_encode.out.weight"));
   EXPECT_EQ(io::load_weights_file(kDir + "/ctc_char_gz.nemo").format,
             "torch.save zip in a gzipped tar");
-}
-
-// A copy of the unpacked BPE model with model_config.yaml edited (`from` replaced by `to`).
-std::string edited(const std::string& label, const std::string& from, const std::string& to) {
-  namespace fs = std::filesystem;
-  const auto source = kDir + "/ctc_bpe_unpacked";
-  const auto dir = kDir + "/edited_" + label;
-  fs::remove_all(dir);
-  fs::copy(source, dir);
-  EXPECT_TRUE(
-      testing::copy_edited(source + "/model_config.yaml", dir + "/model_config.yaml", from, to))
-      << from;
-  return dir;
-}
-
-std::string load_error(const std::string& dir) {
-  return error_of<Error>([&] { resolve_model_config(dir, {}); });
 }
 
 TEST(NemoFile, RefusesWhatItDoesNotRunNamingTheKey) {
