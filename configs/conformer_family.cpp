@@ -104,6 +104,7 @@ ConformerEncoderOptions read_conformer_architecture(MapReader arch) {
   blocks.dropout(arch.number("dropout", blocks.dropout(), 0.0, kBelowOne));
   blocks.norm_eps(arch.number("norm_eps", blocks.norm_eps(), 0.0, 1.0, true));
   blocks.conv_norm_eps(arch.number("conv_norm_eps", blocks.conv_norm_eps(), 0.0, 1.0, true));
+  blocks.bias(arch.boolean("bias", blocks.bias()));
   ConformerEncoderOptions o(input_dim, blocks);
   o.subsampling(
       arch.enumeration("subsampling", o.subsampling(),

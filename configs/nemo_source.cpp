@@ -8,7 +8,7 @@
 //     without dither (NeMo applies none in eval mode); pad_to and pad_value only pad batches;
 //   - the encoder: ConformerEncoder (FastConformer included) with full-context rel_pos attention,
 //     subsampling dw_striding or striding (x4, x8), xscaling, tied or untied position biases,
-//     BatchNorm or LayerNorm in the convolution module;
+//     BatchNorm or LayerNorm in the convolution module, the blocks' biases or none (use_bias);
 //   - the heads: the CTC head, ConvASRDecoder (decoder, or a hybrid model's aux_ctc.decoder),
 //     whose blank is the last class; the transducer, RNNTDecoder and RNNTJoint (decoder, joint),
 //     RNN-T or TDT (decoding.model_type, decoding.durations), as architecture.transducer;
@@ -350,11 +350,12 @@ YAML::Node encoder_architecture(const detail::SourceYaml& c, int64_t* feat_in) {
     }
   }
   c.require(e + ".att_context_style", "regular", "chunked_limited is NeMo's cache-aware streaming");
-  c.require_flag(e + ".use_bias", true, "attnzoo's Conformer blocks have biases");
   c.require_number(e + ".global_tokens", 0.0, "global tokens go with limited context");
   const auto feat_out = c.integer(e + ".feat_out", -1, -1, 65536);
   if (feat_out > 0 && feat_out != d) c.fail(e + ".feat_out", "an output projection");
   arch["xscaling"] = c.boolean(e + ".xscaling", true);
+  // NeMo's default; the largest models (Parakeet 0.6B) have no biases in their blocks.
+  arch["bias"] = c.boolean(e + ".use_bias", true);
   arch["final_norm"] = false;
   return arch;
 }

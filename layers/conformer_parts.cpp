@@ -37,8 +37,12 @@ void ConformerFeedForwardImpl::reset() {
                     o.hidden_dim());
   check_rate(o.dropout(), "ConformerFeedForward", "dropout");
   norm = register_module("norm", layer_norm(o.dim(), o.norm_eps()));
-  linear1 = register_module("linear1", torch::nn::Linear(o.dim(), o.hidden_dim()));
-  linear2 = register_module("linear2", torch::nn::Linear(o.hidden_dim(), o.dim()));
+  linear1 = register_module(
+      "linear1",
+      torch::nn::Linear(torch::nn::LinearOptions(o.dim(), o.hidden_dim()).bias(o.bias())));
+  linear2 = register_module(
+      "linear2",
+      torch::nn::Linear(torch::nn::LinearOptions(o.hidden_dim(), o.dim()).bias(o.bias())));
   dropout = register_module("dropout", torch::nn::Dropout(o.dropout()));
 }
 
@@ -325,6 +329,8 @@ void ConformerAttentionImpl::reset() {
                                                .backend(o.backend())
                                                .backend_options(o.backend_options())
                                                .head_gating(o.head_gating())
+                                               .qkv_bias(o.bias())
+                                               .proj_bias(o.bias())
                                                .init(AttentionInit::kJax)));
   if (o.position() != ConformerPosition::kNone) {
     TORCH_CHECK_VALUE(o.embed_dim() % 2 == 0, "ConformerAttention: embed_dim must be even for ",

@@ -37,6 +37,7 @@ struct ConformerFeedForwardOptions {
   TORCH_ARG(int64_t, hidden_dim);
   TORCH_ARG(double, dropout) = 0.0;
   TORCH_ARG(double, norm_eps) = 1e-5;
+  TORCH_ARG(bool, bias) = true;  // of linear1 and linear2
 };
 
 class ConformerFeedForwardImpl : public torch::nn::Cloneable<ConformerFeedForwardImpl> {
@@ -209,6 +210,8 @@ struct ConformerAttentionOptions {
   // Per-utterance softmax gates over the heads (MultiheadAttentionOptions::head_gating), pooled
   // over the utterance's valid frames; offline only (a chunk does not see its utterance).
   TORCH_ARG(bool, head_gating) = false;
+  // Biases of the query, key, value and output projections (linear_pos has none).
+  TORCH_ARG(bool, bias) = true;
 };
 
 // Multi-head self-attention with an optional relative positional term (Dai et al. 2019, eq. in

@@ -48,8 +48,10 @@ void ConformerBlockImpl::reset() {
   const auto& o = options;
   const int64_t d = o.input_dim();
   const auto ffn = [&] {
-    return ConformerFeedForward(
-        ConformerFeedForwardOptions(d, o.ffn_dim()).dropout(o.dropout()).norm_eps(o.norm_eps()));
+    return ConformerFeedForward(ConformerFeedForwardOptions(d, o.ffn_dim())
+                                    .dropout(o.dropout())
+                                    .norm_eps(o.norm_eps())
+                                    .bias(o.bias()));
   };
   ffn1 = register_module("ffn1", ffn());
   attn_norm = register_module(
@@ -59,14 +61,16 @@ void ConformerBlockImpl::reset() {
                                                         .dropout(o.dropout())
                                                         .backend(o.attention_backend())
                                                         .backend_options(o.attention_options())
-                                                        .head_gating(o.head_gating())));
+                                                        .head_gating(o.head_gating())
+                                                        .bias(o.bias())));
   conv = register_module(
       "conv", ConformerConvModule(ConformerConvModuleOptions(d, o.depthwise_conv_kernel_size())
                                       .causal(o.causal_conv())
                                       .norm(o.conv_norm())
                                       .dropout(o.dropout())
                                       .norm_eps(o.norm_eps())
-                                      .conv_norm_eps(o.conv_norm_eps())));
+                                      .conv_norm_eps(o.conv_norm_eps())
+                                      .bias(o.bias())));
   ffn2 = register_module("ffn2", ffn());
   final_norm = register_module(
       "final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(o.norm_eps())));

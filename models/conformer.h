@@ -63,6 +63,9 @@ struct ConformerOptions {
   TORCH_ARG(AttentionBackendOptions, attention_options) = {};
   // Per-utterance softmax gates over the heads (ConformerAttentionOptions::head_gating).
   TORCH_ARG(bool, head_gating) = false;
+  // Biases in the blocks' feed-forward, attention (but linear_pos) and convolution layers; the
+  // largest NeMo models have none (use_bias: false).
+  TORCH_ARG(bool, bias) = true;
 };
 
 class ConformerBlockImpl : public torch::nn::Cloneable<ConformerBlockImpl> {

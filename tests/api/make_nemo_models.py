@@ -18,8 +18,9 @@ made to read what varies between frames (sensitive_head), so that the tokens fol
             other choices: 64 bins normalised over all features, striding x4, no xscaling, biases
             tied across layers, LayerNorm in the convolution module, kernel 5.
   rnnt_bpe, tdt_bpe
-            EncDecRNNTBPEModel, RNN-T and TDT (durations 0-4, two LSTM layers), their joints
-            made sensitive (sensitive_transducer): many tokens on one frame.
+            EncDecRNNTBPEModel, RNN-T and TDT (durations 0-4, two LSTM layers; as Parakeet 0.6B,
+            no biases in the blocks and no xscaling), their joints made sensitive
+            (sensitive_transducer): many tokens on one frame.
   hybrid_bpe, hybrid_tdt_bpe
             EncDecHybridRNNTCTCBPEModel, RNN-T or TDT with the auxiliary CTC head, their joints
             as confident as trained ones (confident_transducer), for NeMo's beam search.
@@ -147,10 +148,10 @@ def model_config(features, normalize, encoder_changes, tokenizer_dir=None, vocab
     return cfg
 
 
-def transducer_config(features, tokenizer_dir, durations=None, hybrid=False):
+def transducer_config(features, tokenizer_dir, durations=None, hybrid=False, encoder_changes=None):
     """An RNN-T (or, with durations, TDT) FastConformer in the keys of NeMo's transducer
     recipes; with hybrid, the hybrid model's auxiliary CTC head too."""
-    cfg = model_config(features, "per_feature", {}, tokenizer_dir)
+    cfg = model_config(features, "per_feature", encoder_changes or {}, tokenizer_dir)
     del cfg["decoder"]
     cfg["model_defaults"] = {"enc_hidden": 64, "pred_hidden": 48, "joint_hidden": 40}
     cfg["decoder"] = {"_target_": "nemo.collections.asr.modules.RNNTDecoder",
@@ -458,8 +459,9 @@ def main():
                  "untie_biases": False, "conv_norm_type": "layer_norm", "conv_kernel_size": 5},
                 vocabulary=characters)),
             "rnnt_bpe": (EncDecRNNTBPEModel, "rnnt", transducer_config(80, tokenizer)),
-            "tdt_bpe": (EncDecRNNTBPEModel, "tdt",
-                        transducer_config(80, tokenizer, durations=[0, 1, 2, 3, 4])),
+            "tdt_bpe": (EncDecRNNTBPEModel, "tdt", transducer_config(
+                80, tokenizer, durations=[0, 1, 2, 3, 4],
+                encoder_changes={"use_bias": False, "xscaling": False})),
             "hybrid_bpe": (EncDecHybridRNNTCTCBPEModel, "hybrid",
                            transducer_config(80, tokenizer, hybrid=True)),
             "hybrid_tdt_bpe": (EncDecHybridRNNTCTCBPEModel, "hybrid", transducer_config(

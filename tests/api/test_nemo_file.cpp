@@ -279,7 +279,11 @@ TEST(NemoFile, DescribesWhatRuns) {
         "activation: relu", "head: transducer", "max_symbols: 10", "EncDecRNNTBPEModel"}) {
     EXPECT_THAT(rnnt, HasSubstr(line));
   }
-  EXPECT_THAT(describe_model_source(nemo("tdt_bpe")), HasSubstr("durations: [0, 1, 2, 3, 4]"));
+  const auto tdt = describe_model_source(nemo("tdt_bpe"));
+  for (const char* line : {"durations: [0, 1, 2, 3, 4]", "bias: false", "xscaling: false"}) {
+    EXPECT_THAT(tdt, HasSubstr(line));
+  }
+  EXPECT_THAT(rnnt, HasSubstr("bias: true"));
   const auto hybrid = describe_model_source(nemo("hybrid_bpe"));
   EXPECT_THAT(hybrid, HasSubstr("head: transducer"));
   EXPECT_THAT(hybrid, ::testing::Not(HasSubstr("ctc_head: false")));
