@@ -88,14 +88,17 @@ int64_t conformer_parameter_count(const ConformerEncoderOptions& o) {
     }
     n += c * subsampled_length(steps, o.input_dim()) * d + d;  // out
   }
-  int64_t block = 2 * (layer_norm + d * ffn + ffn + ffn * d + d);  // ffn1, ffn2
-  block += layer_norm + 3 * d * d + 3 * d + d * d + d;             // attn_norm, qkv, proj
+  // The biases of the feed-forward, attention and convolution layers (ConformerOptions::bias).
+  const int64_t bias = b.bias() ? 1 : 0;
+  int64_t block = 2 * (layer_norm + d * ffn + bias * ffn + ffn * d + bias * d);  // ffn1, ffn2
+  block += layer_norm + 3 * d * d + bias * 3 * d + d * d + bias * d;  // attn_norm, qkv, proj
   const bool relative = is_relative(o.position());
   if (relative) block += d * d + 2 * d;  // linear_pos (no bias), pos_bias_u, pos_bias_v
   if (b.head_gating()) block += d * b.num_heads() + b.num_heads();  // head_gate
-  block += layer_norm + d * 2 * d + 2 * d;                          // conv.norm, pointwise_conv1
-  block += d * k + d + 2 * d + d * d + d;  // depthwise_conv, conv_norm, pointwise_conv2
-  block += layer_norm;                     // final_norm
+  block += layer_norm + d * 2 * d + bias * 2 * d;                   // conv.norm, pointwise_conv1
+  block +=
+      d * k + bias * d + 2 * d + d * d + bias * d;  // depthwise_conv, conv_norm, pointwise_conv2
+  block += layer_norm;                              // final_norm
   n += b.num_layers() * block;
   if (o.final_norm()) n += layer_norm;
   if (o.vocab_size() > 0 && o.ctc_head()) n += d * o.vocab_size() + o.vocab_size();
