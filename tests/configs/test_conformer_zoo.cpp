@@ -1,6 +1,7 @@
 // Every Conformer of the zoo builds, counts its parameters as model_stats says, and encodes a
-// batch of two utterances; the configs that stand for torchaudio's and ESPnet's models have those
-// libraries' parameter counts, shapes and FLOPs (make_conformer_zoo_reference.py, a fixture).
+// batch of two utterances (a transducer's joint too); the configs that stand for torchaudio's and
+// ESPnet's models have those libraries' parameter counts, shapes and FLOPs
+// (make_conformer_zoo_reference.py, a fixture), and the Parakeet architectures NeMo's counts.
 #include <attnzoo/configs/model_stats.h>
 #include <attnzoo/configs/registry.h>
 
@@ -45,6 +46,21 @@ TEST(ConformerZooRegistry, HoldsTheIssuesConformers) {
   EXPECT_TRUE(reference_zoo().contains("espnet_conformer_librispeech"));
 }
 
+// The Parakeet architectures have the parameter counts NeMo 3.0.0's own classes give them
+// (tools/scripts/nemo_architecture_sizes.py, its output shipped as data).
+TEST(ConformerZooRegistry, ParakeetArchitecturesHaveNemosParameterCounts) {
+  std::ifstream in(std::string(ATTNZOO_TESTS_SOURCE_DIR) +
+                   "/configs/data/nemo_parakeet_sizes.json");
+  ASSERT_TRUE(in);
+  const auto nemo = nlohmann::json::parse(in);
+  const auto zoo = source_zoo();
+  ASSERT_EQ(nemo["models"].size(), 5u);
+  for (const auto& [name, expected] : nemo["models"].items()) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(model_stats(zoo.config(name)).parameters, expected["parameters"].get<int64_t>());
+  }
+}
+
 class ConformerZoo : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { config_ = source_zoo().config(GetParam()); }
@@ -72,10 +88,23 @@ TEST_P(ConformerZoo, BuildsWithTheCountedParametersAndEncodesABatch) {
   EXPECT_LT(out_lengths[1].item<int64_t>(), t);
   EXPECT_TRUE(torch::isfinite(encoded).all().item<bool>());
   EXPECT_GT((encoded[0] - encoded[1]).abs().max().item<double>(), 1e-6);
-  if (o.vocab_size() > 0) {
+  if (o.vocab_size() > 0 && o.ctc_head()) {
     const auto log_probs = model.module->as<ConformerEncoderImpl>()->ctc_log_probs(encoded);
     EXPECT_EQ(log_probs.size(2), o.vocab_size());
     EXPECT_LE((log_probs.exp().sum(-1) - 1.0).abs().max().item<double>(), 1e-4);
+  }
+  auto& head = model.module->as<ConformerEncoderImpl>()->transducer;
+  if (!head.is_empty()) {
+    auto* transducer = head.get();
+    // The joint of every frame with the start of a sequence: distributions over the tokens.
+    const auto [g, state] =
+        transducer->predict(torch::full({1}, transducer->blank_id(), torch::kLong), {});
+    const auto logits = transducer->joint(transducer->project_encoder(encoded[0]),
+                                          transducer->project_prediction(g));
+    EXPECT_EQ(logits.sizes(),
+              (torch::IntArrayRef{
+                  t, o.vocab_size() + static_cast<int64_t>(o.transducer()->durations().size())}));
+    EXPECT_TRUE(torch::isfinite(logits).all().item<bool>());
   }
 }
 

@@ -31,13 +31,29 @@ std::string tiny(const std::string& name) {
 
 TEST(ModelRegistry, TheZooHoldsTheIssuesModels) {
   const auto names = ModelRegistry(ATTNZOO_CONFIGS_SOURCE_DIR).names();
-  for (const char* name : {"vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224",
-                           "vit_large_patch16_224", "vit_base_patch16_384", "vit_base_patch32_224",
-                           "vit_huge_patch14_224", "deit_tiny_patch16_224",
-                           "deit_small_patch16_224", "deit_base_patch16_224", "conformer_s",
-                           "conformer_m", "conformer_l", "conformer_torchaudio_base",
-                           "wenet_conformer_librispeech", "wenet_u2pp_conformer_librispeech",
-                           "espnet_conformer_librispeech", "fastconformer_large"}) {
+  for (const char* name : {"vit_tiny_patch16_224",
+                           "vit_small_patch16_224",
+                           "vit_base_patch16_224",
+                           "vit_large_patch16_224",
+                           "vit_base_patch16_384",
+                           "vit_base_patch32_224",
+                           "vit_huge_patch14_224",
+                           "deit_tiny_patch16_224",
+                           "deit_small_patch16_224",
+                           "deit_base_patch16_224",
+                           "conformer_s",
+                           "conformer_m",
+                           "conformer_l",
+                           "conformer_torchaudio_base",
+                           "wenet_conformer_librispeech",
+                           "wenet_u2pp_conformer_librispeech",
+                           "espnet_conformer_librispeech",
+                           "fastconformer_large",
+                           "parakeet-tdt-0.6b-v2",
+                           "parakeet-tdt-0.6b-v3",
+                           "parakeet-ctc-0.6b",
+                           "parakeet-ctc-1.1b",
+                           "parakeet-tdt_ctc-110m"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   }
 }
