@@ -107,9 +107,14 @@ Transcript transcribe_live(const SpeechRecognizer& recognizer, const std::string
 
 int run_transcribe(TranscribeOptions o) {
   auto& overrides = o.recognizer.encoder.overrides;
-  if (o.greedy) overrides.push_back("decoding.search=greedy");
+  // Whichever head decodes: the CTC head's search and the transducer's.
+  if (o.greedy) {
+    overrides.push_back("decoding.search=greedy");
+    overrides.push_back("decoding.transducer_search=greedy");
+  }
   if (o.beam > 0) {
     overrides.push_back("decoding.search=prefix_beam");
+    overrides.push_back("decoding.transducer_search=beam");
     overrides.push_back("decoding.beam_size=" + std::to_string(o.beam));
   }
   if (o.nbest > 0) overrides.push_back("decoding.nbest=" + std::to_string(o.nbest));
@@ -177,8 +182,8 @@ Command add_transcribe_command(CLI::App& app) {
   auto o = std::make_shared<TranscribeOptions>();
   auto* sub = app.add_subcommand(
       "transcribe",
-      "Speech to text with a Conformer that has a CTC head (greedy or beam search) or a "
-      "transducer (greedy)");
+      "Speech to text with a Conformer that has a CTC head or a transducer (greedy or beam "
+      "search)");
   add_model_options(sub, o->model, o->recognizer.encoder,
                     {"attnzoo", "torchaudio", "wenet", "espnet", "nemo"});
   sub->add_option("--units", o->recognizer.units,
@@ -186,8 +191,10 @@ Command add_transcribe_command(CLI::App& app) {
                   "decoding.units_format=espnet); default: the config's decoding.units")
       ->check(CLI::ExistingFile);
   auto* greedy = sub->add_flag("--greedy", o->greedy,
-                               "Greedy (best path) search instead of prefix beam search");
-  sub->add_option("--beam", o->beam, "Prefix beam search with this beam size")
+                               "Greedy search (CTC: the best path; transducer: NeMo's greedy)");
+  sub->add_option("--beam", o->beam,
+                  "Beam search with this beam size (CTC: prefix beam search; transducer: "
+                  "NeMo's beam search)")
       ->check(CLI::Range(int64_t{1}, int64_t{10000}))
       ->excludes(greedy);
   sub->add_option("--nbest", o->nbest, "Hypotheses per file (at most the beam size)")
