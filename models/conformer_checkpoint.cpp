@@ -208,7 +208,8 @@ MappedConformerCheckpoint from_nemo(const io::TensorDict& tensors) {
       {std::regex(R"(decoder\.prediction\.dec_rnn\.lstm\.((?:weight|bias)_(?:ih|hh)_l\d+))"),
        "transducer.lstm.$1"},
       {std::regex(R"(joint\.(enc|pred)\.(weight|bias))"), "transducer.$1.$2"},
-      {std::regex(R"(joint\.joint_net\.2\.(weight|bias))"), "transducer.out.$1"},
+      // The joint's last Linear: after its activation, and a Dropout where jointnet.dropout > 0.
+      {std::regex(R"(joint\.joint_net\.[12]\.(weight|bias))"), "transducer.out.$1"},
   };
   static const std::regex qkv(
       R"(encoder\.layers\.(\d+)\.self_attn\.linear_([qkv])\.(weight|bias))");

@@ -23,7 +23,8 @@ made to read what varies between frames (sensitive_head), so that the tokens fol
             (sensitive_transducer): many tokens on one frame.
   hybrid_bpe, hybrid_tdt_bpe
             EncDecHybridRNNTCTCBPEModel, RNN-T or TDT with the auxiliary CTC head, their joints
-            as confident as trained ones (confident_transducer), for NeMo's beam search.
+            as confident as trained ones (confident_transducer), for NeMo's beam search; the TDT
+            one's joint without dropout (so without NeMo's Dropout module in it).
 
 Audio: AUDIO_DIR/speech_16k.wav and other_voice_16k.wav (tests/preprocess/make_audio_reference.py,
 espeak-ng), cut and mixed here into three utterances of 1.3 to 2.6 s.
@@ -169,6 +170,9 @@ def transducer_config(features, tokenizer_dir, durations=None, hybrid=False, enc
         cfg["decoding"].update({"model_type": "tdt", "durations": durations})
         cfg["loss"] = {"loss_name": "tdt", "tdt_kwargs": {"durations": durations, "sigma": 0.05,
                                                           "omega": 0.1}}
+    if hybrid and durations:
+        # No Dropout in the joint: its Linear is joint_net.1, not joint_net.2.
+        cfg["joint"]["jointnet"]["dropout"] = 0.0
     if hybrid:
         cfg["aux_ctc"] = {"ctc_loss_weight": 0.3, "use_cer": False,
                           "decoder": {"_target_": "nemo.collections.asr.modules.ConvASRDecoder",
