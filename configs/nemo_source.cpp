@@ -212,7 +212,8 @@ YAML::Node features(const detail::SourceYaml& c, int64_t feat_in) {
     if (!(seconds > 0.0)) c.fail(p + "." + seconds_key, "must be > 0");
     return 1000.0 * seconds;
   };
-  out["frame_length_ms"] = detail::number_text(milliseconds("window_size", "n_window_size", 0.02));
+  const double window_ms = milliseconds("window_size", "n_window_size", 0.02);
+  out["frame_length_ms"] = detail::number_text(window_ms);
   out["frame_shift_ms"] =
       detail::number_text(milliseconds("window_stride", "n_window_stride", 0.01));
   static const std::map<std::string, std::string> kWindows = {{"hann", "hanning"},
@@ -224,7 +225,17 @@ YAML::Node features(const detail::SourceYaml& c, int64_t feat_in) {
     c.fail(p + ".window", "'" + window + "' is not supported (hann, hamming, blackman, bartlett)");
   }
   out["window"] = kWindows.at(window);
-  if (c.has(p + ".n_fft")) out["n_fft"] = c.integer(p + ".n_fft", 0, 1, 1 << 20);
+  if (c.has(p + ".n_fft")) {
+    const auto n_fft = c.integer(p + ".n_fft", 0, 1, 1 << 20);
+    // NeMo's STFT needs the window inside n_fft; the window's samples as the frontend counts them.
+    const auto window_samples = static_cast<int64_t>(static_cast<double>(rate) * 0.001 * window_ms);
+    if (n_fft < window_samples) {
+      c.fail(p + ".n_fft", std::to_string(n_fft) + " is shorter than the window of " +
+                               std::to_string(window_samples) + " samples (window_size at " +
+                               std::to_string(rate) + " Hz)");
+    }
+    out["n_fft"] = n_fft;
+  }
   // A key written as null is NeMo's "none" (no pre-emphasis, no mel normalisation, the Nyquist
   // frequency); an absent key its default.
   const auto stated_null = [&](const char* key) {

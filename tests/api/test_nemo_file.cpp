@@ -350,6 +350,8 @@ TEST(NemoFile, RefusesWhatItDoesNotRunNamingTheKey) {
       {"group_norm", "conv_norm_type: batch_norm", "conv_norm_type: group_norm4",
        "encoder.conv_norm_type: 'group_norm4' is not supported"},
       {"wpe", "type: bpe", "type: wpe", "tokenizer.type: 'wpe' is not supported"},
+      {"n_fft", "n_fft: 512", "n_fft: 256",
+       "preprocessor.n_fft: 256 is shorter than the window of 400 samples"},
       {"resolver", "sample_rate: 16000\ntrain_ds", "sample_rate: ${oc.env:RATE}\ntrain_ds",
        "oc.env"},
   };
