@@ -101,22 +101,28 @@ ConformerEncoderOptions read_conformer_architecture(MapReader arch) {
       {ConvNormKind::kBatchNorm, ConvNormKind::kGroupNorm, ConvNormKind::kLayerNorm}));
   blocks.convolution_first(arch.boolean("convolution_first", blocks.convolution_first()));
   blocks.causal_conv(arch.boolean("causal_conv", blocks.causal_conv()));
+  blocks.causal_padding(
+      arch.enumeration("causal_padding", blocks.causal_padding(),
+                       {CausalPadding::kModuleInput, CausalPadding::kDepthwiseInput}));
   blocks.dropout(arch.number("dropout", blocks.dropout(), 0.0, kBelowOne));
   blocks.norm_eps(arch.number("norm_eps", blocks.norm_eps(), 0.0, 1.0, true));
   blocks.conv_norm_eps(arch.number("conv_norm_eps", blocks.conv_norm_eps(), 0.0, 1.0, true));
   blocks.bias(arch.boolean("bias", blocks.bias()));
   ConformerEncoderOptions o(input_dim, blocks);
-  o.subsampling(
-      arch.enumeration("subsampling", o.subsampling(),
-                       {Subsampling::kNone, Subsampling::kConv2d4, Subsampling::kConv2d6,
-                        Subsampling::kConv2d8, Subsampling::kDwStriding4, Subsampling::kDwStriding8,
-                        Subsampling::kStriding4, Subsampling::kStriding8}));
+  o.subsampling(arch.enumeration(
+      "subsampling", o.subsampling(),
+      {Subsampling::kNone, Subsampling::kConv2d4, Subsampling::kConv2d6, Subsampling::kConv2d8,
+       Subsampling::kDwStriding4, Subsampling::kDwStriding8, Subsampling::kStriding4,
+       Subsampling::kStriding8, Subsampling::kCausalDwStriding4, Subsampling::kCausalDwStriding8,
+       Subsampling::kCausalStriding4, Subsampling::kCausalStriding8}));
   o.subsampling_channels(
       arch.integer("subsampling_channels", o.subsampling_channels(), 0, kMaxEmbedDim));
   o.position(arch.enumeration("position", o.position(),
                               {ConformerPosition::kNone, ConformerPosition::kAbsPos,
                                ConformerPosition::kRelPos, ConformerPosition::kRelPosWenet}));
   o.xscaling(arch.boolean("xscaling", o.xscaling()));
+  o.attention_left(arch.integer("attention_left", o.attention_left(), -1, kMaxChunk));
+  o.attention_right(arch.integer("attention_right", o.attention_right(), -1, kMaxChunk));
   o.global_cmvn(arch.boolean("global_cmvn", o.global_cmvn()));
   o.final_norm(arch.boolean("final_norm", o.final_norm()));
   o.vocab_size(arch.integer("vocab_size", o.vocab_size(), 0, kMaxClasses));
@@ -170,9 +176,12 @@ StreamingConfig read_streaming(MapReader streaming, const ConformerEncoderOption
     why = "architecture.causal_conv: true (a centred kernel reads frames not yet arrived)";
   } else if (model.blocks().conv_norm() == ConvNormKind::kGroupNorm) {
     why = "a conv_norm other than group_norm (it normalises over the whole utterance)";
-  } else if (const auto steps = conformer_subsampling_steps(model.subsampling());
-             std::any_of(steps.begin(), steps.end(), [](const auto& s) { return s.padding > 0; })) {
-    why = "a subsampling without padding (none, conv2d4, conv2d6, conv2d8)";
+  } else if (!subsampling_streams(model.subsampling())) {
+    why =
+        "a subsampling without padding (none, conv2d4, conv2d6, conv2d8) or a causal one "
+        "(causal_dw_striding4/8, causal_striding4/8)";
+  } else if (model.attention_left() >= 0 || model.attention_right() >= 0) {
+    why = "no architecture.attention_left/right (a limited context is not a chunk mask)";
   } else if (head_gating) {
     why = "attention.head_gating: false (the gates pool the whole utterance)";
   }

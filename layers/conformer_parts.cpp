@@ -150,7 +150,9 @@ torch::Tensor ConformerConvModuleImpl::causal_context(int64_t batch,
                                                       const torch::TensorOptions& like) const {
   const int64_t context = options.kernel_size() - 1;
   const auto& b = pointwise_conv1->bias;
-  if (!b.defined()) return torch::zeros({batch, 2 * options.dim(), context}, like);
+  if (!b.defined() || options.causal_padding() == CausalPadding::kDepthwiseInput) {
+    return torch::zeros({batch, 2 * options.dim(), context}, like);
+  }
   return b.to(like.dtype()).view({1, -1, 1}).expand({batch, -1, context});
 }
 
@@ -250,6 +252,10 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerConvModuleImpl::forward_chunk(
 }
 
 // ---------------------------------------------------------------------------------------------
+
+const char* to_string(CausalPadding padding) {
+  return padding == CausalPadding::kDepthwiseInput ? "depthwise_input" : "module_input";
+}
 
 const char* to_string(ConvNormKind kind) {
   switch (kind) {

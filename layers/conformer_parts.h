@@ -111,18 +111,26 @@ TORCH_MODULE(ConvNorm);
 //               padding for odd K; for even K (the paper's 32) the one extra frame of context is
 //               on the right, i.e. output t sees inputs t − (K/2 − 1) ... t + K/2.
 //   causal      K − 1 frames on the left, none on the right (output t sees no future input), the
-//               layout of streaming with a convolution cache. As WeNet's causal module, those
-//               frames are zeros at the module's input, before pointwise_conv1, so what the
-//               depthwise kernel sees left of the first frame is the GLU of pointwise_conv1's bias
-//               (zeros without a bias), not zeros (causal_context()).
+//               layout of streaming with a convolution cache. Where those frames are zeros
+//               (causal_context(), CausalPadding): at the module's input, before pointwise_conv1,
+//               as WeNet's causal module, so that the depthwise kernel sees the GLU of
+//               pointwise_conv1's bias left of the first frame; or at the depthwise convolution's
+//               input, as NeMo's CausalConv1D (and its zero cache_last_time).
 // Frames beyond each utterance's length are zeroed before the depthwise convolution, so that
 // they reach valid frames exactly as the zero padding of an utterance alone would.
+enum class CausalPadding {
+  kModuleInput,    // "module_input": WeNet's
+  kDepthwiseInput  // "depthwise_input": NeMo's
+};
+const char* to_string(CausalPadding padding);
+
 struct ConformerConvModuleOptions {
   ConformerConvModuleOptions(int64_t dim, int64_t kernel_size)
       : dim_(dim), kernel_size_(kernel_size) {}
   TORCH_ARG(int64_t, dim);
   TORCH_ARG(int64_t, kernel_size);
   TORCH_ARG(bool, causal) = false;
+  TORCH_ARG(CausalPadding, causal_padding) = CausalPadding::kModuleInput;
   TORCH_ARG(ConvNormKind, norm) = ConvNormKind::kBatchNorm;
   TORCH_ARG(bool, bias) = true;
   TORCH_ARG(double, dropout) = 0.0;
@@ -151,8 +159,9 @@ class ConformerConvModuleImpl : public torch::nn::Cloneable<ConformerConvModuleI
   // Frames added before / after the sequence for the depthwise convolution (see above).
   int64_t left_padding() const;
   int64_t right_padding() const;
-  // Causal: the K − 1 frames before the first, as pointwise_conv1 gives them for zero input (its
-  // bias, or zeros), before the GLU: [B, 2D, K − 1].
+  // Causal: the K − 1 frames before the first, before the GLU: [B, 2D, K − 1]. What
+  // pointwise_conv1 gives for zero input (its bias, or zeros) with kModuleInput; zeros (whose GLU
+  // is zero) with kDepthwiseInput.
   torch::Tensor causal_context(int64_t batch, const torch::TensorOptions& options) const;
 
   ConformerConvModuleOptions options;

@@ -66,6 +66,7 @@ void ConformerBlockImpl::reset() {
   conv = register_module(
       "conv", ConformerConvModule(ConformerConvModuleOptions(d, o.depthwise_conv_kernel_size())
                                       .causal(o.causal_conv())
+                                      .causal_padding(o.causal_padding())
                                       .norm(o.conv_norm())
                                       .dropout(o.dropout())
                                       .norm_eps(o.norm_eps())
@@ -195,6 +196,20 @@ torch::Tensor chunk_attention_mask(int64_t num_frames, int64_t chunk_size, int64
   return allowed.logical_not();
 }
 
+torch::Tensor context_attention_mask(int64_t num_frames, int64_t left, int64_t right,
+                                     torch::Device device) {
+  TORCH_CHECK_VALUE(num_frames >= 0, "context_attention_mask: num_frames must be >= 0, got ",
+                    num_frames);
+  if (left < 0 && right < 0) return {};
+  const auto frame =
+      torch::arange(num_frames, torch::TensorOptions().dtype(torch::kLong).device(device));
+  const auto distance = frame.unsqueeze(0) - frame.unsqueeze(1);  // key − query
+  auto allowed = torch::ones({num_frames, num_frames}, distance.options().dtype(torch::kBool));
+  if (left >= 0) allowed = allowed.logical_and(distance >= -left);
+  if (right >= 0) allowed = allowed.logical_and(distance <= right);
+  return allowed.logical_not();
+}
+
 ConformerEncoderImpl::ConformerEncoderImpl(ConformerEncoderOptions options_)
     : options(std::move(options_)) {
   reset();
@@ -212,6 +227,9 @@ void ConformerEncoderImpl::reset() {
                     ": abs_pos needs an even model width, got ", d);
   TORCH_CHECK_VALUE(o.vocab_size() >= 0, who, ": vocab_size must be >= 0, got ", o.vocab_size());
   TORCH_CHECK_VALUE(o.num_classes() >= 0, who, ": num_classes must be >= 0, got ", o.num_classes());
+  TORCH_CHECK_VALUE(o.attention_left() >= -1 && o.attention_right() >= -1, who,
+                    ": attention_left and attention_right must be >= -1 (unlimited), got ",
+                    o.attention_left(), " and ", o.attention_right());
   // The blocks attend with relative positions in the rel modes only.
   o.blocks().position(o.position() == ConformerPosition::kAbsPos ? ConformerPosition::kNone
                                                                  : o.position());
@@ -283,7 +301,10 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerEncoderImpl::forward(
     }
   }
   x = dropout(x);
-  const auto mask = chunk_attention_mask(x.size(1), chunk_size, num_left_chunks, x.device());
+  auto mask = chunk_attention_mask(x.size(1), chunk_size, num_left_chunks, x.device());
+  const auto context =
+      context_attention_mask(x.size(1), o.attention_left(), o.attention_right(), x.device());
+  if (context.defined()) mask = mask.defined() ? mask.logical_or(context) : context;
   std::tie(x, length) = conformer(x, length, mask);
   if (after_norm) x = after_norm(x);
   return {x, length};
@@ -295,10 +316,22 @@ int64_t ConformerEncoderImpl::right_context() const {
   if (!embed) return 0;
   int64_t context = 0, stride = 1;
   for (const auto& step : embed->steps) {
-    context += (step.kernel - 1) * stride;
+    context += (step.kernel - 1 - step.pad_before) * stride;
     stride *= step.stride;
   }
   return context;
+}
+
+int64_t ConformerEncoderImpl::stream_lead() const {
+  if (!embed) return 0;
+  // The last output frame of each step that reads the zeros before a chunk's first input frame
+  // (-1: none). Step output m reads inputs stride·m − pad_before ... + kernel − 1.
+  int64_t tainted = -1;
+  for (const auto& step : embed->steps) {
+    const int64_t reach = tainted + step.pad_before;
+    tainted = reach < 0 ? -1 : reach / step.stride;
+  }
+  return tainted + 1;
 }
 
 void ConformerEncoderImpl::check_streamable(const char* who) const {
@@ -309,18 +342,18 @@ void ConformerEncoderImpl::check_streamable(const char* who) const {
                     "that have not arrived)");
   TORCH_CHECK_VALUE(o.blocks().conv_norm() != ConvNormKind::kGroupNorm, who,
                     ": group_norm normalises over the whole utterance and cannot stream");
-  if (embed) {
-    for (const auto& step : embed->steps) {
-      TORCH_CHECK_VALUE(step.padding == 0, who, ": subsampling '", to_string(o.subsampling()),
-                        "' pads its convolutions, so chunk edges differ from the whole utterance; "
-                        "streaming needs none, conv2d4, conv2d6 or conv2d8");
-    }
-  }
+  TORCH_CHECK_VALUE(subsampling_streams(o.subsampling()), who, ": subsampling '",
+                    to_string(o.subsampling()),
+                    "' pads its convolutions on both sides, so chunk edges differ from the whole "
+                    "utterance; streaming needs none, conv2d4, conv2d6, conv2d8 or a causal kind");
+  TORCH_CHECK_VALUE(o.attention_left() < 0 && o.attention_right() < 0, who,
+                    ": a limited attention context (attention_left/right) does not stream; a "
+                    "chunk mask does");
 }
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> ConformerEncoderImpl::forward_chunk(
     const torch::Tensor& features, int64_t offset, int64_t required_cache_size,
-    const torch::Tensor& att_cache, const torch::Tensor& cnn_cache) {
+    const torch::Tensor& att_cache, const torch::Tensor& cnn_cache, int64_t lead) {
   const auto& o = options;
   constexpr const char* who = "ConformerEncoder::forward_chunk";
   check_streamable(who);
@@ -335,6 +368,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> ConformerEncoderImpl::fo
                     " input frames (right context ", min_frames - 1, " + 1), got ",
                     features.size(1));
   TORCH_CHECK_VALUE(offset >= 0, who, ": offset must be >= 0, got ", offset);
+  TORCH_CHECK_VALUE(lead >= 0 && lead <= offset && lead <= stream_lead(), who, ": lead ", lead,
+                    " must be in [0, min(offset ", offset, ", stream_lead() ", stream_lead(), ")]");
   const int64_t batch = features.size(0);
   const auto check_cache = [&](const torch::Tensor& cache, const char* name, int64_t dims) {
     TORCH_CHECK_VALUE(
@@ -352,6 +387,9 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> ConformerEncoderImpl::fo
   auto x = features;
   if (global_cmvn) x = global_cmvn(x);
   if (embed) x = std::get<0>(embed(x, torch::Tensor{}));
+  TORCH_CHECK_VALUE(x.size(1) > lead, who, ": ", features.size(1), " input frames give ", x.size(1),
+                    " output frames, none beyond the lead of ", lead);
+  if (lead > 0) x = x.narrow(1, lead, x.size(1) - lead);
   const int64_t d = o.blocks().input_dim();
   if (o.position() != ConformerPosition::kNone) {
     if (o.xscaling()) x = x * std::sqrt(static_cast<double>(d));
@@ -417,11 +455,11 @@ void ConformerStream::reset() {
   finished_ = false;
 }
 
-torch::Tensor ConformerStream::run(const torch::Tensor& window) {
+torch::Tensor ConformerStream::run(const torch::Tensor& window, int64_t lead) {
   const int64_t required = num_left_chunks_ < 0 ? -1 : chunk_size_ * num_left_chunks_;
   torch::Tensor out;
   std::tie(out, att_cache_, cnn_cache_) =
-      encoder_->forward_chunk(window, offset_, required, att_cache_, cnn_cache_);
+      encoder_->forward_chunk(window, offset_, required, att_cache_, cnn_cache_, lead);
   offset_ += out.size(1);
   return out;
 }
@@ -437,13 +475,17 @@ torch::Tensor ConformerStream::push(const torch::Tensor& features) {
                     features.size(0));
   pending_ =
       pending_.defined() ? torch::cat({pending_, features.to(pending_.options())}, 1) : features;
+  // pending_ begins lead = min(offset_, stream_lead()) output frames before the next chunk.
   const int64_t rate = encoder_->subsampling_rate();
-  const int64_t window = (chunk_size_ - 1) * rate + encoder_->right_context() + 1;
-  const int64_t stride = chunk_size_ * rate;
   std::vector<torch::Tensor> outputs;
-  while (pending_.size(1) >= window) {
-    outputs.push_back(run(pending_.narrow(1, 0, window)));
-    pending_ = pending_.narrow(1, stride, pending_.size(1) - stride);
+  while (true) {
+    const int64_t lead = std::min(offset_, encoder_->stream_lead());
+    const int64_t window = (lead + chunk_size_ - 1) * rate + encoder_->right_context() + 1;
+    if (pending_.size(1) < window) break;
+    outputs.push_back(run(pending_.narrow(1, 0, window), lead));
+    const int64_t next_lead = std::min(offset_, encoder_->stream_lead());
+    const int64_t consumed = (lead + chunk_size_ - next_lead) * rate;
+    pending_ = pending_.narrow(1, consumed, pending_.size(1) - consumed);
   }
   if (outputs.empty()) {
     const int64_t d = encoder_->options.blocks().input_dim();
@@ -456,12 +498,17 @@ torch::Tensor ConformerStream::finish() {
   TORCH_CHECK_VALUE(!finished_, "ConformerStream: finish() called twice; call reset() first");
   finished_ = true;
   const int64_t d = encoder_->options.blocks().input_dim();
-  if (!pending_.defined() || pending_.size(1) < encoder_->right_context() + 1) {
+  const int64_t lead = std::min(offset_, encoder_->stream_lead());
+  const auto outputs = [&](int64_t frames) {
+    return encoder_->embed ? encoder_->embed->output_length(frames) : frames;
+  };
+  if (!pending_.defined() || pending_.size(1) < encoder_->right_context() + 1 ||
+      outputs(pending_.size(1)) <= lead) {
     const int64_t batch = pending_.defined() ? pending_.size(0) : 0;
     return torch::empty({batch, 0, d},
                         pending_.defined() ? pending_.options() : torch::TensorOptions());
   }
-  auto out = run(pending_);
+  auto out = run(pending_, lead);
   pending_ = torch::Tensor{};
   return out;
 }

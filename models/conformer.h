@@ -52,8 +52,10 @@ struct ConformerOptions {
   TORCH_ARG(ConvNormKind, conv_norm) = ConvNormKind::kBatchNorm;
   // Convolution module before self-attention (torchaudio's option).
   TORCH_ARG(bool, convolution_first) = false;
-  // Causal depthwise convolution (left padding only), for streaming.
+  // Causal depthwise convolution (left padding only), for streaming; where its left zeros go
+  // (ConformerConvModuleOptions: WeNet's module input, NeMo's depthwise input).
   TORCH_ARG(bool, causal_conv) = false;
+  TORCH_ARG(CausalPadding, causal_padding) = CausalPadding::kModuleInput;
   // kNone (torchaudio), kRelPos (paper: Transformer-XL / ESPnet latest) or kRelPosWenet.
   TORCH_ARG(ConformerPosition, position) = ConformerPosition::kNone;
   // eps of every LayerNorm (ESPnet uses 1e-12), and of the norm after the depthwise convolution.
@@ -138,6 +140,12 @@ TORCH_MODULE(Conformer);
 torch::Tensor chunk_attention_mask(int64_t num_frames, int64_t chunk_size, int64_t num_left_chunks,
                                    torch::Device device = torch::kCPU);
 
+// A limited attention context in AttentionMask's sense, true = excluded: [T, T] bool, frame i
+// sees frames i − left ... i + right (a negative bound: unlimited on that side; NeMo's
+// att_context_size with att_context_style regular). Undefined when both are unlimited.
+torch::Tensor context_attention_mask(int64_t num_frames, int64_t left, int64_t right,
+                                     torch::Device device = torch::kCPU);
+
 struct ConformerEncoderOptions {
   // input_dim: features per frame F; blocks: the stack (its input_dim is the model width D; its
   // position is set from this struct's).
@@ -169,6 +177,10 @@ struct ConformerEncoderOptions {
   // A transducer head (models/transducer.h: NeMo's RNN-T and TDT); its vocabulary must be
   // vocab_size and its encoder_dim the model width D.
   TORCH_ARG(std::optional<TransducerOptions>, transducer) = std::nullopt;
+  // Every frame attends only frames attention_left before to attention_right after it
+  // (context_attention_mask; -1: unlimited), always, on top of any chunk mask.
+  TORCH_ARG(int64_t, attention_left) = -1;
+  TORCH_ARG(int64_t, attention_right) = -1;
 };
 
 class ConformerEncoderImpl : public torch::nn::Cloneable<ConformerEncoderImpl> {
@@ -189,9 +201,12 @@ class ConformerEncoderImpl : public torch::nn::Cloneable<ConformerEncoderImpl> {
                                                    int64_t num_left_chunks = -1);
 
   // Streaming, WeNet's forward_chunk (inference only: call eval() first). Needs causal_conv, a
-  // subsampling without padding (none, conv2d4/6/8) and a norm other than group_norm.
-  //   features    [B, Tin, F]: the input frames of one chunk, Tin >= right_context() + 1; C =
-  //               (Tin − right_context() − 1) / subsampling_rate() + 1 output frames
+  // subsampling that streams (subsampling_streams: none, conv2d4/6/8, or a causal one), a norm
+  // other than group_norm, and no attention_left/right.
+  //   features    [B, Tin, F]: the input frames of one chunk, Tin >= right_context() + 1,
+  //               beginning `lead` output frames (lead · subsampling_rate() input frames) before
+  //               the chunk; C = (Tin − right_context() − 1) / subsampling_rate() + 1 − lead
+  //               output frames
   //   offset      output frames produced before this chunk (the chunk's first position)
   //   required_cache_size  frames of attention cache to keep: < 0 all, 0 none, else the last
   //               that many (chunk_size · num_left_chunks)
@@ -199,9 +214,12 @@ class ConformerEncoderImpl : public torch::nn::Cloneable<ConformerEncoderImpl> {
   //   cnn_cache   [num_layers, B, D, K − 1] or undefined (the start of the stream)
   // -> (encoded [B, C, D], new att_cache, new cnn_cache). Unlike WeNet's [layers, H, Tc, 2·E],
   // att_cache has a batch dim: B streams advance together.
+  //   lead        output frames computed again from the input's start and dropped: a causal
+  //               subsampling's first outputs read its zero padding instead of earlier frames
+  //               (at most stream_lead(), and at most offset)
   std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> forward_chunk(
       const torch::Tensor& features, int64_t offset, int64_t required_cache_size,
-      const torch::Tensor& att_cache = {}, const torch::Tensor& cnn_cache = {});
+      const torch::Tensor& att_cache = {}, const torch::Tensor& cnn_cache = {}, int64_t lead = 0);
 
   // Throws c10::ValueError naming `who` when this encoder cannot stream (training mode, a
   // centred depthwise kernel, group_norm, a subsampling that pads).
@@ -218,6 +236,10 @@ class ConformerEncoderImpl : public torch::nn::Cloneable<ConformerEncoderImpl> {
   // needs (WeNet's subsampling_rate and right_context: 4 and 6 for conv2d4).
   int64_t subsampling_rate() const;
   int64_t right_context() const;
+  // The output frames a chunk must compute again before its own so that they equal the whole
+  // utterance's (NeMo's drop_extra_pre_encoded): 0 without padding, 2 for the causal kinds, whose
+  // first two outputs of a chunk read the zeros padded before it.
+  int64_t stream_lead() const;
 
   // CTC head: encoded [B, T', D] -> log-probabilities [B, T', vocab_size] (needs vocab_size > 0).
   torch::Tensor ctc_log_probs(const torch::Tensor& encoded);
@@ -260,11 +282,11 @@ class ConformerStream {
   int64_t offset() const { return offset_; }  // encoder frames produced so far
 
  private:
-  torch::Tensor run(const torch::Tensor& window);
+  torch::Tensor run(const torch::Tensor& window, int64_t lead);
 
   ConformerEncoder encoder_;
   int64_t chunk_size_, num_left_chunks_;
-  torch::Tensor pending_;  // [B, n, F] input frames not yet consumed
+  torch::Tensor pending_;  // [B, n, F] input frames from the next chunk's window on
   torch::Tensor att_cache_, cnn_cache_;
   int64_t offset_ = 0;
   bool finished_ = false;

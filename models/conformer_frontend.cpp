@@ -5,6 +5,8 @@
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/conv.h>
 
+#include <algorithm>
+
 namespace attnzoo {
 
 // ---------------------------------------------------------------------------------------------
@@ -44,6 +46,14 @@ const char* to_string(Subsampling kind) {
       return "striding4";
     case Subsampling::kStriding8:
       return "striding8";
+    case Subsampling::kCausalDwStriding8:
+      return "causal_dw_striding8";
+    case Subsampling::kCausalDwStriding4:
+      return "causal_dw_striding4";
+    case Subsampling::kCausalStriding4:
+      return "causal_striding4";
+    case Subsampling::kCausalStriding8:
+      return "causal_striding8";
   }
   return "?";
 }
@@ -52,7 +62,7 @@ int64_t subsampled_length(const std::vector<ConformerSubsamplingImpl::Step>& ste
                           int64_t frames) {
   int64_t length = frames;
   for (const auto& s : steps) {
-    const int64_t span = length + 2 * s.padding - s.kernel;
+    const int64_t span = length + s.pad_before + s.pad_after - s.kernel;
     if (span < 0) return 0;
     length = span / s.stride + 1;
   }
@@ -68,7 +78,7 @@ void ConformerSubsamplingImpl::reset() {
   const auto& o = options;
   TORCH_CHECK_VALUE(o.kind() != Subsampling::kNone,
                     "ConformerSubsampling: kind none builds no module; expected conv2d4, conv2d6, "
-                    "conv2d8, dw_striding4, dw_striding8, striding4 or striding8");
+                    "conv2d8, dw_striding4, dw_striding8, striding4, striding8 or a causal_ kind");
   TORCH_CHECK_VALUE(o.input_dim() > 0 && o.output_dim() > 0 && o.channels() >= 0,
                     "ConformerSubsampling: input_dim and output_dim must be > 0 and channels >= 0, "
                     "got ",
@@ -77,13 +87,14 @@ void ConformerSubsamplingImpl::reset() {
   conv = register_module("conv", torch::nn::ModuleList());
   steps = conformer_subsampling_steps(o.kind());
   // The Sequential's layout: a ReLU after each convolution, except after a depthwise one (its
-  // pointwise partner follows directly).
+  // pointwise partner follows directly). Symmetric padding is the convolution's own; forward()
+  // pads asymmetric (causal) steps itself.
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& s = steps[i];
     const int64_t in = i == 0 ? 1 : c;
     conv->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(in, c, s.kernel)
                                           .stride(s.stride)
-                                          .padding(s.padding)
+                                          .padding(s.pad_before == s.pad_after ? s.pad_before : 0)
                                           .groups(s.depthwise ? c : 1)));
     if (!s.depthwise) conv->push_back(torch::nn::ReLU());
   }
@@ -100,21 +111,30 @@ std::vector<ConformerSubsamplingImpl::Step> conformer_subsampling_steps(Subsampl
     case Subsampling::kNone:
       return {};
     case Subsampling::kConv2d4:
-      return {Step{3, 2, 0}, Step{3, 2, 0}};
+      return {Step{3, 2, 0, 0}, Step{3, 2, 0, 0}};
     case Subsampling::kConv2d6:
-      return {Step{3, 2, 0}, Step{5, 3, 0}};
+      return {Step{3, 2, 0, 0}, Step{5, 3, 0, 0}};
     case Subsampling::kConv2d8:
-      return {Step{3, 2, 0}, Step{3, 2, 0}, Step{3, 2, 0}};
+      return {Step{3, 2, 0, 0}, Step{3, 2, 0, 0}, Step{3, 2, 0, 0}};
     case Subsampling::kDwStriding8:
       // Conv(3, 2, pad 1), then twice [depthwise Conv(3, 2, pad 1), pointwise Conv(1)].
-      return {Step{3, 2, 1}, Step{3, 2, 1, true}, Step{1, 1, 0}, Step{3, 2, 1, true},
-              Step{1, 1, 0}};
+      return {Step{3, 2, 1, 1}, Step{3, 2, 1, 1, true}, Step{1, 1, 0, 0}, Step{3, 2, 1, 1, true},
+              Step{1, 1, 0, 0}};
     case Subsampling::kDwStriding4:
-      return {Step{3, 2, 1}, Step{3, 2, 1, true}, Step{1, 1, 0}};
+      return {Step{3, 2, 1, 1}, Step{3, 2, 1, 1, true}, Step{1, 1, 0, 0}};
     case Subsampling::kStriding4:
-      return {Step{3, 2, 1}, Step{3, 2, 1}};
+      return {Step{3, 2, 1, 1}, Step{3, 2, 1, 1}};
     case Subsampling::kStriding8:
-      return {Step{3, 2, 1}, Step{3, 2, 1}, Step{3, 2, 1}};
+      return {Step{3, 2, 1, 1}, Step{3, 2, 1, 1}, Step{3, 2, 1, 1}};
+    case Subsampling::kCausalDwStriding8:
+      return {Step{3, 2, 2, 1}, Step{3, 2, 2, 1, true}, Step{1, 1, 0, 0}, Step{3, 2, 2, 1, true},
+              Step{1, 1, 0, 0}};
+    case Subsampling::kCausalDwStriding4:
+      return {Step{3, 2, 2, 1}, Step{3, 2, 2, 1, true}, Step{1, 1, 0, 0}};
+    case Subsampling::kCausalStriding4:
+      return {Step{3, 2, 2, 1}, Step{3, 2, 2, 1}};
+    case Subsampling::kCausalStriding8:
+      return {Step{3, 2, 2, 1}, Step{3, 2, 2, 1}, Step{3, 2, 2, 1}};
   }
   return {};
 }
@@ -129,6 +149,18 @@ int64_t conformer_subsampling_min_frames(Subsampling kind) {
   int64_t frames = 1;
   while (subsampled_length(steps, frames) < 1) ++frames;
   return frames;
+}
+
+bool subsampling_streams(Subsampling kind) {
+  const auto steps = conformer_subsampling_steps(kind);
+  const auto unpadded = [](const ConformerSubsamplingImpl::Step& s) {
+    return s.pad_before == 0 && s.pad_after == 0;
+  };
+  const auto causal = [](const ConformerSubsamplingImpl::Step& s) {
+    return s.pad_before == s.kernel - 1 && s.pad_after == s.stride - 1;
+  };
+  return std::all_of(steps.begin(), steps.end(), unpadded) ||
+         std::all_of(steps.begin(), steps.end(), causal);
 }
 
 int64_t ConformerSubsamplingImpl::min_frames() const {
@@ -197,9 +229,15 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerSubsamplingImpl::forward(
   size_t step = 0;
   for (const auto& module : *conv) {
     if (auto* c = module->as<torch::nn::Conv2dImpl>()) {
+      const auto& s = steps[step];
+      // Asymmetric (causal) padding, on frequency and time alike; symmetric padding is the
+      // convolution's own.
+      if (s.pad_before != s.pad_after) {
+        y = torch::constant_pad_nd(y, {s.pad_before, s.pad_after, s.pad_before, s.pad_after});
+      }
       y = step == 0 ? single_channel_conv(*c, y) : c->forward(y);
-      const auto& s = steps[step++];
-      const auto span = length + (2 * s.padding - s.kernel);
+      ++step;
+      const auto span = length + (s.pad_before + s.pad_after - s.kernel);
       length = torch::where(span >= 0, span.div(s.stride, "floor") + 1, torch::zeros_like(span));
     } else {
       y = module->as<torch::nn::ReLUImpl>()->forward(y);

@@ -50,6 +50,11 @@ TORCH_MODULE(GlobalCmvn);
 //   "dw_striding4"  the same with factor 4 (one depthwise-pointwise pair)
 //   "striding4"     NeMo's "striding" with factor 4: twice Conv2d(·, C, 3, 2, pad 1) → ReLU
 //   "striding8"     the same three times
+//   "causal_dw_striding8", "causal_dw_striding4", "causal_striding4", "causal_striding8"
+//                   the same with NeMo's causal_downsampling: each stride-2 convolution pads 2
+//                   frames before and 1 after (CausalConv2D: k − 1 and s − 1, on time and
+//                   frequency alike) instead of 1 on each side, so an output frame j reads no input
+//                   frame after factor·j (the cache-aware streaming FastConformers)
 // Module names follow the source layouts: `conv` holds the Sequential's entries by index (conv.0,
 // conv.2, ...; the ReLUs hold the odd places as in WeNet's and NeMo's nn.Sequential), `out` is
 // the Linear(C·F', D).
@@ -61,7 +66,8 @@ TORCH_MODULE(GlobalCmvn);
 // input frames below L: nothing leaks even without masking. With NeMo's padding 1, the last valid
 // output of an odd length reaches one frame past L (zero for an utterance alone); hence the
 // zeroing of frames beyond each intermediate length, which NeMo does not do (we differ from NeMo
-// there only on batches with padding; an utterance alone is unaffected).
+// there only on batches with padding; an utterance alone is unaffected). The causal kinds take
+// L -> L/2 + 1 per stride-2 convolution.
 enum class Subsampling {
   kNone,         // "none": no subsampling (ConformerEncoderOptions only: features already D wide)
   kConv2d4,      // "conv2d4": WeNet's Conv2dSubsampling4
@@ -70,7 +76,11 @@ enum class Subsampling {
   kDwStriding8,  // "dw_striding8": NeMo's dw_striding, factor 8
   kDwStriding4,  // "dw_striding4": NeMo's dw_striding, factor 4
   kStriding4,    // "striding4": NeMo's striding, factor 4
-  kStriding8     // "striding8": NeMo's striding, factor 8
+  kStriding8,    // "striding8": NeMo's striding, factor 8
+  kCausalDwStriding8,  // "causal_dw_striding8": NeMo's dw_striding, causal_downsampling
+  kCausalDwStriding4,  // "causal_dw_striding4"
+  kCausalStriding4,    // "causal_striding4": NeMo's striding, causal_downsampling
+  kCausalStriding8     // "causal_striding8"
 };
 const char* to_string(Subsampling kind);
 
@@ -99,10 +109,11 @@ class ConformerSubsamplingImpl : public torch::nn::Cloneable<ConformerSubsamplin
   int64_t min_frames() const;
   int64_t factor() const;
 
-  // One Conv2d of the stack: square kernel, stride and padding (for the length arithmetic);
-  // depthwise (groups = channels) or not. The first takes 1 channel, the others C.
+  // One Conv2d of the stack: square kernel, stride, and the zeros padded before and after on
+  // both axes (for the length arithmetic); depthwise (groups = channels) or not. The first takes
+  // 1 channel, the others C.
   struct Step {
-    int64_t kernel, stride, padding;
+    int64_t kernel, stride, pad_before, pad_after;
     bool depthwise = false;
   };
 
@@ -122,5 +133,10 @@ std::vector<ConformerSubsamplingImpl::Step> conformer_subsampling_steps(Subsampl
 
 // The fewest input frames that a subsampling of `kind` (kNone: 1) turns into one output frame.
 int64_t conformer_subsampling_min_frames(Subsampling kind);
+
+// Whether chunks of input frames give the output frames of the whole utterance: no step pads
+// (none, conv2d*), or every step pads causally (k − 1 before, s − 1 after: the causal_ kinds,
+// whose chunks recompute a few earlier output frames; ConformerEncoderImpl::stream_lead).
+bool subsampling_streams(Subsampling kind);
 
 }  // namespace attnzoo

@@ -141,16 +141,24 @@ TEST_P(StreamingEqualsOffline, ChunkByChunkEqualsTheChunkMaskedForward) {
 
 INSTANTIATE_TEST_SUITE_P(
     Conformer, StreamingEqualsOffline,
-    ::testing::Values(StreamingCase{Subsampling::kConv2d4, ConformerPosition::kRelPosWenet, 4, -1},
-                      StreamingCase{Subsampling::kConv2d4, ConformerPosition::kRelPosWenet, 4, 1},
-                      StreamingCase{Subsampling::kConv2d4, ConformerPosition::kRelPos, 4, -1},
-                      StreamingCase{Subsampling::kConv2d4, ConformerPosition::kRelPos, 3, 2},
-                      StreamingCase{Subsampling::kConv2d4, ConformerPosition::kAbsPos, 5, 0},
-                      StreamingCase{Subsampling::kConv2d4, ConformerPosition::kNone, 1, -1},
-                      StreamingCase{Subsampling::kConv2d6, ConformerPosition::kRelPosWenet, 2, 1},
-                      StreamingCase{Subsampling::kConv2d8, ConformerPosition::kRelPos, 2, -1},
-                      StreamingCase{Subsampling::kNone, ConformerPosition::kRelPos, 7, 1},
-                      StreamingCase{Subsampling::kNone, ConformerPosition::kRelPosWenet, 16, 0}),
+    ::testing::Values(
+        StreamingCase{Subsampling::kConv2d4, ConformerPosition::kRelPosWenet, 4, -1},
+        StreamingCase{Subsampling::kConv2d4, ConformerPosition::kRelPosWenet, 4, 1},
+        StreamingCase{Subsampling::kConv2d4, ConformerPosition::kRelPos, 4, -1},
+        StreamingCase{Subsampling::kConv2d4, ConformerPosition::kRelPos, 3, 2},
+        StreamingCase{Subsampling::kConv2d4, ConformerPosition::kAbsPos, 5, 0},
+        StreamingCase{Subsampling::kConv2d4, ConformerPosition::kNone, 1, -1},
+        StreamingCase{Subsampling::kConv2d6, ConformerPosition::kRelPosWenet, 2, 1},
+        StreamingCase{Subsampling::kConv2d8, ConformerPosition::kRelPos, 2, -1},
+        StreamingCase{Subsampling::kNone, ConformerPosition::kRelPos, 7, 1},
+        StreamingCase{Subsampling::kNone, ConformerPosition::kRelPosWenet, 16, 0},
+        // NeMo's cache-aware streaming: causal subsampling, whose chunks compute
+        // two earlier frames again; chunk 1 is NeMo's att_context_size [L, 0].
+        StreamingCase{Subsampling::kCausalDwStriding8, ConformerPosition::kRelPos, 3, 2},
+        StreamingCase{Subsampling::kCausalDwStriding8, ConformerPosition::kRelPos, 1, 4},
+        StreamingCase{Subsampling::kCausalDwStriding4, ConformerPosition::kRelPos, 2, -1},
+        StreamingCase{Subsampling::kCausalStriding4, ConformerPosition::kRelPos, 5, 1},
+        StreamingCase{Subsampling::kCausalStriding8, ConformerPosition::kRelPos, 2, 1}),
     [](const auto& info) {
       return std::string(to_string(info.param.subsampling)) + "_" + to_string(info.param.position) +
              "_chunk" + std::to_string(info.param.chunk_size) + "_left" +
@@ -158,11 +166,86 @@ INSTANTIATE_TEST_SUITE_P(
                                              : std::to_string(info.param.num_left_chunks));
     });
 
+TEST(ConformerEncoder, StreamLeadCoversTheFramesThatReadAChunksPadding) {
+  EXPECT_EQ(streaming_encoder(Subsampling::kConv2d4, ConformerPosition::kRelPos)->stream_lead(), 0);
+  EXPECT_EQ(streaming_encoder(Subsampling::kNone, ConformerPosition::kRelPos)->stream_lead(), 0);
+  for (const auto kind : {Subsampling::kCausalDwStriding8, Subsampling::kCausalDwStriding4,
+                          Subsampling::kCausalStriding4, Subsampling::kCausalStriding8}) {
+    auto encoder = streaming_encoder(kind, ConformerPosition::kRelPos);
+    torch::NoGradGuard no_grad;
+    // NeMo's drop_extra_pre_encoded for a pre-encode cache of factor + 1 frames.
+    EXPECT_EQ(encoder->stream_lead(), 2) << to_string(kind);
+    EXPECT_EQ(encoder->right_context(), 0) << to_string(kind);
+    // A chunk started `lead` frames early gives the whole utterance's frames from there on only
+    // when lead covers the frames that read the padding: with one frame less, they differ.
+    const int64_t rate = encoder->subsampling_rate();
+    const auto features = torch::randn({1, 12 * rate + 1, kFeatures});
+    const auto whole = encoder->embed(features, torch::Tensor{});
+    const auto& frames = std::get<0>(whole);
+    const auto from = [&](int64_t first_output) {
+      return std::get<0>(encoder->embed(
+          features.narrow(1, first_output * rate, features.size(1) - first_output * rate),
+          torch::Tensor{}));
+    };
+    const auto late = from(4);  // output frames 4 ... 12
+    EXPECT_LE(max_abs_diff(late.narrow(1, 2, late.size(1) - 2), frames.narrow(1, 6, 7)), 1e-5)
+        << to_string(kind);
+    EXPECT_GT(max_abs_diff(late.narrow(1, 1, 1), frames.narrow(1, 5, 1)), 1e-4) << to_string(kind);
+  }
+}
+
+TEST(ContextAttentionMask, LimitsEachFrameToItsNeighbours) {
+  // Frame i sees i − 2 ... i + 1 (NeMo's _create_masks for att_context_size [2, 1], regular).
+  const auto allowed = context_attention_mask(5, 2, 1).logical_not().to(torch::kInt);
+  const auto expected = torch::tensor({1, 1, 0, 0, 0,  //
+                                       1, 1, 1, 0, 0,  //
+                                       1, 1, 1, 1, 0,  //
+                                       0, 1, 1, 1, 1,  //
+                                       0, 0, 1, 1, 1},
+                                      torch::kInt)
+                            .view({5, 5});
+  EXPECT_TRUE(torch::equal(allowed, expected)) << allowed;
+  const auto left_only = context_attention_mask(4, 1, -1).logical_not().to(torch::kInt);
+  EXPECT_TRUE(torch::equal(
+      left_only,
+      torch::tensor({1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 0, 0, 1, 1}, torch::kInt).view({4, 4})))
+      << left_only;
+  EXPECT_FALSE(context_attention_mask(5, -1, -1).defined());
+}
+
+TEST(ConformerEncoder, LimitedAttentionContextMasksEveryForward) {
+  auto options =
+      ConformerEncoderOptions(
+          kFeatures, ConformerOptions(16, 4, 24, 2, 5).causal_conv(true).attention_backend("math"))
+          .subsampling(Subsampling::kConv2d4)
+          .position(ConformerPosition::kRelPos);
+  torch::manual_seed(3);
+  ConformerEncoder full(options);
+  torch::manual_seed(3);  // the same weights
+  ConformerEncoder limited(options.attention_left(3).attention_right(1));
+  full->eval();
+  limited->eval();
+  torch::NoGradGuard no_grad;
+  const auto features = torch::randn({1, 80, kFeatures});
+  const int64_t frames = full->embed->output_length(80);
+  // The context is a mask like any other: the same as passing it to the blocks by hand.
+  auto x = std::get<0>(full->embed(features, torch::Tensor{})) * 4.0;  // x·√16
+  const auto by_hand =
+      std::get<0>(full->conformer(x, torch::Tensor{}, context_attention_mask(frames, 3, 1)));
+  const auto masked = std::get<0>(limited->forward(features));
+  EXPECT_LE(max_abs_diff(masked, full->after_norm(by_hand)), 1e-5);
+  EXPECT_GT(max_abs_diff(masked, std::get<0>(full->forward(features))), 1e-3);
+  EXPECT_THAT(error_of([&] { ConformerStream(limited, 4); }),
+              HasSubstr("a limited attention context (attention_left/right) does not stream"));
+}
+
 TEST(ConformerStream, IrregularPushesGiveTheSameFramesAsOneCall) {
   for (const auto norm : {ConvNormKind::kBatchNorm, ConvNormKind::kLayerNorm}) {
     for (bool conv_first : {false, true}) {
-      auto encoder =
-          streaming_encoder(Subsampling::kConv2d4, ConformerPosition::kRelPos, norm, conv_first);
+      // The causal subsampling of NeMo's streaming models where the norm is theirs.
+      const auto subsampling = norm == ConvNormKind::kLayerNorm ? Subsampling::kCausalDwStriding4
+                                                                : Subsampling::kConv2d4;
+      auto encoder = streaming_encoder(subsampling, ConformerPosition::kRelPos, norm, conv_first);
       torch::NoGradGuard no_grad;
       const auto features = torch::randn({1, 101, kFeatures});
       const auto reference = std::get<0>(encoder->forward(features, {}, 4, 2));
@@ -259,7 +342,7 @@ TEST(ConformerEncoder, StreamingRefusesWhatCannotStream) {
     EXPECT_THAT(error_of([&] {
                   padded->forward_chunk(torch::randn({1, 40, kFeatures}), 0, -1);
                 }),
-                HasSubstr("subsampling 'dw_striding8' pads its convolutions"));
+                HasSubstr("subsampling 'dw_striding8' pads its convolutions on both sides"));
   }
 }
 
