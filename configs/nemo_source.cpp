@@ -285,7 +285,48 @@ YAML::Node features(const detail::SourceYaml& c, int64_t feat_in) {
   return out;
 }
 
-YAML::Node encoder_architecture(const detail::SourceYaml& c, int64_t* feat_in) {
+// att_context_size [L, R] (or the list of a multi-lookahead model, whose first is the one NeMo
+// runs) under att_context_style: regular limits every frame to L frames before and R after
+// (architecture.attention_left/right); chunked_limited attends in chunks of R + 1 frames with
+// L / (R + 1) chunks of history (streaming.chunk_size and num_left_chunks: NeMo's
+// _create_masks, which cache-aware streaming reproduces chunk by chunk).
+void attention_context(const detail::SourceYaml& c, YAML::Node& arch, YAML::Node* streaming) {
+  const std::string key = "encoder.att_context_size";
+  const auto style = c.text("encoder.att_context_style", "regular");
+  if (style != "regular" && style != "chunked_limited") {
+    c.fail("encoder.att_context_style",
+           "'" + style + "' is not supported (regular, chunked_limited)");
+  }
+  if (!c.has(key)) return;
+  auto context = c.at(key);
+  const bool nested = context.IsSequence() && context.size() > 0 && context[0].IsSequence();
+  if (nested) context = context[0];
+  const auto bound = [&](size_t i) -> int64_t {
+    int64_t value = 0;
+    if (context.IsSequence() && context.size() == 2 && context[i].IsScalar() &&
+        YAML::convert<int64_t>::decode(context[i], value) && value >= -1 && value <= (1 << 20)) {
+      return value;
+    }
+    c.fail(key, std::string("must be [left, right]") + (nested ? " (its first entry)" : "") +
+                    ", each -1 (unlimited) or a number of frames");
+  };
+  const int64_t left = bound(0), right = bound(1);
+  if (style == "regular" || right < 0) {
+    if (left >= 0) arch["attention_left"] = left;
+    if (style == "regular" && right >= 0) arch["attention_right"] = right;
+    return;
+  }
+  const int64_t chunk = right + 1;
+  if (left >= 0 && left % chunk != 0) {
+    c.fail(key, "chunked_limited needs a left context divisible by the chunk (right + 1 = " +
+                    std::to_string(chunk) + "), got " + std::to_string(left));
+  }
+  (*streaming)["chunk_size"] = chunk;
+  (*streaming)["num_left_chunks"] = left < 0 ? -1 : left / chunk;
+}
+
+YAML::Node encoder_architecture(const detail::SourceYaml& c, int64_t* feat_in,
+                                YAML::Node* streaming) {
   const std::string e = "encoder";
   const auto target = c.text(e + "._target_", "");
   if (target != "nemo.collections.asr.modules.ConformerEncoder" &&
@@ -321,14 +362,24 @@ YAML::Node encoder_architecture(const detail::SourceYaml& c, int64_t* feat_in) {
     c.fail(e + ".conv_norm_type", "'" + norm + "' is not supported (batch_norm, layer_norm)");
   }
   arch["conv_norm"] = norm;
+  // null: centred ([(k − 1)/2, (k − 1)/2]); "causal" or [k − 1, 0]: causal (the cache-aware
+  // streaming models').
   if (c.has(e + ".conv_context_size")) {
-    const auto context = c.text_list(e + ".conv_context_size");
+    const auto context = c.at(e + ".conv_context_size");
     const auto half = std::to_string((kernel - 1) / 2);
-    if (context.size() != 2 || context[0] != half || context[1] != half) {
+    const auto list =
+        context.IsSequence() ? c.text_list(e + ".conv_context_size") : std::vector<std::string>{};
+    const bool causal =
+        (context.IsScalar() && context.Scalar() == "causal") ||
+        (list.size() == 2 && list[0] == std::to_string(kernel - 1) && list[1] == "0");
+    const bool centred = list.size() == 2 && list[0] == half && list[1] == half;
+    if (!causal && !centred) {
       c.fail(e + ".conv_context_size", "only the centred kernel [" + half + ", " + half +
-                                           "] is supported (causal "
-                                           "convolutions are the cache-aware streaming models')");
+                                           "] and causal ([" + std::to_string(kernel - 1) +
+                                           ", 0]) are supported");
     }
+    arch["causal_conv"] = causal;
+    if (causal) arch["causal_padding"] = "depthwise_input";  // CausalConv1D's zeros
   }
   c.require(e + ".conv_context_style", "regular", "attnzoo's convolution module");
   const auto subsampling = c.text(e + ".subsampling", "striding");
@@ -339,28 +390,17 @@ YAML::Node encoder_architecture(const detail::SourceYaml& c, int64_t* feat_in) {
                                    std::to_string(factor) +
                                    " is not supported (dw_striding or striding, factor 4 or 8)");
   }
-  arch["subsampling"] = kind;
+  // causal_downsampling: CausalConv2D's padding (the cache-aware streaming models).
+  arch["subsampling"] = (c.boolean(e + ".causal_downsampling", false) ? "causal_" : "") + kind;
   const auto channels = c.integer(e + ".subsampling_conv_channels", -1, -1, 65536);
   arch["subsampling_channels"] = channels <= 0 ? d : channels;
-  c.require_flag(e + ".causal_downsampling", false,
-                 "causal subsampling belongs to the cache-aware streaming models");
   if (c.has(e + ".reduction")) c.fail(e + ".reduction", "time reduction inside the encoder");
   const auto attention = c.text(e + ".self_attention_model", "rel_pos");
   if (attention != "rel_pos") {
     c.fail(e + ".self_attention_model", "'" + attention + "' is not supported (rel_pos)");
   }
   arch["position"] = "rel_pos";
-  if (c.has(e + ".att_context_size")) {
-    const auto context = c.at(e + ".att_context_size");
-    // [L, R], or a list of them (multi-lookahead models): only full context, [-1, -1].
-    const bool full = context.IsSequence() && context.size() == 2 && context[0].IsScalar() &&
-                      context[0].Scalar() == "-1" && context[1].Scalar() == "-1";
-    if (!full) {
-      c.fail(e + ".att_context_size",
-             "limited attention context is not supported (only [-1, -1], full context)");
-    }
-  }
-  c.require(e + ".att_context_style", "regular", "chunked_limited is NeMo's cache-aware streaming");
+  attention_context(c, arch, streaming);
   c.require_number(e + ".global_tokens", 0.0, "global tokens go with limited context");
   const auto feat_out = c.integer(e + ".feat_out", -1, -1, 65536);
   if (feat_out > 0 && feat_out != d) c.fail(e + ".feat_out", "an output projection");
@@ -561,7 +601,8 @@ class NemoSource final : public ModelSource {
         detail::source_model_name(files.is_archive() ? fs::path(path).stem().string() : path);
     doc["family"] = "conformer";
     int64_t feat_in = 0;
-    auto arch = encoder_architecture(c, &feat_in);
+    YAML::Node streaming;
+    auto arch = encoder_architecture(c, &feat_in, &streaming);
     const auto d_model = arch["encoder_dim"].as<int64_t>();
     // The tokens: the CTC head's vocabulary, the same as the joint's in a hybrid.
     std::vector<std::string> vocabulary;
@@ -585,6 +626,7 @@ class NemoSource final : public ModelSource {
     arch["vocab_size"] = static_cast<int64_t>(vocabulary.size()) + 1;
     doc["architecture"] = arch;
     doc["features"] = features(c, feat_in);
+    if (streaming.size() > 0) doc["streaming"] = streaming;
     auto decoding_section = decoding(c, files, kind, vocabulary_key, std::move(vocabulary));
     if (kind.transducer) {
       decoding_section["head"] = "transducer";

@@ -25,21 +25,27 @@ made to read what varies between frames (sensitive_head), so that the tokens fol
             EncDecHybridRNNTCTCBPEModel, RNN-T or TDT with the auxiliary CTC head, their joints
             as confident as trained ones (confident_transducer), for NeMo's beam search; the TDT
             one's joint without dropout (so without NeMo's Dropout module in it).
+  streaming_hybrid_bpe
+            the hybrid of NeMo's cache-aware streaming recipes: causal subsampling and
+            convolutions, chunked_limited attention with three look-aheads ([14, 6] first, which
+            NeMo runs), LayerNorm in the convolution module, unnormalised features.
 
 Audio: AUDIO_DIR/speech_16k.wav and other_voice_16k.wav (tests/preprocess/make_audio_reference.py,
 espeak-ng), cut and mixed here into three utterances of 1.3 to 2.6 s.
 
 Writes into OUT_DIR:
   <model>.nemo            as NeMo's save_to wrote it
-  <model>_unpacked/       ctc_bpe.nemo and hybrid_tdt_bpe.nemo unpacked (tarfile)
+  <model>_unpacked/       ctc_bpe, hybrid_tdt_bpe and streaming_hybrid_bpe unpacked (tarfile)
   ctc_char_gz.nemo        ctc_char.nemo gzipped, as NeMo before 1.7 wrote them
   waves/<wave>.wav        16 kHz mono, 16 bit
   nemo_reference.safetensors  "<model>/<wave>/features" [T, F] (the preprocessor's output cut to
                           its length), ".../encoded" [T', D], ".../log_probs" [T', V] (float32)
   manifest.json           versions; per model its target and kind, per wave the greedy
                           hypotheses of NeMo's transcribe() and of its transducer searches (tokens,
-                          frames, durations, score, text) and, for the hybrids, every hypothesis
-                          of NeMo's transducer beam search
+                          frames, durations, score, text) and, for the offline hybrids, every
+                          hypothesis of NeMo's transducer beam search; for the streaming model, NeMo's
+                          cache-aware streaming: its feature and encoder frames per step, the
+                          tokens of its streaming greedy search, and ".../streamed" [T', D]
 
 Runs offline on the CPU: nothing is downloaded.
 """
@@ -178,6 +184,13 @@ def transducer_config(features, tokenizer_dir, durations=None, hybrid=False, enc
                           "decoder": {"_target_": "nemo.collections.asr.modules.ConvASRDecoder",
                                       "feat_in": 64, "num_classes": -1, "vocabulary": []},
                           "decoding": {"strategy": "greedy"}}
+    return cfg
+
+
+def streaming_config(cfg):
+    """A cache-aware streaming model's preprocessor: no normalisation (NeMo's streaming
+    recipes)."""
+    cfg["preprocessor"]["normalize"] = "NA"
     return cfg
 
 
@@ -354,7 +367,7 @@ def ctc_result(model, x, decoder):
     return log_probs, {"text": hypothesis.text, "token_ids": tokens, "frames": len(frames)}
 
 
-def transducer_results(model, x):
+def transducer_results(model, x, beam=True):
     """NeMo's greedy transducer decoding (GreedyRNNTInfer / GreedyTDTInfer, the frame-by-frame
     loop, called directly so that its hypothesis keeps each token's frame): tokens, frames, TDT
     durations, the score and the text; and the tokens and text of transcribe() with the batched
@@ -386,7 +399,7 @@ def transducer_results(model, x):
             hypothesis = model.transcribe([x], batch_size=1, verbose=False)[0]
             out["batched_text"] = hypothesis.text
             out["batched_token_ids"] = [int(i) for i in hypothesis.y_sequence]
-    if hybrid:
+    if hybrid and beam:
         out["beam"] = beam_results(model, encoded)
     return out
 
@@ -416,7 +429,61 @@ def beam_results(model, encoded):
     return out
 
 
-def reference(model, kind, waves):
+def streaming_results(model, x):
+    """NeMo's cache-aware streaming of one wave, as its cache-aware streaming example runs it:
+    CacheAwareStreamingAudioBuffer cuts the features into NeMo's chunks (with the pre-encode cache
+    before each), conformer_stream_step encodes each with the caches and decodes it greedily
+    (GreedyRNNTInfer, the transducer's hypothesis carried over from step to step). -> the new
+    feature frames and encoder frames of each step, the encoder frames [T', D], and the tokens."""
+    from nemo.collections.asr.parts.utils.streaming_utils import CacheAwareStreamingAudioBuffer
+    from omegaconf import open_dict
+
+    cfg = model.cfg.decoding
+    with open_dict(cfg):
+        cfg.strategy = "greedy"
+    model.change_decoding_strategy(cfg, decoder_type="rnnt", verbose=False)
+    model.eval()
+    encoder = model.encoder
+    recorded = []
+    step_encoder = encoder.cache_aware_stream_step
+
+    def recording_step(*args, **kwargs):
+        out = step_encoder(*args, **kwargs)
+        recorded.append(out[0][0, :, : int(out[1][0])].T.contiguous())
+        return out
+
+    encoder.cache_aware_stream_step = recording_step
+    try:
+        buffer = CacheAwareStreamingAudioBuffer(model=model, online_normalization=False)
+        buffer.append_audio(x)
+        total = buffer.buffer.size(-1)
+        channel, time, channel_len = encoder.get_initial_cache_state(batch_size=1)
+        hypotheses, consumed, feature_steps = None, 0, []
+        with torch.no_grad():
+            for step, (chunk, lengths) in enumerate(buffer):
+                feature_steps.append(min(buffer.buffer_idx, total) - consumed)
+                consumed = min(buffer.buffer_idx, total)
+                (_, _, channel, time, channel_len, hypotheses) = model.conformer_stream_step(
+                    processed_signal=chunk, processed_signal_length=lengths,
+                    cache_last_channel=channel, cache_last_time=time,
+                    cache_last_channel_len=channel_len,
+                    keep_all_outputs=buffer.is_buffer_empty(), previous_hypotheses=hypotheses,
+                    drop_extra_pre_encoded=0 if step == 0
+                    else encoder.streaming_cfg.drop_extra_pre_encoded,
+                    return_transcription=True)
+    finally:
+        del encoder.cache_aware_stream_step
+    ids = [int(i) for i in hypotheses[0].y_sequence]
+    return torch.cat(recorded), {
+        "chunk_size": int(encoder.att_context_size[1]) + 1,
+        "feature_steps": feature_steps,
+        "encoded_steps": [int(r.shape[0]) for r in recorded],
+        "token_ids": ids,
+        "text": model.tokenizer.ids_to_text(ids),
+    }
+
+
+def reference(model, kind, waves, streaming=False):
     """Per wave: the preprocessor's features, the encoder's output, and each head's results: the
     CTC log-probabilities and greedy transcription, the transducer's greedy transcription."""
     tensors, results = {}, {}
@@ -426,12 +493,14 @@ def reference(model, kind, waves):
         tensors[f"{name}/encoded"] = encoded[0].T.contiguous()
         result = {"frames": int(encoded.shape[-1])}
         if kind in ("rnnt", "tdt", "hybrid"):
-            result["transducer"] = transducer_results(model, x)
+            result["transducer"] = transducer_results(model, x, beam=not streaming)
         if kind in ("ctc", "hybrid"):
             if kind == "hybrid":
                 model.change_decoding_strategy(decoder_type="ctc", verbose=False)
             decoder = model.ctc_decoder if kind == "hybrid" else model.decoder
             tensors[f"{name}/log_probs"], result["ctc"] = ctc_result(model, x, decoder)
+        if streaming:
+            tensors[f"{name}/streamed"], result["streaming"] = streaming_results(model, x)
         results[name] = result
     return tensors, results
 
@@ -470,6 +539,12 @@ def main():
                            transducer_config(80, tokenizer, hybrid=True)),
             "hybrid_tdt_bpe": (EncDecHybridRNNTCTCBPEModel, "hybrid", transducer_config(
                 80, tokenizer, durations=[0, 1, 2, 3, 4], hybrid=True)),
+            "streaming_hybrid_bpe": (EncDecHybridRNNTCTCBPEModel, "hybrid", streaming_config(
+                transducer_config(80, tokenizer, hybrid=True, encoder_changes={
+                    "causal_downsampling": True, "att_context_style": "chunked_limited",
+                    "att_context_size": [[14, 6], [14, 1], [14, 0]],
+                    "att_context_probs": [0.4, 0.3, 0.3], "conv_context_size": "causal",
+                    "conv_norm_type": "layer_norm"}))),
         }
         for index, (name, (cls, kind, cfg)) in enumerate(models.items()):
             torch.manual_seed(SEED + index)
@@ -488,7 +563,8 @@ def main():
             # What a user's file gives: the model as NeMo restores it.
             restored = cls.restore_from(str(path), map_location="cpu")
             restored.eval()
-            tensors, results = reference(restored, kind, waves)
+            tensors, results = reference(restored, kind, waves,
+                                         streaming=name.startswith("streaming"))
             all_tensors.update({f"{name}/{key}": value for key, value in tensors.items()})
             summary["models"][name] = {
                 "target": f"{cls.__module__}.{cls.__name__}",
@@ -502,7 +578,7 @@ def main():
                               for w, r in results.items()), flush=True)
     # The same files as users also hold them: unpacked into a folder, and gzipped (NeMo before
     # 1.7 wrote .nemo files so, and still reads them).
-    for name in ("ctc_bpe", "hybrid_tdt_bpe"):
+    for name in ("ctc_bpe", "hybrid_tdt_bpe", "streaming_hybrid_bpe"):
         with tarfile.open(out / f"{name}.nemo") as tar:
             tar.extractall(out / f"{name}_unpacked", filter="data")
     (out / "ctc_char_gz.nemo").write_bytes(gzip.compress((out / "ctc_char.nemo").read_bytes(),

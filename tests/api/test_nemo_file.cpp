@@ -11,6 +11,7 @@
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/io/weights_file.h>
 #include <attnzoo/models/transducer_beam_search.h>
+#include <attnzoo/preprocess/audio/read.h>
 #include "common/reference_files.h"
 #include "common/test_util.h"
 #include "transcript_test_util.h"
@@ -42,7 +43,7 @@ std::string nemo(const std::string& model) { return kDir + "/" + model + ".nemo"
 std::string wav(const std::string& name) { return kDir + "/waves/" + name + ".wav"; }
 
 TEST(NemoFile, FeaturesEncoderAndCtcAreNemos) {
-  ASSERT_EQ(reference()["models"].size(), 6u);
+  ASSERT_EQ(reference()["models"].size(), 7u);
   for (const auto& [model, expected] : reference()["models"].items()) {
     SCOPED_TRACE(model);
     const SpeechEncoder encoder(nemo(model));
@@ -74,7 +75,9 @@ TEST(NemoFile, FeaturesEncoderAndCtcAreNemos) {
                   name.c_str(), feature_error, encoder_error, log_prob_error);
       EXPECT_LE(feature_error, 1e-4);
       EXPECT_LE(encoder_error, 1e-4);
-      EXPECT_LE(log_prob_error, 1e-4);
+      // The heads are scaled to follow the input (sensitive_head), which multiplies the encoder's
+      // rounding: 8e-5 at most on an AVX2 EPYC, 1.1e-4 on an AVX-512 Xeon.
+      EXPECT_LE(log_prob_error, 2e-4);
     }
   }
 }
@@ -125,9 +128,10 @@ TEST(NemoFile, TransducersGiveNemosGreedyTokensFramesDurationsAndScores) {
       EXPECT_EQ(best.text, theirs["text"].get<std::string>());
       EXPECT_EQ(best.text, theirs["batched_text"].get<std::string>());
       // A sum over the tokens of float32 values, each within a few 1e-6 of NeMo's (the encoder's
-      // output agrees within 3e-6): 1e-4, and 2e-6 more per token.
+      // output agrees within 3e-6, and the joints are scaled up): 1e-4, and 8e-6 more per token
+      // (at most 2e-6 per token on an AVX2 EPYC, 7.4e-6 on an AVX-512 Xeon).
       EXPECT_NEAR(best.score, theirs["score"].get<double>(),
-                  1e-4 + 2e-6 * static_cast<double>(ids.size()));
+                  1e-4 + 8e-6 * static_cast<double>(ids.size()));
       const auto frames = theirs["token_frames"].get<std::vector<int64_t>>();
       const auto durations = theirs.contains("token_durations")
                                  ? theirs["token_durations"].get<std::vector<int64_t>>()
@@ -321,6 +325,71 @@ TEST(NemoFile, DescribesWhatRuns) {
             "torch.save zip in a gzipped tar");
 }
 
+// NeMo's cache-aware streaming (CacheAwareStreamingAudioBuffer and conformer_stream_step): its
+// chunks of att_context_size[1] + 1 encoder frames are ours, and frame for frame equal; its
+// streaming greedy search, the hypothesis carried from chunk to chunk, gives the tokens of our
+// live recognizer fed the audio in blocks of 100 ms.
+TEST(NemoFile, CacheAwareStreamingIsNemosChunkByChunk) {
+  const std::string model = "streaming_hybrid_bpe";
+  const auto& expected = reference()["models"][model];
+  const auto config = resolve_model_config(nemo(model), {});
+  // att_context_size [[14, 6], [14, 1], [14, 0]]: the first, chunks of 7 with 2 chunks of history.
+  EXPECT_EQ(config.streaming.chunk_size, 7);
+  EXPECT_EQ(config.streaming.num_left_chunks, 2);
+  SpeechEncoderOptions streamed_options;
+  streamed_options.stream_chunk = config.streaming.chunk_size;
+  const SpeechEncoder offline(nemo(model)), streamed(nemo(model), streamed_options);
+  const SpeechRecognizer recognizer(nemo(model));
+  int64_t chunks = 0, tokens = 0;
+  double worst = 0.0;
+  for (const auto& [name, result] : expected["waves"].items()) {
+    SCOPED_TRACE(name);
+    const auto& theirs = result["streaming"];
+    EXPECT_EQ(theirs["chunk_size"].get<int64_t>(), config.streaming.chunk_size);
+    const auto steps = theirs["encoded_steps"].get<std::vector<int64_t>>();
+    const auto& nemo_streamed = tensors()[model + "/" + name + "/streamed"];
+    const auto ours = streamed.encode(wav(name));
+    ASSERT_TRUE(ours.ok()) << ours.error;
+    ASSERT_EQ(ours.encoded.sizes(), nemo_streamed.sizes());
+    int64_t start = 0;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      SCOPED_TRACE(i);
+      // Every step but the last gives one whole chunk: NeMo's chunks are ours.
+      if (i + 1 < steps.size()) EXPECT_EQ(steps[i], config.streaming.chunk_size);
+      const double error = max_abs_diff(ours.encoded.narrow(0, start, steps[i]),
+                                        nemo_streamed.narrow(0, start, steps[i]));
+      EXPECT_LE(error, 1e-4);
+      worst = std::max(worst, error);
+      start += steps[i];
+      ++chunks;
+    }
+    EXPECT_EQ(start, ours.encoded.size(0));
+    // NeMo's streaming is its offline forward under the chunk mask, and so is ours.
+    EXPECT_LE(max_abs_diff(offline.encode(wav(name)).encoded, nemo_streamed), 1e-4);
+
+    const auto audio = read_audio(wav(name));
+    auto live = recognizer.stream(audio.info.sample_rate);
+    const int64_t block = audio.info.sample_rate / 10;
+    for (int64_t at = 0; at < audio.samples.size(0); at += block) {
+      live.push(audio.samples.narrow(0, at, std::min(block, audio.samples.size(0) - at)));
+    }
+    const auto final = live.finish();
+    ASSERT_TRUE(final.ok()) << final.error;
+    const auto ids = theirs["token_ids"].get<std::vector<int64_t>>();
+    EXPECT_EQ(ids_of(final.best()), ids);
+    EXPECT_EQ(final.best().text, theirs["text"].get<std::string>());
+    tokens += static_cast<int64_t>(ids.size());
+  }
+  std::printf("%lld streamed chunks within %.2e of NeMo's, %lld streaming tokens\n",
+              static_cast<long long>(chunks), worst, static_cast<long long>(tokens));
+  EXPECT_GE(chunks, 12);
+  EXPECT_GE(tokens, 30) << "the streaming hypotheses are too short to tell much";
+  // The chunks must tile the left context: NeMo's cache would not line up with its own mask.
+  EXPECT_THAT(load_error(edited("uneven_chunks", "  - - 14\n    - 6", "  - - 15\n    - 6", model)),
+              HasSubstr("encoder.att_context_size: chunked_limited needs a left context divisible "
+                        "by the chunk (right + 1 = 7), got 15"));
+}
+
 TEST(NemoFile, RefusesWhatItDoesNotRunNamingTheKey) {
   const struct {
     const char* label;
@@ -339,10 +408,11 @@ TEST(NemoFile, RefusesWhatItDoesNotRunNamingTheKey) {
       {"local_attention", "self_attention_model: rel_pos",
        "self_attention_model: rel_pos_local_attn",
        "encoder.self_attention_model: 'rel_pos_local_attn' is not supported"},
-      {"limited_context", "att_context_size:\n  - -1\n  - -1", "att_context_size:\n  - 70\n  - 13",
-       "encoder.att_context_size: limited attention"},
-      {"chunked", "att_context_style: regular", "att_context_style: chunked_limited",
-       "encoder.att_context_style: 'chunked_limited' is not supported"},
+      {"bad_context", "att_context_size:\n  - -1\n  - -1", "att_context_size:\n  - 70\n  - -3",
+       "encoder.att_context_size: must be [left, right], each -1 (unlimited) or a number"},
+      {"chunked_with_rc", "att_context_style: regular",
+       "att_context_style: chunked_limited_with_rc",
+       "encoder.att_context_style: 'chunked_limited_with_rc' is not supported"},
       {"vggnet", "subsampling: dw_striding", "subsampling: vggnet",
        "encoder.subsampling: 'vggnet' with subsampling_factor 8 is not supported"},
       {"unknown_key", "xscaling: true", "xscaling: true\n  quantum_heads: 3",

@@ -53,7 +53,8 @@ TEST(ModelRegistry, TheZooHoldsTheIssuesModels) {
                            "parakeet-tdt-0.6b-v3",
                            "parakeet-ctc-0.6b",
                            "parakeet-ctc-1.1b",
-                           "parakeet-tdt_ctc-110m"}) {
+                           "parakeet-tdt_ctc-110m",
+                           "fastconformer-hybrid-large-streaming"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   }
 }

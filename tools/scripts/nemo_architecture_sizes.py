@@ -1,12 +1,15 @@
-"""The parameter counts NeMo itself gives the Parakeet architectures of the zoo
-(configs/conformer/parakeet-*.yaml), for tests/configs/test_conformer_zoo.cpp.
+"""The parameter counts NeMo itself gives the NeMo architectures of the zoo
+(configs/conformer/parakeet-*.yaml, fastconformer-hybrid-large-streaming.yaml), for
+tests/configs/test_conformer_zoo.cpp.
 
     nemo_architecture_sizes.py OUT.json
 
 Each architecture is built with random weights by NeMo's own model classes (the pinned
 nemo_toolkit 3.0.0, with its ASR imports from <venv>/nemo-asr and <venv>/espnet-inference, as
 tools/setup.sh installs them) from a config in NeMo's keys with the sizes the zoo's YAML states:
-EncDecCTCModel, EncDecRNNTModel (TDT) or EncDecHybridRNNTCTCModel over a vocabulary of as many
+EncDecCTCModel, EncDecRNNTModel (TDT) or EncDecHybridRNNTCTCModel (TDT or RNN-T; the streaming
+one cache-aware: causal subsampling and convolutions, LayerNorm, chunked_limited attention with
+NeMo's four look-aheads) over a vocabulary of as many
 characters as the model's SentencePiece tokens (the parameters do not depend on the tokenizer).
 Its parameters are counted, the preprocessor's (none) left out. Building the 1.1B model takes a
 few GB of memory and about a minute; nothing is downloaded.
@@ -29,6 +32,7 @@ ARCHITECTURES = {
     "parakeet-ctc-0.6b": (24, 1024, 80, True, True, 1024, "ctc", 0),
     "parakeet-ctc-1.1b": (42, 1024, 80, True, True, 1024, "ctc", 0),
     "parakeet-tdt_ctc-110m": (17, 512, 80, False, True, 1024, "hybrid", 1),
+    "fastconformer-hybrid-large-streaming": (17, 512, 80, True, True, 1024, "streaming", 1),
 }
 DURATIONS = [0, 1, 2, 3, 4]
 
@@ -76,7 +80,18 @@ def config(layers, width, mels, xscaling, use_bias, tokens, head, pred_layers):
                        "greedy": {"max_symbols": 10}}
     cfg["loss"] = {"loss_name": "tdt", "tdt_kwargs": {"durations": DURATIONS, "sigma": 0.05,
                                                       "omega": 0.1}}
-    if head == "hybrid":
+    if head == "streaming":
+        # An RNN-T (no durations), cache-aware.
+        del cfg["joint"]["num_extra_outputs"]
+        cfg["decoding"] = {"strategy": "greedy_batch", "greedy": {"max_symbols": 10}}
+        cfg["loss"] = {"loss_name": "default"}
+        cfg["preprocessor"]["normalize"] = "NA"
+        cfg["encoder"].update({
+            "causal_downsampling": True, "att_context_style": "chunked_limited",
+            "att_context_size": [[70, 13], [70, 6], [70, 1], [70, 0]],
+            "att_context_probs": [0.25, 0.25, 0.25, 0.25], "conv_context_size": "causal",
+            "conv_norm_type": "layer_norm"})
+    if head in ("hybrid", "streaming"):
         cfg["aux_ctc"] = {"ctc_loss_weight": 0.3, "use_cer": False, "decoder": ctc,
                           "decoding": {"strategy": "greedy"}}
     return cfg
@@ -90,7 +105,8 @@ def main():
                                              EncDecRNNTModel)
     from omegaconf import OmegaConf
 
-    classes = {"ctc": EncDecCTCModel, "tdt": EncDecRNNTModel, "hybrid": EncDecHybridRNNTCTCModel}
+    classes = {"ctc": EncDecCTCModel, "tdt": EncDecRNNTModel, "hybrid": EncDecHybridRNNTCTCModel,
+               "streaming": EncDecHybridRNNTCTCModel}
     out = {"nemo_toolkit": nemo.__version__, "torch": torch.__version__, "models": {}}
     for name, architecture in ARCHITECTURES.items():
         head = architecture[6]
