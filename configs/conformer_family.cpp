@@ -108,6 +108,8 @@ ConformerEncoderOptions read_conformer_architecture(MapReader arch) {
   blocks.norm_eps(arch.number("norm_eps", blocks.norm_eps(), 0.0, 1.0, true));
   blocks.conv_norm_eps(arch.number("conv_norm_eps", blocks.conv_norm_eps(), 0.0, 1.0, true));
   blocks.bias(arch.boolean("bias", blocks.bias()));
+  blocks.attention_left(arch.integer("attention_left", blocks.attention_left(), -1, kMaxChunk));
+  blocks.attention_right(arch.integer("attention_right", blocks.attention_right(), -1, kMaxChunk));
   ConformerEncoderOptions o(input_dim, blocks);
   o.subsampling(arch.enumeration(
       "subsampling", o.subsampling(),
@@ -121,8 +123,6 @@ ConformerEncoderOptions read_conformer_architecture(MapReader arch) {
                               {ConformerPosition::kNone, ConformerPosition::kAbsPos,
                                ConformerPosition::kRelPos, ConformerPosition::kRelPosWenet}));
   o.xscaling(arch.boolean("xscaling", o.xscaling()));
-  o.attention_left(arch.integer("attention_left", o.attention_left(), -1, kMaxChunk));
-  o.attention_right(arch.integer("attention_right", o.attention_right(), -1, kMaxChunk));
   o.global_cmvn(arch.boolean("global_cmvn", o.global_cmvn()));
   o.final_norm(arch.boolean("final_norm", o.final_norm()));
   o.vocab_size(arch.integer("vocab_size", o.vocab_size(), 0, kMaxClasses));
@@ -180,7 +180,7 @@ StreamingConfig read_streaming(MapReader streaming, const ConformerEncoderOption
     why =
         "a subsampling without padding (none, conv2d4, conv2d6, conv2d8) or a causal one "
         "(causal_dw_striding4/8, causal_striding4/8)";
-  } else if (model.attention_left() >= 0 || model.attention_right() >= 0) {
+  } else if (model.blocks().attention_left() >= 0 || model.blocks().attention_right() >= 0) {
     why = "no architecture.attention_left/right (a limited context is not a chunk mask)";
   } else if (head_gating) {
     why = "attention.head_gating: false (the gates pool the whole utterance)";

@@ -290,14 +290,32 @@ YAML::Node features(const detail::SourceYaml& c, int64_t feat_in) {
 // (architecture.attention_left/right); chunked_limited attends in chunks of R + 1 frames with
 // L / (R + 1) chunks of history (streaming.chunk_size and num_left_chunks: NeMo's
 // _create_masks, which cache-aware streaming reproduces chunk by chunk).
-void attention_context(const detail::SourceYaml& c, YAML::Node& arch, YAML::Node* streaming) {
+//
+// rel_pos_local_attn (Longformer's sliding window with Transformer-XL's positions) attends the
+// same band [L, R], which attnzoo computes the same way as the regular one: a strip of queries
+// at a time over the keys in reach, linear in the length. NeMo adds the window's position scores
+// at columns that line up with their keys only when L = R, so other windows are refused; so are
+// its global tokens.
+void attention_context(const detail::SourceYaml& c, YAML::Node& arch, YAML::Node* streaming,
+                       bool local) {
   const std::string key = "encoder.att_context_size";
   const auto style = c.text("encoder.att_context_style", "regular");
   if (style != "regular" && style != "chunked_limited") {
     c.fail("encoder.att_context_style",
            "'" + style + "' is not supported (regular, chunked_limited)");
   }
-  if (!c.has(key)) return;
+  if (local && style != "regular") {
+    c.fail("encoder.att_context_style",
+           "'" + style + "' with rel_pos_local_attn is not supported (regular)");
+  }
+  if (local && c.has("encoder.global_tokens") &&
+      c.integer("encoder.global_tokens", 0, 0, 1 << 20) > 0) {
+    c.fail("encoder.global_tokens", "rel_pos_local_attn's global tokens are not supported");
+  }
+  if (!c.has(key)) {
+    if (local) c.fail(key, "rel_pos_local_attn needs a window [w, w]");
+    return;
+  }
   auto context = c.at(key);
   const bool nested = context.IsSequence() && context.size() > 0 && context[0].IsSequence();
   if (nested) context = context[0];
@@ -311,6 +329,12 @@ void attention_context(const detail::SourceYaml& c, YAML::Node& arch, YAML::Node
                     ", each -1 (unlimited) or a number of frames");
   };
   const int64_t left = bound(0), right = bound(1);
+  if (local && (left != right || left <= 0)) {
+    c.fail(key,
+           "rel_pos_local_attn needs a window [w, w] with w > 0 (NeMo's position scores "
+           "line up with the keys only then), got [" +
+               std::to_string(left) + ", " + std::to_string(right) + "]");
+  }
   if (style == "regular" || right < 0) {
     if (left >= 0) arch["attention_left"] = left;
     if (style == "regular" && right >= 0) arch["attention_right"] = right;
@@ -385,6 +409,13 @@ YAML::Node encoder_architecture(const detail::SourceYaml& c, int64_t* feat_in,
   const auto subsampling = c.text(e + ".subsampling", "striding");
   const auto factor = c.integer(e + ".subsampling_factor", 4, 1, 64);
   const std::string kind = subsampling + std::to_string(factor);
+  // vggnet is refused with its reason: NeMo 3.0.0's own ConvSubsampling fails on it (its masked
+  // Sequential reads MaxPool2d's kernel_size as a pair), so no reference runs it.
+  if (subsampling == "vggnet") {
+    c.fail(e + ".subsampling",
+           "'vggnet' is not supported: NeMo 3.0.0 itself cannot run it (its masked convolution "
+           "stack fails on the max-pooling layers), so there is no reference to match");
+  }
   if ((subsampling != "dw_striding" && subsampling != "striding") || (factor != 4 && factor != 8)) {
     c.fail(e + ".subsampling", "'" + subsampling + "' with subsampling_factor " +
                                    std::to_string(factor) +
@@ -396,12 +427,13 @@ YAML::Node encoder_architecture(const detail::SourceYaml& c, int64_t* feat_in,
   arch["subsampling_channels"] = channels <= 0 ? d : channels;
   if (c.has(e + ".reduction")) c.fail(e + ".reduction", "time reduction inside the encoder");
   const auto attention = c.text(e + ".self_attention_model", "rel_pos");
-  if (attention != "rel_pos") {
-    c.fail(e + ".self_attention_model", "'" + attention + "' is not supported (rel_pos)");
+  if (attention != "rel_pos" && attention != "rel_pos_local_attn") {
+    c.fail(e + ".self_attention_model",
+           "'" + attention + "' is not supported (rel_pos, rel_pos_local_attn)");
   }
   arch["position"] = "rel_pos";
-  attention_context(c, arch, streaming);
-  c.require_number(e + ".global_tokens", 0.0, "global tokens go with limited context");
+  attention_context(c, arch, streaming, attention == "rel_pos_local_attn");
+  c.require_number(e + ".global_tokens", 0.0, "rel_pos_local_attn's global tokens");
   const auto feat_out = c.integer(e + ".feat_out", -1, -1, 65536);
   if (feat_out > 0 && feat_out != d) c.fail(e + ".feat_out", "an output projection");
   arch["xscaling"] = c.boolean(e + ".xscaling", true);

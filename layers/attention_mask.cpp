@@ -99,6 +99,21 @@ std::optional<torch::Tensor> AttentionMask::allowed(int64_t query_len, int64_t k
   return allowed;
 }
 
+torch::Tensor band_attention_mask(int64_t query_len, int64_t key_len, int64_t left, int64_t right,
+                                  torch::Device device) {
+  TORCH_CHECK_VALUE(query_len >= 0 && key_len >= query_len,
+                    "band_attention_mask: need 0 <= query_len <= key_len, got ", query_len, " and ",
+                    key_len);
+  if (left < 0 && right < 0) return {};
+  const auto index_options = torch::TensorOptions().dtype(torch::kLong).device(device);
+  const auto query = torch::arange(key_len - query_len, key_len, index_options).view({-1, 1});
+  const auto distance = torch::arange(key_len, index_options).view({1, -1}) - query;  // key − query
+  auto allowed = torch::ones({query_len, key_len}, index_options.dtype(torch::kBool));
+  if (left >= 0) allowed = allowed.logical_and(distance >= -left);
+  if (right >= 0) allowed = allowed.logical_and(distance <= right);
+  return allowed.logical_not();
+}
+
 SafeAllowedMask make_safe(const torch::Tensor& allowed) {
   SafeAllowedMask safe;
   safe.fully_masked = allowed.any(-1, /*keepdim=*/true).logical_not();

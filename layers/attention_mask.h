@@ -18,6 +18,13 @@ enum class CausalAlignment {
   kBottomRight  // query i sees keys j <= i + (S - L) (the last query sees every key: KV caches)
 };
 
+// A limited attention context, true = excluded: [L, S] bool on `device`; query i, at key position
+// S − L + i (the last L keys: L = S without a cache), sees keys from `left` before to `right`
+// after it (a negative bound: unlimited on that side; NeMo's att_context_size). Undefined when
+// both are unlimited.
+torch::Tensor band_attention_mask(int64_t query_len, int64_t key_len, int64_t left, int64_t right,
+                                  torch::Device device = torch::kCPU);
+
 struct AttentionMask {
   // Valid keys per batch entry: key j of entry b is padding when j >= key_lengths[b]. [B],
   // integral.

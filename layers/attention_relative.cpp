@@ -34,7 +34,20 @@ struct Spec {
   double dropout_p = 0.0;
   uint64_t seed = 0;  // of the dropout masks
   int64_t rows = 1;   // queries per strip
+  int64_t window_left = -1, window_right = -1;
 };
+
+// The keys a strip of queries [i0, i0 + lc) out of L over S keys may see: [first, first + count)
+// (all S without a window).
+std::pair<int64_t, int64_t> strip_keys(const Spec& spec, int64_t i0, int64_t lc, int64_t l,
+                                       int64_t s) {
+  const int64_t position = s - l + i0;  // the first query's key position
+  const int64_t first =
+      spec.window_left < 0 ? 0 : std::max<int64_t>(position - spec.window_left, 0);
+  const int64_t end =
+      spec.window_right < 0 ? s : std::min<int64_t>(position + lc - 1 + spec.window_right + 1, s);
+  return {first, std::max<int64_t>(end - first, 0)};
+}
 
 // The position scores of a strip aligned to the keys, [B, H, lc, S], added into `scores`.
 // position_scores: (q + v)·scale times the strip's position rows, [B, H, lc, Ps]; for kShifted
@@ -52,11 +65,12 @@ torch::Tensor aligned(torch::Tensor position_scores, RelativeLayout layout, int6
       position_scores.storage_offset() + lc - 1);
 }
 
-// The position rows a strip of queries [i0, i0 + lc) out of L reads: [first, first + count).
+// The position rows a strip of queries [i0, i0 + lc) out of L reads for keys [j0, j0 + sc) out of
+// S: [first, first + count).
 std::pair<int64_t, int64_t> position_rows(RelativeLayout layout, int64_t i0, int64_t lc, int64_t l,
-                                          int64_t s) {
-  if (layout == RelativeLayout::kKeyPositions) return {0, s};
-  return {l - i0 - lc, lc + s - 1};
+                                          int64_t j0, int64_t sc) {
+  if (layout == RelativeLayout::kKeyPositions) return {j0, sc};
+  return {l - i0 - lc + j0, lc + sc - 1};
 }
 
 // The strip's dropout keep-mask scaled by 1 / (1 − p), [B, H, lc, S], from the call's seed.
@@ -67,21 +81,34 @@ torch::Tensor keep_mask(const Spec& spec, int64_t i0, const torch::Tensor& like)
       .div_(1.0 - spec.dropout_p);
 }
 
-// The masked scores of the strip [i0, i0 + lc): [B, H, lc, S]. qu, qv: (q + u)·scale and
-// (q + v)·scale; positions: [1 or B, H, P, E]. When `empty_rows` is given and the mask excludes
-// something, it receives the rows that exclude every key (true), broadcastable to [B, H, lc, 1].
+// The masked scores of the strip [i0, i0 + lc) over keys [j0, j0 + sc): [B, H, lc, sc]. qu, qv:
+// (q + u)·scale and (q + v)·scale; positions: [1 or B, H, P, E]. When `empty_rows` is given and
+// the mask excludes something, it receives the rows that exclude every key (true), broadcastable
+// to [B, H, lc, 1].
 torch::Tensor strip_scores(const Spec& spec, const torch::Tensor& qu, const torch::Tensor& qv,
                            const torch::Tensor& key, const torch::Tensor& positions,
-                           const torch::Tensor& bias4, int64_t i0, int64_t lc,
-                           torch::Tensor* empty_rows = nullptr) {
+                           const torch::Tensor& bias4, int64_t i0, int64_t lc, int64_t j0,
+                           int64_t sc, torch::Tensor* empty_rows = nullptr) {
   const int64_t l = qu.size(2), s = key.size(2);
-  auto scores = torch::matmul(qu.narrow(2, i0, lc), key.transpose(-2, -1));
-  const auto [first, count] = position_rows(spec.layout, i0, lc, l, s);
+  auto scores = torch::matmul(qu.narrow(2, i0, lc), key.narrow(2, j0, sc).transpose(-2, -1));
+  const auto [first, count] = position_rows(spec.layout, i0, lc, l, j0, sc);
   const auto position_scores =
       torch::matmul(qv.narrow(2, i0, lc), positions.narrow(2, first, count).transpose(-2, -1));
-  scores.add_(aligned(position_scores, spec.layout, s));
-  if (bias4.defined()) scores.add_(tile_of(bias4, i0, lc, 0, s).to(scores.scalar_type()));
-  if (auto allowed = spec.masks.allowed(i0, lc, 0, s, scores.device())) {
+  scores.add_(aligned(position_scores, spec.layout, sc));
+  if (bias4.defined()) scores.add_(tile_of(bias4, i0, lc, j0, sc).to(scores.scalar_type()));
+  auto allowed = spec.masks.allowed(i0, lc, j0, sc, scores.device());
+  if (spec.window_left >= 0 || spec.window_right >= 0) {
+    // The band within the tile: key j0 + b against the query at key position s − l + i0 + a.
+    const auto index = torch::TensorOptions().dtype(torch::kLong).device(scores.device());
+    const auto distance = torch::arange(j0, j0 + sc, index).view({1, -1}) -
+                          torch::arange(s - l + i0, s - l + i0 + lc, index).view({-1, 1});
+    auto band = torch::ones({lc, sc}, index.dtype(torch::kBool));
+    if (spec.window_left >= 0) band.logical_and_(distance >= -spec.window_left);
+    if (spec.window_right >= 0) band.logical_and_(distance <= spec.window_right);
+    band = band.view({1, 1, lc, sc});
+    allowed = allowed ? allowed->logical_and(band) : band;
+  }
+  if (allowed) {
     scores.masked_fill_(allowed->logical_not(), -kInf);
     if (empty_rows != nullptr) *empty_rows = allowed->any(-1, /*keepdim=*/true).logical_not();
   }
@@ -99,8 +126,14 @@ torch::Tensor forward_strips(const Spec& spec, const torch::Tensor& qu, const to
   auto out = torch::empty({b, h, l, ev}, qu.options());
   for (int64_t i0 = 0; i0 < l; i0 += spec.rows) {
     const int64_t lc = std::min(spec.rows, l - i0);
+    const auto [j0, sc] = strip_keys(spec, i0, lc, l, key.size(2));
+    if (sc == 0) {  // no key in reach: the layer's answer for a row that sees none
+      out.narrow(2, i0, lc).zero_();
+      if (lse != nullptr) lse->narrow(2, i0, lc).fill_(kInf);
+      continue;
+    }
     torch::Tensor empty_rows;
-    auto scores = strip_scores(spec, qu, qv, key, positions, bias4, i0, lc, &empty_rows);
+    auto scores = strip_scores(spec, qu, qv, key, positions, bias4, i0, lc, j0, sc, &empty_rows);
     torch::Tensor probs;
     if (lse != nullptr) {
       auto row_lse = scores.logsumexp(-1, /*keepdim=*/true);
@@ -113,7 +146,7 @@ torch::Tensor forward_strips(const Spec& spec, const torch::Tensor& qu, const to
       if (empty_rows.defined()) probs.masked_fill_(empty_rows, 0.0);
     }
     if (spec.dropout_p > 0.0) probs.mul_(keep_mask(spec, i0, probs));
-    out.narrow(2, i0, lc).copy_(torch::matmul(probs, value));
+    out.narrow(2, i0, lc).copy_(torch::matmul(probs, value.narrow(2, j0, sc)));
   }
   return out;
 }
@@ -143,6 +176,8 @@ class RelativeAttentionFunction : public torch::autograd::Function<RelativeAtten
     data["dropout_p"] = spec.dropout_p;
     data["seed"] = static_cast<int64_t>(spec.seed);
     data["rows"] = spec.rows;
+    data["window_left"] = spec.window_left;
+    data["window_right"] = spec.window_right;
     return out;
   }
 
@@ -161,6 +196,8 @@ class RelativeAttentionFunction : public torch::autograd::Function<RelativeAtten
     spec.dropout_p = data.at("dropout_p").toDouble();
     spec.seed = static_cast<uint64_t>(data.at("seed").toInt());
     spec.rows = data.at("rows").toInt();
+    spec.window_left = data.at("window_left").toInt();
+    spec.window_right = data.at("window_right").toInt();
 
     const auto saved = ctx->get_saved_variables();
     const auto &query = saved[0], &key = saved[1], &value = saved[2], &positions = saved[3];
@@ -184,32 +221,39 @@ class RelativeAttentionFunction : public torch::autograd::Function<RelativeAtten
     auto d_bias4 = bias_grad ? torch::zeros(bias4.sizes(), q.options()) : torch::Tensor();
     for (int64_t i0 = 0; i0 < l; i0 += spec.rows) {
       const int64_t lc = std::min(spec.rows, l - i0);
+      const auto [j0, sc] = strip_keys(spec, i0, lc, l, s);
+      if (sc == 0) {  // no key in reach: the output was 0, nothing flows back
+        d_qu.narrow(2, i0, lc).zero_();
+        d_qv.narrow(2, i0, lc).zero_();
+        continue;
+      }
       const auto qu_strip = qu.narrow(2, i0, lc), qv_strip = qv.narrow(2, i0, lc);
       const auto d_out_strip = d_out.narrow(2, i0, lc);
-      auto probs = strip_scores(spec, qu, qv, k, p, bias4, i0, lc)
+      const auto k_strip = k.narrow(2, j0, sc), v_strip = v.narrow(2, j0, sc);
+      auto probs = strip_scores(spec, qu, qv, k, p, bias4, i0, lc, j0, sc)
                        .sub_(lse.narrow(2, i0, lc))
-                       .exp_();  // [B, H, lc, S]
-      auto d_probs = torch::matmul(d_out_strip, v.transpose(-2, -1));
+                       .exp_();  // [B, H, lc, sc]
+      auto d_probs = torch::matmul(d_out_strip, v_strip.transpose(-2, -1));
       if (spec.dropout_p > 0.0) {
         const auto keep = keep_mask(spec, i0, probs);
-        dv.add_(torch::matmul((probs * keep).transpose(-2, -1), d_out_strip));
+        dv.narrow(2, j0, sc).add_(torch::matmul((probs * keep).transpose(-2, -1), d_out_strip));
         d_probs.mul_(keep);
       } else {
-        dv.add_(torch::matmul(probs.transpose(-2, -1), d_out_strip));
+        dv.narrow(2, j0, sc).add_(torch::matmul(probs.transpose(-2, -1), d_out_strip));
       }
       const auto d_scores = probs.mul_(d_probs.sub_(delta.narrow(2, i0, lc)));
       if (bias_grad) {
-        tile_of(d_bias4, i0, lc, 0, s).add_(reduce_to(d_scores, tile_of(bias4, i0, lc, 0, s)));
+        tile_of(d_bias4, i0, lc, j0, sc).add_(reduce_to(d_scores, tile_of(bias4, i0, lc, j0, sc)));
       }
-      d_qu.narrow(2, i0, lc).copy_(torch::matmul(d_scores, k));
-      dk.add_(torch::matmul(d_scores.transpose(-2, -1), qu_strip));
+      d_qu.narrow(2, i0, lc).copy_(torch::matmul(d_scores, k_strip));
+      dk.narrow(2, j0, sc).add_(torch::matmul(d_scores.transpose(-2, -1), qu_strip));
       // The position scores' gradient: d_scores through the shift, zero on the columns no key
       // reads.
-      const auto [first, count] = position_rows(spec.layout, i0, lc, l, s);
+      const auto [first, count] = position_rows(spec.layout, i0, lc, l, j0, sc);
       torch::Tensor d_position_scores = d_scores;
       if (spec.layout == RelativeLayout::kShifted) {
         d_position_scores = torch::zeros({d_scores.size(0), h, lc, count}, d_scores.options());
-        aligned(d_position_scores, spec.layout, s).copy_(d_scores);
+        aligned(d_position_scores, spec.layout, sc).copy_(d_scores);
       }
       const auto rows = p.narrow(2, first, count);
       d_qv.narrow(2, i0, lc).copy_(torch::matmul(d_position_scores, rows));
@@ -279,6 +323,9 @@ void check_problem(const RelativeAttentionProblem& p) {
   TORCH_CHECK_VALUE(p.dropout_p >= 0.0 && p.dropout_p < 1.0, who,
                     ": dropout_p must be in [0, 1), got ", p.dropout_p);
   TORCH_CHECK_VALUE(p.strip_rows >= 0, who, ": strip_rows must be >= 0, got ", p.strip_rows);
+  TORCH_CHECK_VALUE(p.window_left >= -1 && p.window_right >= -1, who,
+                    ": window_left and window_right must be >= -1 (unlimited), got ", p.window_left,
+                    " and ", p.window_right);
   p.mask.validate(b, h, l, s, who);
 }
 
@@ -297,11 +344,17 @@ torch::Tensor relative_position_attention(const RelativeAttentionProblem& proble
   spec.layout = problem.layout;
   spec.scale = problem.scale;
   spec.dropout_p = problem.dropout_p;
+  spec.window_left = problem.window_left;
+  spec.window_right = problem.window_right;
   if (problem.strip_rows > 0) {
     spec.rows = problem.strip_rows;
   } else {
-    // A strip's scores and position scores, float32, within kStripBytes.
-    const int64_t per_row = b * h * (2 * s + 64) * 4;
+    // A strip's scores and position scores, float32, within kStripBytes; with a window, over the
+    // keys a strip of 64 reaches.
+    const int64_t reach = (spec.window_left < 0 || spec.window_right < 0)
+                              ? s
+                              : std::min<int64_t>(s, 64 + spec.window_left + spec.window_right);
+    const int64_t per_row = b * h * (2 * reach + 64) * 4;
     spec.rows = std::clamp<int64_t>(kStripBytes / per_row, 16, 256);
   }
   if (spec.dropout_p > 0.0) {

@@ -14,6 +14,9 @@
 // content scores over all keys, its position scores over the Lq_strip + Lk − 1 rows it reaches,
 // and Transformer-XL's shift as a strided view of those (no copy); then the masked softmax and the
 // weighted sum. Memory: O(strip · Lk) per (batch entry, head) at a time, O((L + S + P)·E) in all.
+// With a window (window_left / window_right: NeMo's limited att_context_size and its local
+// attention) a strip reads only the keys its queries may see, so time too is linear in the length:
+// O(L · (strip + left + right)).
 //
 // Backward: a custom autograd function keeps q, k, v, the positions, the output and the per-row
 // log-sum-exp, and recomputes each strip's probabilities (as FlashAttention-2, Algorithm 2); the
@@ -44,6 +47,11 @@ struct RelativeAttentionProblem {
   double dropout_p = 0.0;  // on the probabilities; 0 outside training
   // Queries per strip; 0 chooses from the sizes (a strip's scores stay within a few MB).
   int64_t strip_rows = 0;
+  // Query i (at key position S − L + i) sees keys from window_left before to window_right after
+  // it; -1: unlimited on that side (band_attention_mask). relative_position_attention applies it
+  // itself; relative_position_bias does not (give the band as the mask).
+  int64_t window_left = -1;
+  int64_t window_right = -1;
 };
 
 // Transformer-XL's shift (Dai et al. 2019, appendix B): scores over relative positions

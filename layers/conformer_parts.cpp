@@ -355,7 +355,9 @@ void ConformerAttentionImpl::reset() {
 
 torch::Tensor ConformerAttentionImpl::forward(const torch::Tensor& x, const AttentionMask& mask,
                                               const torch::Tensor& pos_emb) {
-  if (options.position() == ConformerPosition::kNone) return mha(x, mask);
+  if (options.position() == ConformerPosition::kNone) {
+    return mha(x, with_window(mask, x.size(1), x.size(1), x.device()));
+  }
   return std::get<0>(attend(x, {}, 0, mask, pos_emb, /*want_cache=*/false));
 }
 
@@ -412,7 +414,13 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::attend(
   problem.key = k;
   problem.value = v;
   problem.scale = 1.0 / std::sqrt(static_cast<double>(e));
-  problem.mask = mask;
+  const bool strips =
+      o.position() != ConformerPosition::kNone && o.backend() == "auto" && x.device().is_cpu();
+  // The window as a mask [T, keys] where a backend computes, or a recorder needs the whole
+  // probabilities; the CPU's strips apply it per strip, in memory linear in T.
+  problem.mask = strips && AttentionRecorder::active() == nullptr
+                     ? mask
+                     : with_window(mask, frames, keys, x.device());
   if (o.position() != ConformerPosition::kNone) {
     const int64_t positions = o.position() == ConformerPosition::kRelPos ? frames + keys - 1 : keys;
     const auto pos = pos_emb.defined()
@@ -434,9 +442,10 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::attend(
     relative.layout = o.position() == ConformerPosition::kRelPos ? RelativeLayout::kShifted
                                                                  : RelativeLayout::kKeyPositions;
     relative.mask = mask;
+    relative.window_left = o.window_left();
+    relative.window_right = o.window_right();
     relative.scale = problem.scale;
     relative.dropout_p = is_training() ? o.dropout() : 0.0;
-    const bool strips = o.backend() == "auto" && x.device().is_cpu();
     // A recorder sees the probabilities, which need the whole bias, whichever path computes.
     if (!strips || AttentionRecorder::active() != nullptr) {
       problem.mask.bias(relative_position_bias(relative));
@@ -454,6 +463,16 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::attend(
     recorder->record(problem, mha->options.backend(), /*self_attention=*/true);
   }
   return finish(scaled_dot_product_attention(std::move(problem), mha->options.backend()).output);
+}
+
+AttentionMask ConformerAttentionImpl::with_window(const AttentionMask& mask, int64_t queries,
+                                                  int64_t keys, torch::Device device) const {
+  const auto band =
+      band_attention_mask(queries, keys, options.window_left(), options.window_right(), device);
+  if (!band.defined()) return mask;
+  auto out = mask;
+  out.attn_mask(mask.attn_mask().defined() ? mask.attn_mask().to(device).logical_or(band) : band);
+  return out;
 }
 
 std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::merge_heads(

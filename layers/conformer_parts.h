@@ -221,6 +221,11 @@ struct ConformerAttentionOptions {
   TORCH_ARG(bool, head_gating) = false;
   // Biases of the query, key, value and output projections (linear_pos has none).
   TORCH_ARG(bool, bias) = true;
+  // Each query attends only keys from window_left before to window_right after it (-1:
+  // unlimited; band_attention_mask). The CPU's strips compute only those keys: linear in the
+  // length (NeMo's limited att_context_size and rel_pos_local_attn).
+  TORCH_ARG(int64_t, window_left) = -1;
+  TORCH_ARG(int64_t, window_right) = -1;
 };
 
 // Multi-head self-attention with an optional relative positional term (Dai et al. 2019, eq. in
@@ -260,6 +265,9 @@ class ConformerAttentionImpl : public torch::nn::Cloneable<ConformerAttentionImp
                                                   const torch::Tensor& cache,
                                                   int64_t first_position, const AttentionMask& mask,
                                                   const torch::Tensor& pos_emb, bool want_cache);
+  // `mask` with the window's band added (options.window_left/right), for T queries over `keys`.
+  AttentionMask with_window(const AttentionMask& mask, int64_t queries, int64_t keys,
+                            torch::Device device) const;
   // The heads' outputs [B, H, T, E] gated (head_gating), merged and projected.
   std::tuple<torch::Tensor, torch::Tensor> merge_heads(torch::Tensor heads_out,
                                                        const torch::Tensor& x,

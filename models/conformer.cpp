@@ -62,7 +62,9 @@ void ConformerBlockImpl::reset() {
                                                         .backend(o.attention_backend())
                                                         .backend_options(o.attention_options())
                                                         .head_gating(o.head_gating())
-                                                        .bias(o.bias())));
+                                                        .bias(o.bias())
+                                                        .window_left(o.attention_left())
+                                                        .window_right(o.attention_right())));
   conv = register_module(
       "conv", ConformerConvModule(ConformerConvModuleOptions(d, o.depthwise_conv_kernel_size())
                                       .causal(o.causal_conv())
@@ -149,6 +151,9 @@ void ConformerImpl::reset() {
                     o.input_dim(), " is not divisible by num_heads ", o.num_heads());
   TORCH_CHECK_VALUE(o.num_layers() >= 0, kConformerWho, ": num_layers must be >= 0, got ",
                     o.num_layers());
+  TORCH_CHECK_VALUE(o.attention_left() >= -1 && o.attention_right() >= -1, kConformerWho,
+                    ": attention_left and attention_right must be >= -1 (unlimited), got ",
+                    o.attention_left(), " and ", o.attention_right());
   TORCH_CHECK_VALUE(o.depthwise_conv_kernel_size() > 0, kConformerWho,
                     ": depthwise_conv_kernel_size must be > 0, got ",
                     o.depthwise_conv_kernel_size());
@@ -196,20 +201,6 @@ torch::Tensor chunk_attention_mask(int64_t num_frames, int64_t chunk_size, int64
   return allowed.logical_not();
 }
 
-torch::Tensor context_attention_mask(int64_t num_frames, int64_t left, int64_t right,
-                                     torch::Device device) {
-  TORCH_CHECK_VALUE(num_frames >= 0, "context_attention_mask: num_frames must be >= 0, got ",
-                    num_frames);
-  if (left < 0 && right < 0) return {};
-  const auto frame =
-      torch::arange(num_frames, torch::TensorOptions().dtype(torch::kLong).device(device));
-  const auto distance = frame.unsqueeze(0) - frame.unsqueeze(1);  // key − query
-  auto allowed = torch::ones({num_frames, num_frames}, distance.options().dtype(torch::kBool));
-  if (left >= 0) allowed = allowed.logical_and(distance >= -left);
-  if (right >= 0) allowed = allowed.logical_and(distance <= right);
-  return allowed.logical_not();
-}
-
 ConformerEncoderImpl::ConformerEncoderImpl(ConformerEncoderOptions options_)
     : options(std::move(options_)) {
   reset();
@@ -227,9 +218,6 @@ void ConformerEncoderImpl::reset() {
                     ": abs_pos needs an even model width, got ", d);
   TORCH_CHECK_VALUE(o.vocab_size() >= 0, who, ": vocab_size must be >= 0, got ", o.vocab_size());
   TORCH_CHECK_VALUE(o.num_classes() >= 0, who, ": num_classes must be >= 0, got ", o.num_classes());
-  TORCH_CHECK_VALUE(o.attention_left() >= -1 && o.attention_right() >= -1, who,
-                    ": attention_left and attention_right must be >= -1 (unlimited), got ",
-                    o.attention_left(), " and ", o.attention_right());
   // The blocks attend with relative positions in the rel modes only.
   o.blocks().position(o.position() == ConformerPosition::kAbsPos ? ConformerPosition::kNone
                                                                  : o.position());
@@ -301,10 +289,7 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerEncoderImpl::forward(
     }
   }
   x = dropout(x);
-  auto mask = chunk_attention_mask(x.size(1), chunk_size, num_left_chunks, x.device());
-  const auto context =
-      context_attention_mask(x.size(1), o.attention_left(), o.attention_right(), x.device());
-  if (context.defined()) mask = mask.defined() ? mask.logical_or(context) : context;
+  const auto mask = chunk_attention_mask(x.size(1), chunk_size, num_left_chunks, x.device());
   std::tie(x, length) = conformer(x, length, mask);
   if (after_norm) x = after_norm(x);
   return {x, length};
@@ -346,7 +331,7 @@ void ConformerEncoderImpl::check_streamable(const char* who) const {
                     to_string(o.subsampling()),
                     "' pads its convolutions on both sides, so chunk edges differ from the whole "
                     "utterance; streaming needs none, conv2d4, conv2d6, conv2d8 or a causal kind");
-  TORCH_CHECK_VALUE(o.attention_left() < 0 && o.attention_right() < 0, who,
+  TORCH_CHECK_VALUE(o.blocks().attention_left() < 0 && o.blocks().attention_right() < 0, who,
                     ": a limited attention context (attention_left/right) does not stream; a "
                     "chunk mask does");
 }

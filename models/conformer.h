@@ -68,6 +68,11 @@ struct ConformerOptions {
   // Biases in the blocks' feed-forward, attention (but linear_pos) and convolution layers; the
   // largest NeMo models have none (use_bias: false).
   TORCH_ARG(bool, bias) = true;
+  // Every frame attends only frames attention_left before to attention_right after it (-1:
+  // unlimited), always, on top of any chunk mask: NeMo's limited att_context_size and its local
+  // attention. Linear in the length on the CPU (ConformerAttentionOptions::window_left).
+  TORCH_ARG(int64_t, attention_left) = -1;
+  TORCH_ARG(int64_t, attention_right) = -1;
 };
 
 class ConformerBlockImpl : public torch::nn::Cloneable<ConformerBlockImpl> {
@@ -140,12 +145,6 @@ TORCH_MODULE(Conformer);
 torch::Tensor chunk_attention_mask(int64_t num_frames, int64_t chunk_size, int64_t num_left_chunks,
                                    torch::Device device = torch::kCPU);
 
-// A limited attention context in AttentionMask's sense, true = excluded: [T, T] bool, frame i
-// sees frames i − left ... i + right (a negative bound: unlimited on that side; NeMo's
-// att_context_size with att_context_style regular). Undefined when both are unlimited.
-torch::Tensor context_attention_mask(int64_t num_frames, int64_t left, int64_t right,
-                                     torch::Device device = torch::kCPU);
-
 struct ConformerEncoderOptions {
   // input_dim: features per frame F; blocks: the stack (its input_dim is the model width D; its
   // position is set from this struct's).
@@ -177,10 +176,6 @@ struct ConformerEncoderOptions {
   // A transducer head (models/transducer.h: NeMo's RNN-T and TDT); its vocabulary must be
   // vocab_size and its encoder_dim the model width D.
   TORCH_ARG(std::optional<TransducerOptions>, transducer) = std::nullopt;
-  // Every frame attends only frames attention_left before to attention_right after it
-  // (context_attention_mask; -1: unlimited), always, on top of any chunk mask.
-  TORCH_ARG(int64_t, attention_left) = -1;
-  TORCH_ARG(int64_t, attention_right) = -1;
 };
 
 class ConformerEncoderImpl : public torch::nn::Cloneable<ConformerEncoderImpl> {

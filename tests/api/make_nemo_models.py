@@ -16,7 +16,11 @@ made to read what varies between frames (sensitive_head), so that the tokens fol
             here by NeMo's create_spt_model.
   ctc_char  EncDecCTCModel (a character vocabulary in the config, no tokenizer files), with the
             other choices: 64 bins normalised over all features, striding x4, no xscaling, biases
-            tied across layers, LayerNorm in the convolution module, kernel 5.
+            tied across layers, LayerNorm in the convolution module, kernel 5, attention limited
+            to 12 frames before and 3 after (att_context_size [12, 3]).
+  local_ctc_bpe
+            ctc_bpe with NeMo's local attention (rel_pos_local_attn, Longformer's sliding window)
+            of 5 frames on each side.
   rnnt_bpe, tdt_bpe
             EncDecRNNTBPEModel, RNN-T and TDT (durations 0-4, two LSTM layers; as Parakeet 0.6B,
             no biases in the blocks and no xscaling), their joints made sensitive
@@ -529,7 +533,8 @@ def main():
             "ctc_char": (EncDecCTCModel, "ctc", model_config(
                 64, "all_features",
                 {"subsampling": "striding", "subsampling_factor": 4, "xscaling": False,
-                 "untie_biases": False, "conv_norm_type": "layer_norm", "conv_kernel_size": 5},
+                 "untie_biases": False, "conv_norm_type": "layer_norm", "conv_kernel_size": 5,
+                 "att_context_size": [12, 3]},
                 vocabulary=characters)),
             "rnnt_bpe": (EncDecRNNTBPEModel, "rnnt", transducer_config(80, tokenizer)),
             "tdt_bpe": (EncDecRNNTBPEModel, "tdt", transducer_config(
@@ -539,6 +544,10 @@ def main():
                            transducer_config(80, tokenizer, hybrid=True)),
             "hybrid_tdt_bpe": (EncDecHybridRNNTCTCBPEModel, "hybrid", transducer_config(
                 80, tokenizer, durations=[0, 1, 2, 3, 4], hybrid=True)),
+            "local_ctc_bpe": (EncDecCTCModelBPE, "ctc", model_config(
+                80, "per_feature",
+                {"self_attention_model": "rel_pos_local_attn", "att_context_size": [5, 5]},
+                tokenizer)),
             "streaming_hybrid_bpe": (EncDecHybridRNNTCTCBPEModel, "hybrid", streaming_config(
                 transducer_config(80, tokenizer, hybrid=True, encoder_changes={
                     "causal_downsampling": True, "att_context_style": "chunked_limited",

@@ -43,7 +43,7 @@ std::string nemo(const std::string& model) { return kDir + "/" + model + ".nemo"
 std::string wav(const std::string& name) { return kDir + "/waves/" + name + ".wav"; }
 
 TEST(NemoFile, FeaturesEncoderAndCtcAreNemos) {
-  ASSERT_EQ(reference()["models"].size(), 7u);
+  ASSERT_EQ(reference()["models"].size(), 8u);
   for (const auto& [model, expected] : reference()["models"].items()) {
     SCOPED_TRACE(model);
     const SpeechEncoder encoder(nemo(model));
@@ -407,14 +407,18 @@ TEST(NemoFile, RefusesWhatItDoesNotRunNamingTheKey) {
        "target: nemo.collections.tts.models.FastPitchModel", "FastPitchModel' is not a model"},
       {"local_attention", "self_attention_model: rel_pos",
        "self_attention_model: rel_pos_local_attn",
-       "encoder.self_attention_model: 'rel_pos_local_attn' is not supported"},
+       "encoder.att_context_size: rel_pos_local_attn needs a window [w, w] with w > 0"},
+      {"unknown_attention", "self_attention_model: rel_pos", "self_attention_model: abs_pos",
+       "encoder.self_attention_model: 'abs_pos' is not supported (rel_pos, rel_pos_local_attn)"},
       {"bad_context", "att_context_size:\n  - -1\n  - -1", "att_context_size:\n  - 70\n  - -3",
        "encoder.att_context_size: must be [left, right], each -1 (unlimited) or a number"},
       {"chunked_with_rc", "att_context_style: regular",
        "att_context_style: chunked_limited_with_rc",
        "encoder.att_context_style: 'chunked_limited_with_rc' is not supported"},
       {"vggnet", "subsampling: dw_striding", "subsampling: vggnet",
-       "encoder.subsampling: 'vggnet' with subsampling_factor 8 is not supported"},
+       "encoder.subsampling: 'vggnet' is not supported: NeMo 3.0.0 itself cannot run it"},
+      {"stacking", "subsampling: dw_striding", "subsampling: stacking",
+       "encoder.subsampling: 'stacking' with subsampling_factor 8 is not supported"},
       {"unknown_key", "xscaling: true", "xscaling: true\n  quantum_heads: 3",
        "encoder.quantum_heads: is an option attnzoo does not implement"},
       {"group_norm", "conv_norm_type: batch_norm", "conv_norm_type: group_norm4",

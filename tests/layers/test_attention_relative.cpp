@@ -146,6 +146,61 @@ TEST(RelativeAttention, GradientsOfEveryInputMatchAutogradThroughTheMaterialised
   }
 }
 
+// A window computes only the keys in reach, strip by strip: the same output and gradients as the
+// materialised path given the band as a mask, under every mask case, with and without a cache.
+TEST(RelativeAttention, WindowEqualsTheBandMaskForwardAndBackward) {
+  torch::manual_seed(4);
+  const int64_t b = 2, h = 2, e = 4;
+  for (const auto layout : {RelativeLayout::kShifted, RelativeLayout::kKeyPositions}) {
+    for (const auto& [l, s] : {std::pair<int64_t, int64_t>{13, 13}, {5, 12}}) {
+      for (const auto& [left, right] :
+           {std::pair<int64_t, int64_t>{2, 2}, {3, 0}, {0, 1}, {-1, 1}, {4, -1}, {20, 20}}) {
+        for (const auto& [name, mask] : all_mask_cases(b, h, l, s, torch::kDouble)) {
+          for (const int64_t rows : {1, 3, 0}) {
+            SCOPED_TRACE(std::string(name_of(layout)) + " L=" + std::to_string(l) +
+                         " S=" + std::to_string(s) + " window " + std::to_string(left) + "," +
+                         std::to_string(right) + " " + name + " rows=" + std::to_string(rows));
+            auto windowed = random_problem(b, h, l, s, e, layout, true);
+            windowed.mask = mask;
+            windowed.strip_rows = rows;
+            windowed.window_left = left;
+            windowed.window_right = right;
+            auto banded = windowed;
+            banded.window_left = banded.window_right = -1;
+            const auto band = band_attention_mask(l, s, left, right);
+            banded.mask.attn_mask(mask.attn_mask().defined() ? mask.attn_mask().logical_or(band)
+                                                             : band);
+            const auto d_out = torch::randn({b, h, l, e + 1}, torch::kDouble);
+            std::vector<torch::Tensor> outs, grads[2];
+            for (int path = 0; path < 2; ++path) {
+              auto p = path == 0 ? windowed : banded;
+              std::vector<torch::Tensor> inputs;
+              for (auto* t :
+                   {&p.query, &p.key, &p.value, &p.positions, &p.content_bias, &p.position_bias}) {
+                *t = t->detach().requires_grad_();
+                inputs.push_back(*t);
+              }
+              const auto out = path == 0 ? relative_position_attention(p) : materialised(p);
+              outs.push_back(out.detach());
+              grads[path] = torch::autograd::grad({out}, inputs, {d_out});
+            }
+            ASSERT_FALSE(torch::isnan(outs[0]).any().item<bool>());
+            EXPECT_LE(max_abs_diff(outs[0], outs[1]), 1e-12);
+            {
+              torch::NoGradGuard inference;  // the inference path too
+              EXPECT_LE(max_abs_diff(relative_position_attention(windowed), outs[1]), 1e-12);
+            }
+            const char* names[] = {"query", "key", "value", "positions", "u", "v"};
+            for (size_t i = 0; i < grads[0].size(); ++i) {
+              EXPECT_LE(max_abs_diff(grads[0][i], grads[1][i]), 1e-10) << names[i];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(RelativeAttention, DropoutRedrawsTheSameMasksInTheBackward) {
   // With the default generator reseeded before each call, the output is a fixed function of the
   // inputs; its analytic gradient must match central differences of that function.
@@ -252,6 +307,21 @@ TEST(RelativeAttention, PeakMemoryIsLinearInTheLength) {
     }
   }
   EXPECT_LE(static_cast<double>(peaks[1]) / static_cast<double>(peaks[0]), 2.6)
+      << peaks[0] << " then " << peaks[1];
+}
+
+TEST(RelativeAttention, AWindowKeepsThePeakLinear) {
+  // With a window of 64 on each side a strip holds its keys in reach, not all T: doubling T at
+  // most doubles the peak (plus the strips' fixed part), and T = 8192 stays far below what one
+  // strip of the unwindowed path holds over all keys.
+  torch::manual_seed(8);
+  std::vector<int64_t> peaks;
+  for (const int64_t t : {4096, 8192}) {
+    auto p = random_problem(1, 2, t, t, 16, RelativeLayout::kShifted, true, torch::kFloat);
+    p.window_left = p.window_right = 64;
+    peaks.push_back(peak_bytes(p, /*backward=*/true));
+  }
+  EXPECT_LE(static_cast<double>(peaks[1]) / static_cast<double>(peaks[0]), 2.3)
       << peaks[0] << " then " << peaks[1];
 }
 

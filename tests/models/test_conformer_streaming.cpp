@@ -194,9 +194,9 @@ TEST(ConformerEncoder, StreamLeadCoversTheFramesThatReadAChunksPadding) {
   }
 }
 
-TEST(ContextAttentionMask, LimitsEachFrameToItsNeighbours) {
+TEST(BandAttentionMask, LimitsEachFrameToItsNeighbours) {
   // Frame i sees i − 2 ... i + 1 (NeMo's _create_masks for att_context_size [2, 1], regular).
-  const auto allowed = context_attention_mask(5, 2, 1).logical_not().to(torch::kInt);
+  const auto allowed = band_attention_mask(5, 5, 2, 1).logical_not().to(torch::kInt);
   const auto expected = torch::tensor({1, 1, 0, 0, 0,  //
                                        1, 1, 1, 0, 0,  //
                                        1, 1, 1, 1, 0,  //
@@ -205,36 +205,55 @@ TEST(ContextAttentionMask, LimitsEachFrameToItsNeighbours) {
                                       torch::kInt)
                             .view({5, 5});
   EXPECT_TRUE(torch::equal(allowed, expected)) << allowed;
-  const auto left_only = context_attention_mask(4, 1, -1).logical_not().to(torch::kInt);
+  const auto left_only = band_attention_mask(4, 4, 1, -1).logical_not().to(torch::kInt);
   EXPECT_TRUE(torch::equal(
       left_only,
       torch::tensor({1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 0, 0, 1, 1}, torch::kInt).view({4, 4})))
       << left_only;
-  EXPECT_FALSE(context_attention_mask(5, -1, -1).defined());
+  // Two queries after three cached keys: they sit at key positions 3 and 4.
+  const auto cached = band_attention_mask(2, 5, 1, 0).logical_not().to(torch::kInt);
+  EXPECT_TRUE(
+      torch::equal(cached, torch::tensor({0, 0, 1, 1, 0, 0, 0, 0, 1, 1}, torch::kInt).view({2, 5})))
+      << cached;
+  EXPECT_FALSE(band_attention_mask(5, 5, -1, -1).defined());
 }
 
 TEST(ConformerEncoder, LimitedAttentionContextMasksEveryForward) {
-  auto options =
-      ConformerEncoderOptions(
-          kFeatures, ConformerOptions(16, 4, 24, 2, 5).causal_conv(true).attention_backend("math"))
-          .subsampling(Subsampling::kConv2d4)
-          .position(ConformerPosition::kRelPos);
+  auto blocks = ConformerOptions(16, 4, 24, 2, 5).causal_conv(true).attention_backend("math");
+  const auto options = [&](const ConformerOptions& b) {
+    return ConformerEncoderOptions(kFeatures, b)
+        .subsampling(Subsampling::kConv2d4)
+        .position(ConformerPosition::kRelPos);
+  };
   torch::manual_seed(3);
-  ConformerEncoder full(options);
+  ConformerEncoder full(options(blocks));
   torch::manual_seed(3);  // the same weights
-  ConformerEncoder limited(options.attention_left(3).attention_right(1));
+  ConformerEncoder limited(options(ConformerOptions(blocks).attention_left(3).attention_right(1)));
+  torch::manual_seed(3);  // and on the CPU's strips, which compute only the keys in reach
+  ConformerEncoder strips(options(
+      ConformerOptions(blocks).attention_left(3).attention_right(1).attention_backend("auto")));
   full->eval();
   limited->eval();
+  strips->eval();
   torch::NoGradGuard no_grad;
-  const auto features = torch::randn({1, 80, kFeatures});
+  const auto features = torch::randn({2, 80, kFeatures});
+  const auto lengths = torch::tensor({80, 61});
   const int64_t frames = full->embed->output_length(80);
   // The context is a mask like any other: the same as passing it to the blocks by hand.
-  auto x = std::get<0>(full->embed(features, torch::Tensor{})) * 4.0;  // x·√16
-  const auto by_hand =
-      std::get<0>(full->conformer(x, torch::Tensor{}, context_attention_mask(frames, 3, 1)));
-  const auto masked = std::get<0>(limited->forward(features));
-  EXPECT_LE(max_abs_diff(masked, full->after_norm(by_hand)), 1e-5);
-  EXPECT_GT(max_abs_diff(masked, std::get<0>(full->forward(features))), 1e-3);
+  const auto [embedded, embedded_lengths] = full->embed(features, lengths);
+  const auto by_hand = full->after_norm(std::get<0>(full->conformer(
+      embedded * 4.0, embedded_lengths, band_attention_mask(frames, frames, 3, 1))));  // x·√16
+  const auto [masked, masked_lengths] = limited->forward(features, lengths);
+  const auto [stripped, stripped_lengths] = strips->forward(features, lengths);
+  const auto valid = [&](const torch::Tensor& y, int64_t b, int64_t n) {
+    return y.select(0, b).narrow(0, 0, n);
+  };
+  for (int64_t b = 0; b < 2; ++b) {
+    const int64_t n = masked_lengths[b].item<int64_t>();
+    EXPECT_LE(max_abs_diff(valid(masked, b, n), valid(by_hand, b, n)), 1e-5);
+    EXPECT_LE(max_abs_diff(valid(stripped, b, n), valid(by_hand, b, n)), 1e-5);
+  }
+  EXPECT_GT(max_abs_diff(masked, std::get<0>(full->forward(features, lengths))), 1e-3);
   EXPECT_THAT(error_of([&] { ConformerStream(limited, 4); }),
               HasSubstr("a limited attention context (attention_left/right) does not stream"));
 }
