@@ -214,9 +214,10 @@ DecodingConfig read_decoding(MapReader& root, const std::string& source, const S
   d.units_format =
       section.enumeration("units_format", d.units_format,
                           {decoding::UnitsFormat::kWenet, decoding::UnitsFormat::kEspnet});
-  d.text = section.enumeration("text", d.text,
-                               {decoding::TextJoin::kCharacters, decoding::TextJoin::kWords,
-                                decoding::TextJoin::kSentencePiece});
+  d.text =
+      section.enumeration("text", d.text,
+                          {decoding::TextJoin::kCharacters, decoding::TextJoin::kWords,
+                           decoding::TextJoin::kSentencePiece, decoding::TextJoin::kWordPiece});
   if (section.has("sentencepiece_model")) {
     if (d.text != decoding::TextJoin::kSentencePiece) {
       section.fail("sentencepiece_model", "a SentencePiece model goes with text: sentencepiece");

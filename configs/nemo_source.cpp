@@ -569,6 +569,37 @@ std::vector<std::string> ctc_vocabulary(const detail::SourceYaml& c, const std::
   return vocabulary;
 }
 
+constexpr uint64_t kMaxVocabularyBytes = 16 << 20;
+
+// A wpe model's tokens in id order: its vocab.txt, a token per line (line i is id i, as BERT's
+// tokenizer reads it). NeMo writes the heads' vocabulary in the order of the tokenizer's dict,
+// which need not be the ids'; it must hold the same tokens.
+std::vector<std::string> wordpiece_vocabulary(const detail::SourceYaml& c, const NemoFiles& files,
+                                              const std::string& vocabulary_key,
+                                              const std::vector<std::string>& heads) {
+  const std::string key = "tokenizer.vocab_path";
+  const auto path = artifact(c, files, key);
+  const auto text = io::read_file_or_entry(path, kMaxVocabularyBytes, "vocab.txt");
+  std::vector<std::string> tokens;
+  for (size_t at = 0; at < text.size();) {
+    const auto end = text.find('\n', at);
+    tokens.push_back(text.substr(at, end == std::string::npos ? std::string::npos : end - at));
+    at = end == std::string::npos ? text.size() : end + 1;
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i].empty() || tokens[i].find_first_of(" \t\r\n") != std::string::npos) {
+      c.fail(key, path + " line " + std::to_string(i + 1) + " is empty or holds white space");
+    }
+  }
+  if (std::multiset<std::string>(tokens.begin(), tokens.end()) !=
+      std::multiset<std::string>(heads.begin(), heads.end())) {
+    c.fail(vocabulary_key, "does not hold the " + std::to_string(tokens.size()) +
+                               " tokens of tokenizer.vocab_path (" + std::to_string(heads.size()) +
+                               " tokens)");
+  }
+  return tokens;
+}
+
 YAML::Node decoding(const detail::SourceYaml& c, const NemoFiles& files, ModelKind kind,
                     const std::string& vocabulary_key, std::vector<std::string> vocabulary) {
   YAML::Node out;
@@ -583,11 +614,17 @@ YAML::Node decoding(const detail::SourceYaml& c, const NemoFiles& files, ModelKi
     out["text"] = "characters";
   } else {
     const auto type = c.text("tokenizer.type", "");
-    if (type != "bpe") {
-      c.fail("tokenizer.type", "'" + type + "' is not supported (bpe: a SentencePiece model)");
+    if (type == "wpe") {
+      out["text"] = "wordpiece";
+      vocabulary = wordpiece_vocabulary(c, files, vocabulary_key, vocabulary);
+    } else if (type == "bpe") {
+      out["text"] = "sentencepiece";
+      out["sentencepiece_model"] = artifact(c, files, "tokenizer.model_path");
+    } else {
+      c.fail("tokenizer.type", "'" + type +
+                                   "' is not supported (bpe: a SentencePiece model, wpe: BERT's "
+                                   "WordPiece)");
     }
-    out["text"] = "sentencepiece";
-    out["sentencepiece_model"] = artifact(c, files, "tokenizer.model_path");
   }
   for (const auto& token : vocabulary) {
     if (token == "<blank>") c.fail(vocabulary_key, "holds '<blank>', NeMo's added class");

@@ -2,6 +2,8 @@
 
 #include <attnzoo/decoding/text_scan.h>
 
+#include <cctype>
+
 #include <utility>
 
 namespace attnzoo::decoding {
@@ -46,6 +48,26 @@ std::vector<int64_t> Tokenizer::encode(std::string_view text, const std::string&
     }
     return ids;
   }
+  if (join_ == TextJoin::kWordPiece) {
+    // Words end at white space; each ASCII punctuation mark is a word of its own.
+    size_t i = 0;
+    while (i < text.size()) {
+      if (is_white(text[i])) {
+        ++i;
+        continue;
+      }
+      size_t end = i + 1;
+      if (!std::ispunct(static_cast<unsigned char>(text[i]))) {
+        while (end < text.size() && !is_white(text[end]) &&
+               !std::ispunct(static_cast<unsigned char>(text[end]))) {
+          ++end;
+        }
+      }
+      for (const auto id : encode_wordpiece(text.substr(i, end - i), where)) ids.push_back(id);
+      i = end;
+    }
+    return ids;
+  }
   size_t i = 0;
   while (i < text.size()) {
     if (is_white(text[i])) {
@@ -65,9 +87,42 @@ std::vector<int64_t> Tokenizer::encode(std::string_view text, const std::string&
   return ids;
 }
 
+std::vector<int64_t> Tokenizer::encode_wordpiece(std::string_view word,
+                                                 const std::string& where) const {
+  constexpr size_t kMaxWordBytes = 100;  // BERT's max_input_chars_per_word
+  const int64_t unk = units_.id("[UNK]");
+  const auto unknown = [&]() -> std::vector<int64_t> {
+    if (unk >= 0) return {unk};
+    throw DecodingError((where.empty() ? std::string() : where + ": ") + "'" + std::string(word) +
+                        "' is not made of tokens of " + units_.source() + ", which has no [UNK]");
+  };
+  if (word.size() > kMaxWordBytes) return unknown();
+  std::vector<int64_t> ids;
+  for (size_t start = 0; start < word.size();) {
+    int64_t found = -1;
+    size_t end = word.size();
+    for (; end > start; --end) {
+      // Whole UTF-8 characters only.
+      if (end < word.size() && (static_cast<unsigned char>(word[end]) & 0xC0) == 0x80) continue;
+      const auto piece = (start > 0 ? std::string("##") : std::string()) +
+                         std::string(word.substr(start, end - start));
+      const int64_t id = units_.id(piece);
+      if (id >= 0 && id != units_.blank_id() && id != units_.sos_eos_id()) {
+        found = id;
+        break;
+      }
+    }
+    if (found < 0) return unknown();
+    ids.push_back(found);
+    start = end;
+  }
+  return ids;
+}
+
 std::string Tokenizer::token_text(int64_t id) const {
   const auto& token = units_.token(id);
   if (id == space_id_) return " ";
+  if (join_ == TextJoin::kWordPiece) return wordpiece_token_text(token, /*first=*/false);
   if (join_ != TextJoin::kSentencePiece) return token;
   // Every "▁" a space, the leading one included: it marks where a word starts.
   std::string text;

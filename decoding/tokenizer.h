@@ -8,13 +8,18 @@
 //   kWords         each white-space-separated word is a token.
 //   kSentencePiece the model's pieces (SentencePieceModel::encode_pieces); a table alone cannot
 //                  cut text into pieces, so encoding without the model is a DecodingError.
+//   kWordPiece     BERT's WordPiece on the table: the text split at white space and around each
+//                  ASCII punctuation mark, each word the longest tokens of the table from its
+//                  start, the ones after the first as "##" continuations; a word no tokens cover,
+//                  or longer than 100 bytes, is [UNK] (BERT's rule, without its lowercasing and
+//                  accent stripping: the table's case is the text's).
 // White space at either end is dropped. A character, word or piece the table does not hold
 // becomes <unk> when the table has one, else a DecodingError naming it and where the text came
 // from; so do <blank> and <sos/eos> written in the text, which are no text's tokens.
 //
-// decode (ids -> text): kWords and kSentencePiece as Units::text (with the model, its own
-// decoding of the pieces); kCharacters concatenates and turns "▁" and "<space>" back into
-// spaces.
+// decode (ids -> text): kWords, kSentencePiece and kWordPiece as Units::text (with a SentencePiece
+// model, its own decoding of the pieces); kCharacters concatenates and turns "▁" and "<space>"
+// back into spaces.
 #pragma once
 
 #include <attnzoo/decoding/sentencepiece_model.h>
@@ -38,7 +43,9 @@ class Tokenizer {
   std::string decode(const std::vector<int64_t>& ids) const;
   // Each id's own text, for per-token results: its token; a space token as " "; a SentencePiece
   // piece with each "▁" as a space (" hello" starts a word), so that the texts of a sequence's
-  // tokens, concatenated and trimmed, are its text as join_sentencepiece_pieces gives it.
+  // tokens, concatenated and trimmed, are its text as join_sentencepiece_pieces gives it; a
+  // WordPiece token as it follows another (wordpiece_token_text: " hello", "##ing" -> "ing", "."),
+  // which is the text's but for a first token that is a continuation (the text keeps its "##").
   std::string token_text(int64_t id) const;
 
   const Units& units() const { return units_; }
@@ -46,6 +53,8 @@ class Tokenizer {
 
  private:
   int64_t id_of(const std::string& token, const std::string& where) const;
+  // One word's WordPiece tokens (kWordPiece).
+  std::vector<int64_t> encode_wordpiece(std::string_view word, const std::string& where) const;
 
   Units units_;
   TextJoin join_;

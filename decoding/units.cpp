@@ -256,6 +256,8 @@ const char* to_string(TextJoin join) {
       return "words";
     case TextJoin::kSentencePiece:
       return "sentencepiece";
+    case TextJoin::kWordPiece:
+      return "wordpiece";
   }
   return "?";
 }
@@ -309,9 +311,49 @@ std::string join_sentencepiece_pieces(const std::vector<std::string>& pieces) {
   return text;
 }
 
+std::string wordpiece_token_text(std::string_view token, bool first) {
+  std::string text;
+  if (first) {
+    text = token;
+  } else if (token.substr(0, 2) == "##") {
+    text = token.substr(2);
+  } else {
+    text = " " + std::string(token);
+  }
+  // The clean-up of Hugging Face's WordPiece decoder, on each token's text in its order.
+  for (const auto& [from, to] : {std::pair<std::string_view, std::string_view>{" .", "."},
+                                 {" ?", "?"},
+                                 {" !", "!"},
+                                 {" ,", ","},
+                                 {" ' ", "'"},
+                                 {" n't", "n't"},
+                                 {" 'm", "'m"},
+                                 {" do not", " don't"},
+                                 {" 's", "'s"},
+                                 {" 've", "'ve"},
+                                 {" 're", "'re"}}) {
+    std::string out;
+    size_t at = 0;
+    for (size_t hit; (hit = text.find(from, at)) != std::string::npos; at = hit + from.size()) {
+      out.append(text, at, hit - at);
+      out.append(to);
+    }
+    out.append(text, at, std::string::npos);
+    text = std::move(out);
+  }
+  return text;
+}
+
+std::string join_wordpiece_pieces(const std::vector<std::string>& pieces) {
+  std::string text;
+  for (size_t i = 0; i < pieces.size(); ++i) text += wordpiece_token_text(pieces[i], i == 0);
+  return text;
+}
+
 std::string Units::text(const std::vector<int64_t>& ids, TextJoin join) const {
   const auto tokens = pieces(ids);
   if (join == TextJoin::kSentencePiece) return join_sentencepiece_pieces(tokens);
+  if (join == TextJoin::kWordPiece) return join_wordpiece_pieces(tokens);
   std::string text;
   for (const auto& token : tokens) {
     if (join == TextJoin::kWords && !text.empty()) text += ' ';

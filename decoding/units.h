@@ -16,7 +16,11 @@
 // concatenated (TextJoin::kCharacters: Chinese characters, letters), separated by one space
 // (TextJoin::kWords: a table of whole words), or as SentencePiece joins pieces without its model
 // (TextJoin::kSentencePiece): "▁" becomes a space, and the leading "▁" of each piece is dropped
-// while nothing has been written yet (SentencePiece's decode with its default add_dummy_prefix).
+// while nothing has been written yet (SentencePiece's decode with its default add_dummy_prefix),
+// or as BERT's WordPiece (TextJoin::kWordPiece: NeMo's `wpe` tokenizers) as NeMo's ASR decoding
+// joins them (Hugging Face's WordPiece decoder): each token after the first with a space before
+// it, or without its "##" (a continuation of the word before), then that decoder's clean-up of
+// each token's text (" ." -> ".", " ," -> ",", " 's" -> "'s", ...); BERT's special tokens stay.
 // Byte-fallback pieces (<0x41>) need the model itself (decoding/sentencepiece_model.h). The other
 // direction, text to ids, is decoding/tokenizer.h.
 #pragma once
@@ -34,8 +38,9 @@ namespace attnzoo::decoding {
 inline constexpr int64_t kMaxUnitsFileBytes = 16 << 20;
 inline constexpr int64_t kMaxUnitsLineBytes = 1024;
 
-// How a table's tokens make text: "characters", "words", "sentencepiece" in a model's YAML.
-enum class TextJoin { kCharacters, kWords, kSentencePiece };
+// How a table's tokens make text: "characters", "words", "sentencepiece", "wordpiece" in a
+// model's YAML.
+enum class TextJoin { kCharacters, kWords, kSentencePiece, kWordPiece };
 const char* to_string(TextJoin join);
 
 // The file layout of a table: "wenet" (TOKEN ID lines) or "espnet" (one token per line).
@@ -81,5 +86,11 @@ class Units {
 
 // SentencePiece's join of pieces (TextJoin::kSentencePiece above), on its own.
 std::string join_sentencepiece_pieces(const std::vector<std::string>& pieces);
+
+// WordPiece's (TextJoin::kWordPiece above), on its own.
+std::string join_wordpiece_pieces(const std::vector<std::string>& pieces);
+// One WordPiece token's text in that join: the first as it is, a later one with its space or
+// without its "##", cleaned up.
+std::string wordpiece_token_text(std::string_view token, bool first);
 
 }  // namespace attnzoo::decoding

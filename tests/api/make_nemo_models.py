@@ -18,6 +18,9 @@ made to read what varies between frames (sensitive_head), so that the tokens fol
             other choices: 64 bins normalised over all features, striding x4, no xscaling, biases
             tied across layers, LayerNorm in the convolution module, kernel 5, attention limited
             to 12 frames before and 3 after (att_context_size [12, 3]).
+  ctc_wpe   EncDecCTCModelBPE with a WordPiece tokenizer (tokenizer.type wpe: a vocab.txt of
+            BERT's special tokens, letters, "##" letters and a few words; NeMo's Hugging Face
+            BertTokenizer read from a local folder instead of the hub), dw_striding x4.
   local_ctc_bpe
             ctc_bpe with NeMo's local attention (rel_pos_local_attn, Longformer's sliding window)
             of 5 frames on each side.
@@ -49,7 +52,8 @@ Writes into OUT_DIR:
                           frames, durations, score, text) and, for the offline hybrids, every
                           hypothesis of NeMo's transducer beam search; for the streaming model, NeMo's
                           cache-aware streaming: its feature and encoder frames per step, the
-                          tokens of its streaming greedy search, and ".../streamed" [T', D]
+                          tokens of its streaming greedy search, and ".../streamed" [T', D];
+                          for ctc_wpe, NeMo's WordPiece text -> ids -> text on a few texts
 
 Runs offline on the CPU: nothing is downloaded.
 """
@@ -196,6 +200,59 @@ def streaming_config(cfg):
     recipes)."""
     cfg["preprocessor"]["normalize"] = "NA"
     return cfg
+
+
+WORDPIECE_WORDS = ["the", "sea", "she", "box", "five", "over", "speech", "seven", "quick",
+                   "##ing", "##er", "##ed", "'", ".", ","]
+
+
+def make_wordpiece(work):
+    """A WordPiece vocabulary (BERT's special tokens, letters, their "##" continuations and a few
+    words), and a local folder that stands in for the Hugging Face tokenizer NeMo names for wpe
+    models ('bert-base-cased', which would be downloaded): BertTokenizer with its default
+    settings, cased as bert-base-cased."""
+    folder = work / "wordpiece"
+    folder.mkdir()
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    vocab = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + letters + ["##" + c for c in letters]
+             + WORDPIECE_WORDS)
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "BertTokenizer", "do_lower_case": False}))
+    return folder
+
+
+def local_wordpiece(folder):
+    """NeMo builds a wpe tokenizer as AutoTokenizer('bert-base-cased', vocab_file=...): point it
+    at `folder` instead, offline."""
+    from nemo.collections.asr.parts.mixins import mixins
+
+    original = mixins.tokenizers.AutoTokenizer
+
+    def auto_tokenizer(pretrained_model_name, **kwargs):
+        if pretrained_model_name == "bert-base-cased":
+            pretrained_model_name = str(folder)
+        return original(pretrained_model_name=pretrained_model_name, **kwargs)
+
+    mixins.tokenizers.AutoTokenizer = auto_tokenizer
+
+
+def wordpiece_reference(model):
+    """NeMo's wpe tokenizer: texts with words it has, words it cuts into pieces, punctuation and
+    a character it cannot cover, cut into ids (text_to_ids); and token sequences joined into text
+    as NeMo's ASR decoding joins them (tokens_to_text of ids_to_tokens: BERT's special tokens
+    kept, a leading continuation, punctuation)."""
+    tokenizer = model.tokenizer
+    texts = ["the quick fox", "she sells sea shells.", "speeches, boxes'", "seven \u20ac five",
+             "over the sea! quick?", "don't stop"]
+    joins = [["##h", "e", "[MASK]", "##m", ",", "x", "'", "s", "[PAD]"],
+             ["the", "sea", ".", "s", "##h", "##e", "'", "s", "##ed", "[SEP]", "[UNK]", "a"],
+             [".", "quick", "##er", "?", "!", "##s"]]
+    return {
+        "texts": [{"text": text, "ids": [int(i) for i in tokenizer.text_to_ids(text)]}
+                  for text in texts],
+        "joins": [{"tokens": tokens, "text": tokenizer.tokens_to_text(tokens)} for tokens in joins],
+    }
 
 
 def make_tokenizer(work):
@@ -528,6 +585,10 @@ def main():
                                 "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer = make_tokenizer(Path(tmp))
+        wordpiece = make_wordpiece(Path(tmp))
+        local_wordpiece(wordpiece)
+        wpe_config = model_config(80, "per_feature", {"subsampling_factor": 4}, wordpiece)
+        wpe_config["tokenizer"]["type"] = "wpe"
         models = {
             "ctc_bpe": (EncDecCTCModelBPE, "ctc", model_config(80, "per_feature", {}, tokenizer)),
             "ctc_char": (EncDecCTCModel, "ctc", model_config(
@@ -544,6 +605,7 @@ def main():
                            transducer_config(80, tokenizer, hybrid=True)),
             "hybrid_tdt_bpe": (EncDecHybridRNNTCTCBPEModel, "hybrid", transducer_config(
                 80, tokenizer, durations=[0, 1, 2, 3, 4], hybrid=True)),
+            "ctc_wpe": (EncDecCTCModelBPE, "ctc", wpe_config),
             "local_ctc_bpe": (EncDecCTCModelBPE, "ctc", model_config(
                 80, "per_feature",
                 {"self_attention_model": "rel_pos_local_attn", "att_context_size": [5, 5]},
@@ -580,6 +642,8 @@ def main():
                 "kind": kind,
                 "waves": results,
             }
+            if name == "ctc_wpe":
+                summary["models"][name]["wordpiece"] = wordpiece_reference(restored)
             print(f"{name}: {sum(p.numel() for p in model.parameters())} parameters; "
                   + "; ".join(f"{w}: {r['frames']} frames, "
                               + ", ".join(f"{head} {r[head]['text'][:50]!r}"

@@ -21,6 +21,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -43,7 +44,7 @@ std::string nemo(const std::string& model) { return kDir + "/" + model + ".nemo"
 std::string wav(const std::string& name) { return kDir + "/waves/" + name + ".wav"; }
 
 TEST(NemoFile, FeaturesEncoderAndCtcAreNemos) {
-  ASSERT_EQ(reference()["models"].size(), 8u);
+  ASSERT_EQ(reference()["models"].size(), 9u);
   for (const auto& [model, expected] : reference()["models"].items()) {
     SCOPED_TRACE(model);
     const SpeechEncoder encoder(nemo(model));
@@ -390,6 +391,45 @@ TEST(NemoFile, CacheAwareStreamingIsNemosChunkByChunk) {
                         "by the chunk (right + 1 = 7), got 15"));
 }
 
+// A wpe model's WordPiece tokens: text cut into NeMo's ids, and tokens joined into NeMo's text (its
+// ASR decoding's join, BERT's special tokens kept). The greedy transcripts are checked with the
+// other CTC models'.
+TEST(NemoFile, WordPieceTokensAreNemos) {
+  const auto& expected = reference()["models"]["ctc_wpe"]["wordpiece"];
+  const SpeechRecognizer recognizer(nemo("ctc_wpe"));
+  EXPECT_EQ(recognizer.config().decoding.text, decoding::TextJoin::kWordPiece);
+  const auto& tokenizer = recognizer.tokenizer();
+  int64_t unknown = 0, continued = 0;
+  for (const auto& item : expected["texts"]) {
+    const auto text = item["text"].get<std::string>();
+    SCOPED_TRACE(text);
+    const auto ids = item["ids"].get<std::vector<int64_t>>();
+    EXPECT_EQ(tokenizer.encode(text), ids);
+    for (const auto id : ids) {
+      const auto& token = tokenizer.units().token(id);
+      unknown += token == "[UNK]";
+      continued += token.rfind("##", 0) == 0;
+    }
+  }
+  EXPECT_GE(unknown, 2);
+  EXPECT_GE(continued, 6);
+  for (const auto& item : expected["joins"]) {
+    const auto tokens = item["tokens"].get<std::vector<std::string>>();
+    const auto text = item["text"].get<std::string>();
+    SCOPED_TRACE(text);
+    EXPECT_EQ(decoding::join_wordpiece_pieces(tokens), text);
+    std::vector<int64_t> ids;
+    for (const auto& token : tokens) ids.push_back(tokenizer.units().id(token));
+    if (std::find(ids.begin(), ids.end(), -1) != ids.end()) continue;  // not all in the table
+    EXPECT_EQ(tokenizer.decode(ids), text);
+    // Each token's text as it follows another: the text, but for a first continuation's "##".
+    std::string joined;
+    for (const auto id : ids) joined += tokenizer.token_text(id);
+    const bool leading_continuation = tokens.front().rfind("##", 0) == 0;
+    EXPECT_EQ(leading_continuation ? "##" + joined : joined.substr(joined.front() == ' '), text);
+  }
+}
+
 TEST(NemoFile, RefusesWhatItDoesNotRunNamingTheKey) {
   const struct {
     const char* label;
@@ -423,7 +463,7 @@ TEST(NemoFile, RefusesWhatItDoesNotRunNamingTheKey) {
        "encoder.quantum_heads: is an option attnzoo does not implement"},
       {"group_norm", "conv_norm_type: batch_norm", "conv_norm_type: group_norm4",
        "encoder.conv_norm_type: 'group_norm4' is not supported"},
-      {"wpe", "type: bpe", "type: wpe", "tokenizer.type: 'wpe' is not supported"},
+      {"tokenizer_type", "type: bpe", "type: agg", "tokenizer.type: 'agg' is not supported"},
       {"n_fft", "n_fft: 512", "n_fft: 256",
        "preprocessor.n_fft: 256 is shorter than the window of 400 samples"},
       {"resolver", "sample_rate: 16000\ntrain_ds", "sample_rate: ${oc.env:RATE}\ntrain_ds",

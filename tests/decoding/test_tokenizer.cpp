@@ -155,6 +155,29 @@ TEST(Tokenizer, UnknownTokens) {
   EXPECT_EQ(with_unk.decode({2, 1, 0, 3, 4}), "the <unk> fox");
 }
 
+TEST(Tokenizer, WordPieceTakesTheLongestTokensOfEachWord) {
+  // BERT's rule: the longest token from each word's start, the rest as "##" continuations; each
+  // ASCII punctuation mark a word of its own; a word no tokens cover is [UNK] (tested against
+  // NeMo's own tokenizer in tests/api/test_nemo_file.cpp).
+  const auto units = Units::parse_espnet(
+      "<blank>\n[UNK]\nthe\nquick\nq\n##u\n##i\n##ck\n##ly\n.\nfox\n", "vocab.txt");
+  const Tokenizer tokenizer(units, TextJoin::kWordPiece);
+  EXPECT_EQ(tokenizer.encode("the quickly fox."), (Ids{2, 3, 8, 10, 9}));
+  EXPECT_EQ(tokenizer.encode("qu the.fox"), (Ids{4, 5, 2, 9, 10}));
+  EXPECT_EQ(tokenizer.encode("quack fox"), (Ids{1, 10}));  // no "##a": the whole word is [UNK]
+  EXPECT_EQ(tokenizer.encode(std::string(101, 'q') + " fox"), (Ids{1, 10}));  // over 100 bytes
+  EXPECT_EQ(tokenizer.decode({2, 3, 8, 9, 1, 0, 10}), "the quickly. [UNK] fox");
+  EXPECT_EQ(tokenizer.decode({5, 2}), "##u the");  // a first continuation keeps its "##"
+  EXPECT_EQ(tokenizer.token_text(8), "ly");
+  EXPECT_EQ(tokenizer.token_text(10), " fox");
+  EXPECT_EQ(tokenizer.token_text(9), ".");
+  // Without [UNK], a word it cannot cover is an error naming it and the table.
+  const Tokenizer strict(Units::parse_espnet("<blank>\nthe\n", "small.txt"), TextJoin::kWordPiece);
+  EXPECT_THAT(error_of(strict, "the cat", "train.txt:2"),
+              StartsWith("train.txt:2: 'cat' is not made of tokens of small.txt, which has no "
+                         "[UNK]"));
+}
+
 TEST(Tokenizer, SentencePieceNeedsItsModel) {
   const auto units = Units::read_espnet(kUnitsDir + "/bpe_tokens.txt");
   const Tokenizer tokenizer(units, TextJoin::kSentencePiece);
