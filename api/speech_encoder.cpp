@@ -3,6 +3,7 @@
 #include <attnzoo/api/frontend_options.h>
 #include <attnzoo/api/model_setup.h>
 #include <attnzoo/configs/registry.h>
+#include <attnzoo/io/inflated_files.h>
 #include <attnzoo/models/conformer_frontend.h>
 #include <attnzoo/preprocess/audio/error.h>
 #include <attnzoo/preprocess/audio/features.h>
@@ -82,6 +83,7 @@ static void check_long_enough(const ModelConfig& config, int64_t min_frames,
 
 SpeechEncoder::SpeechEncoder(const std::string& model, SpeechEncoderOptions options)
     : state_(std::make_unique<State>()) {
+  const io::InflationScope inflation;  // a gzipped .nemo is inflated once for the whole load
   auto& s = *state_;
   TORCH_CHECK_VALUE(options.stream_chunk >= 0, "SpeechEncoder: stream_chunk must be >= 0, got ",
                     options.stream_chunk);

@@ -5,6 +5,7 @@
 #include <attnzoo/api/model_tokenizer.h>
 #include <attnzoo/api/transducer_search.h>
 #include <attnzoo/configs/registry.h>
+#include <attnzoo/io/inflated_files.h>
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
@@ -112,6 +113,7 @@ std::vector<std::string> recognizer_overrides(const SpeechRecognizerOptions& opt
 }
 
 SpeechRecognizer::SpeechRecognizer(const std::string& model, SpeechRecognizerOptions options) {
+  const io::InflationScope inflation;  // a gzipped .nemo is inflated once for the whole load
   auto& encoder_options = options.encoder;
   encoder_options.overrides = recognizer_overrides(options);
   // The token table first: a bad one is refused before the model is built.

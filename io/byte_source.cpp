@@ -61,10 +61,13 @@ void MemorySource::read_in_range(uint64_t offset, void* destination, size_t coun
 }
 
 BufferSource::BufferSource(std::string bytes, std::string name)
-    : ByteSource(std::move(name), bytes.size()), bytes_(std::move(bytes)) {}
+    : BufferSource(std::make_shared<const std::string>(std::move(bytes)), std::move(name)) {}
+
+BufferSource::BufferSource(std::shared_ptr<const std::string> bytes, std::string name)
+    : ByteSource(std::move(name), bytes->size()), bytes_(std::move(bytes)) {}
 
 void BufferSource::read_in_range(uint64_t offset, void* destination, size_t count) const {
-  std::memcpy(destination, bytes_.data() + offset, count);
+  std::memcpy(destination, bytes_->data() + offset, count);
 }
 
 SliceSource::SliceSource(const ByteSource& parent, uint64_t offset, uint64_t size, std::string name)

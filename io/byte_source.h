@@ -50,11 +50,13 @@ class MemorySource final : public ByteSource {
 class BufferSource final : public ByteSource {
  public:
   BufferSource(std::string bytes, std::string name);
-  const std::string& bytes() const { return bytes_; }
+  // Bytes shared with others (io/inflated_files.h), held while the source lives.
+  BufferSource(std::shared_ptr<const std::string> bytes, std::string name);
+  const std::string& bytes() const { return *bytes_; }
 
  private:
   void read_in_range(uint64_t offset, void* destination, size_t count) const override;
-  std::string bytes_;
+  std::shared_ptr<const std::string> bytes_;
 };
 
 // Bytes [offset, offset + size) of another source, which must outlive the slice: a file inside an

@@ -1,5 +1,6 @@
 #include <attnzoo/core/error.h>
 #include <attnzoo/io/gunzip.h>
+#include <attnzoo/io/inflated_files.h>
 #include <attnzoo/io/tar_archive.h>
 
 #include <algorithm>
@@ -136,8 +137,8 @@ bool TarArchive::is_tar(const ByteSource& source) {
 
 TarArchive::TarArchive(const ByteSource& source, TarLimits limits) : source_(&source) {
   if (is_gzip(source)) {
-    inflated_ =
-        std::make_unique<BufferSource>(gunzip(source, limits.max_gunzip_bytes), source.name());
+    inflated_ = std::make_unique<BufferSource>(inflate_shared(source, limits.max_gunzip_bytes),
+                                               source.name());
   }
   const ByteSource& bytes = this->source();
   Header first{};

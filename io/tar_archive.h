@@ -2,7 +2,8 @@
 // files), read through a ByteSource: every header checked (checksum, octal or base-256 sizes,
 // entries inside the file) before anything is read, then the files asked for, or a view of one
 // in place (a checkpoint inside the archive, read without extracting it). A gzipped archive is
-// inflated into memory first (io/gunzip.h). Only regular files are entries; directories, links
+// inflated into memory first (io/gunzip.h), once for the readers of one load
+// (io/inflated_files.h). Only regular files are entries; directories, links
 // and devices are skipped (nothing is ever written to disk). Names lose a leading "./". Errors
 // are CheckpointError naming the file and the entry. Standard library and zlib only (fuzzed).
 #pragma once
