@@ -37,6 +37,38 @@ struct Spec {
   int64_t window_left = -1, window_right = -1;
 };
 
+// Longformer's global keys as the strips see them; empty (undefined key) when the problem has none.
+struct GlobalKeys {
+  torch::Tensor query;     // [B, H, L, E], times the scale, in the accumulation type
+  torch::Tensor key;       // [B, H, G, E]
+  torch::Tensor value;     // [B, H, G, Ev]
+  torch::Tensor excluded;  // [B, 1, 1, G] bool, true = padding; undefined when none is
+  bool defined() const { return key.defined(); }
+  int64_t count() const { return defined() ? key.size(2) : 0; }
+
+  // The scores of the strip [i0, i0 + lc) against the global keys, [B, H, lc, G], masked.
+  torch::Tensor scores(int64_t i0, int64_t lc) const {
+    auto s = torch::matmul(query.narrow(2, i0, lc), key.transpose(-2, -1));
+    if (excluded.defined()) s.masked_fill_(excluded, -kInf);
+    return s;
+  }
+};
+
+// The strips' view of the global keys (all undefined: none).
+GlobalKeys global_keys(const std::optional<torch::Tensor>& query,
+                       const std::optional<torch::Tensor>& key,
+                       const std::optional<torch::Tensor>& value,
+                       const std::optional<torch::Tensor>& excluded, double scale,
+                       torch::ScalarType acc) {
+  GlobalKeys g;
+  if (!key) return g;
+  g.query = query->to(acc) * scale;
+  g.key = key->to(acc);
+  g.value = value->to(acc);
+  if (excluded) g.excluded = *excluded;
+  return g;
+}
+
 // The keys a strip of queries [i0, i0 + lc) out of L over S keys may see: [first, first + count)
 // (all S without a window).
 std::pair<int64_t, int64_t> strip_keys(const Spec& spec, int64_t i0, int64_t lc, int64_t l,
@@ -121,19 +153,27 @@ torch::Tensor strip_scores(const Spec& spec, const torch::Tensor& qu, const torc
 torch::Tensor forward_strips(const Spec& spec, const torch::Tensor& qu, const torch::Tensor& qv,
                              const torch::Tensor& key, const torch::Tensor& value,
                              const torch::Tensor& positions, const torch::Tensor& bias4,
-                             torch::Tensor* lse) {
+                             const GlobalKeys& globals, torch::Tensor* lse) {
   const int64_t b = qu.size(0), h = qu.size(1), l = qu.size(2), ev = value.size(3);
+  const int64_t g = globals.count();
   auto out = torch::empty({b, h, l, ev}, qu.options());
   for (int64_t i0 = 0; i0 < l; i0 += spec.rows) {
     const int64_t lc = std::min(spec.rows, l - i0);
     const auto [j0, sc] = strip_keys(spec, i0, lc, l, key.size(2));
-    if (sc == 0) {  // no key in reach: the layer's answer for a row that sees none
+    if (sc == 0 && g == 0) {  // no key in reach: the layer's answer for a row that sees none
       out.narrow(2, i0, lc).zero_();
       if (lse != nullptr) lse->narrow(2, i0, lc).fill_(kInf);
       continue;
     }
     torch::Tensor empty_rows;
-    auto scores = strip_scores(spec, qu, qv, key, positions, bias4, i0, lc, j0, sc, &empty_rows);
+    auto scores =
+        sc > 0 ? strip_scores(spec, qu, qv, key, positions, bias4, i0, lc, j0, sc, &empty_rows)
+               : torch::empty({b, h, lc, 0}, qu.options());
+    if (g > 0) {
+      // The global keys' columns first; a row may now see a global key where it saw none.
+      scores = torch::cat({globals.scores(i0, lc), scores}, -1);
+      empty_rows = torch::isneginf(std::get<0>(scores.max(-1, /*keepdim=*/true)));
+    }
     torch::Tensor probs;
     if (lse != nullptr) {
       auto row_lse = scores.logsumexp(-1, /*keepdim=*/true);
@@ -146,7 +186,13 @@ torch::Tensor forward_strips(const Spec& spec, const torch::Tensor& qu, const to
       if (empty_rows.defined()) probs.masked_fill_(empty_rows, 0.0);
     }
     if (spec.dropout_p > 0.0) probs.mul_(keep_mask(spec, i0, probs));
-    out.narrow(2, i0, lc).copy_(torch::matmul(probs, value.narrow(2, j0, sc)));
+    auto strip_out = out.narrow(2, i0, lc);
+    if (g == 0) {
+      strip_out.copy_(torch::matmul(probs, value.narrow(2, j0, sc)));
+    } else {
+      strip_out.copy_(torch::matmul(probs.narrow(-1, 0, g), globals.value));
+      if (sc > 0) strip_out.add_(torch::matmul(probs.narrow(-1, g, sc), value.narrow(2, j0, sc)));
+    }
   }
   return out;
 }
@@ -157,7 +203,12 @@ class RelativeAttentionFunction : public torch::autograd::Function<RelativeAtten
                                const torch::Tensor& key, const torch::Tensor& value,
                                const torch::Tensor& positions, const torch::Tensor& content_bias,
                                const torch::Tensor& position_bias,
-                               const std::optional<torch::Tensor>& bias, const Spec& spec) {
+                               const std::optional<torch::Tensor>& bias,
+                               const std::optional<torch::Tensor>& global_query,
+                               const std::optional<torch::Tensor>& global_key,
+                               const std::optional<torch::Tensor>& global_value,
+                               const std::optional<torch::Tensor>& global_excluded,
+                               const Spec& spec) {
     const auto acc = accumulation_type(query.scalar_type());
     const int64_t h = query.size(1), e = query.size(3);
     const auto q = query.to(acc);
@@ -165,10 +216,16 @@ class RelativeAttentionFunction : public torch::autograd::Function<RelativeAtten
     const auto qv = (q + position_bias.to(acc).reshape({1, h, 1, e})) * spec.scale;
     const auto k = key.to(acc), v = value.to(acc), p = positions.to(acc);
     const auto bias4 = bias ? as_4d(*bias) : torch::Tensor();
+    const auto globals =
+        global_keys(global_query, global_key, global_value, global_excluded, spec.scale, acc);
     auto lse = torch::empty({q.size(0), h, q.size(2), 1}, q.options());
-    auto out = forward_strips(spec, qu, qv, k, v, p, bias4, &lse).to(query.scalar_type());
+    auto out = forward_strips(spec, qu, qv, k, v, p, bias4, globals, &lse).to(query.scalar_type());
+    const auto or_none = [](const std::optional<torch::Tensor>& t) {
+      return t ? *t : torch::Tensor();
+    };
     ctx->save_for_backward({query, key, value, positions, content_bias, position_bias,
-                            bias ? *bias : torch::Tensor(), out, lse});
+                            or_none(bias), out, lse, or_none(global_query), or_none(global_key),
+                            or_none(global_value), or_none(global_excluded)});
     spec.masks.save(ctx, "");
     auto& data = ctx->saved_data;
     data["layout"] = static_cast<int64_t>(spec.layout);
@@ -211,6 +268,20 @@ class RelativeAttentionFunction : public torch::autograd::Function<RelativeAtten
     const auto k = key.to(acc), v = value.to(acc), p = positions.to(acc);
     const auto bias4 = bias.defined() ? as_4d(bias) : torch::Tensor();
     const auto d_out = grads[0].to(acc);
+    const auto &global_query = saved[9], &global_key = saved[10], &global_value = saved[11];
+    const auto to_optional = [](const torch::Tensor& t) {
+      return t.defined() ? std::optional<torch::Tensor>(t) : std::nullopt;
+    };
+    const auto globals =
+        global_keys(to_optional(global_query), to_optional(global_key), to_optional(global_value),
+                    to_optional(saved[12]), spec.scale, acc);
+    const int64_t g = globals.count();
+    torch::Tensor d_gq, d_gk, d_gv;
+    if (g > 0) {
+      d_gq = torch::zeros_like(globals.query);
+      d_gk = torch::zeros_like(globals.key);
+      d_gv = torch::zeros_like(globals.value);
+    }
     // rowsum(dO ∘ O) = rowsum(P ∘ dP): the softmax Jacobian's correction term (FA-2, Alg. 2);
     // with dropout, O and dP are those of the dropped probabilities and the identity still holds.
     const auto delta = (d_out * saved[7].to(acc)).sum(-1, /*keepdim=*/true);
@@ -222,26 +293,44 @@ class RelativeAttentionFunction : public torch::autograd::Function<RelativeAtten
     for (int64_t i0 = 0; i0 < l; i0 += spec.rows) {
       const int64_t lc = std::min(spec.rows, l - i0);
       const auto [j0, sc] = strip_keys(spec, i0, lc, l, s);
-      if (sc == 0) {  // no key in reach: the output was 0, nothing flows back
-        d_qu.narrow(2, i0, lc).zero_();
-        d_qv.narrow(2, i0, lc).zero_();
-        continue;
-      }
+      d_qu.narrow(2, i0, lc).zero_();
+      d_qv.narrow(2, i0, lc).zero_();
+      if (sc == 0 && g == 0) continue;  // no key in reach: the output was 0, nothing flows back
       const auto qu_strip = qu.narrow(2, i0, lc), qv_strip = qv.narrow(2, i0, lc);
       const auto d_out_strip = d_out.narrow(2, i0, lc);
       const auto k_strip = k.narrow(2, j0, sc), v_strip = v.narrow(2, j0, sc);
-      auto probs = strip_scores(spec, qu, qv, k, p, bias4, i0, lc, j0, sc)
-                       .sub_(lse.narrow(2, i0, lc))
-                       .exp_();  // [B, H, lc, sc]
+      auto scores = sc > 0 ? strip_scores(spec, qu, qv, k, p, bias4, i0, lc, j0, sc)
+                           : torch::empty({d_out.size(0), h, lc, 0}, d_out.options());
+      // The global keys' columns first, as the forward laid them out.
+      if (g > 0) scores = torch::cat({globals.scores(i0, lc), scores}, -1);
+      auto all_probs = scores.sub_(lse.narrow(2, i0, lc)).exp_();  // [B, H, lc, G + sc]
       auto d_probs = torch::matmul(d_out_strip, v_strip.transpose(-2, -1));
-      if (spec.dropout_p > 0.0) {
-        const auto keep = keep_mask(spec, i0, probs);
-        dv.narrow(2, j0, sc).add_(torch::matmul((probs * keep).transpose(-2, -1), d_out_strip));
-        d_probs.mul_(keep);
-      } else {
-        dv.narrow(2, j0, sc).add_(torch::matmul(probs.transpose(-2, -1), d_out_strip));
+      if (g > 0) {
+        d_probs =
+            torch::cat({torch::matmul(d_out_strip, globals.value.transpose(-2, -1)), d_probs}, -1);
       }
-      const auto d_scores = probs.mul_(d_probs.sub_(delta.narrow(2, i0, lc)));
+      // The values' gradient takes the probabilities after dropout.
+      auto kept = all_probs;
+      if (spec.dropout_p > 0.0) {
+        const auto keep = keep_mask(spec, i0, all_probs);
+        kept = all_probs * keep;
+        d_probs.mul_(keep);
+      }
+      if (sc > 0) {
+        dv.narrow(2, j0, sc).add_(
+            torch::matmul(kept.narrow(-1, g, sc).transpose(-2, -1), d_out_strip));
+      }
+      if (g > 0) d_gv.add_(torch::matmul(kept.narrow(-1, 0, g).transpose(-2, -1), d_out_strip));
+      // In place: `kept` is these probabilities when nothing is dropped.
+      const auto d_all_scores = all_probs.mul_(d_probs.sub_(delta.narrow(2, i0, lc)));
+      if (g > 0) {
+        const auto d_global_scores = d_all_scores.narrow(-1, 0, g);
+        d_gq.narrow(2, i0, lc).copy_(torch::matmul(d_global_scores, globals.key));
+        d_gk.add_(
+            torch::matmul(d_global_scores.transpose(-2, -1), globals.query.narrow(2, i0, lc)));
+      }
+      if (sc == 0) continue;
+      const auto d_scores = d_all_scores.narrow(-1, g, sc);
       if (bias_grad) {
         tile_of(d_bias4, i0, lc, j0, sc).add_(reduce_to(d_scores, tile_of(bias4, i0, lc, j0, sc)));
       }
@@ -269,6 +358,13 @@ class RelativeAttentionFunction : public torch::autograd::Function<RelativeAtten
     const auto d_vbias = d_qv.sum(std::vector<int64_t>{0, 2});
     torch::Tensor d_bias;
     if (bias_grad) d_bias = d_bias4.view(bias.sizes()).to(bias.scalar_type());
+    torch::Tensor d_global_query, d_global_key, d_global_value;
+    if (g > 0) {
+      // The strips' global queries are global_query · scale.
+      d_global_query = d_gq.mul_(spec.scale).to(global_query.scalar_type());
+      d_global_key = d_gk.to(global_key.scalar_type());
+      d_global_value = d_gv.to(global_value.scalar_type());
+    }
     return {dq.to(query.scalar_type()),
             dk.to(key.scalar_type()),
             dv.to(value.scalar_type()),
@@ -276,6 +372,10 @@ class RelativeAttentionFunction : public torch::autograd::Function<RelativeAtten
             du.to(content_bias.scalar_type()),
             d_vbias.to(position_bias.scalar_type()),
             d_bias,
+            d_global_query,
+            d_global_key,
+            d_global_value,
+            torch::Tensor(),
             torch::Tensor()};
   }
 };
@@ -327,6 +427,69 @@ void check_problem(const RelativeAttentionProblem& p) {
                     ": window_left and window_right must be >= -1 (unlimited), got ", p.window_left,
                     " and ", p.window_right);
   p.mask.validate(b, h, l, s, who);
+  if (!p.global_positions.defined()) {
+    TORCH_CHECK_VALUE(!p.global_query.defined() && !p.global_key.defined(), who,
+                      ": global_query and global_key need global_positions");
+    return;
+  }
+  const auto& positions = p.global_positions;
+  TORCH_CHECK_VALUE(positions.dim() == 1 && positions.scalar_type() == torch::kLong &&
+                        positions.device() == p.query.device(),
+                    who, ": global_positions must be [G] long on the query's device, got ",
+                    shape_string(positions.sizes()), " ", positions.scalar_type(), " on ",
+                    positions.device().str());
+  const int64_t g = positions.size(0);
+  if (g > 0) {
+    const auto host = positions.cpu();
+    const auto* index = host.data_ptr<int64_t>();
+    for (int64_t i = 0; i < g; ++i) {
+      TORCH_CHECK_VALUE(index[i] >= 0 && index[i] < s && (i == 0 || index[i] > index[i - 1]), who,
+                        ": global_positions must be strictly increasing key indices in [0, S = ", s,
+                        "), got ", index[i], " at ", i);
+    }
+  }
+  if (p.global_query.defined()) {
+    TORCH_CHECK_VALUE(
+        p.global_query.sizes() == p.query.sizes() && p.global_query.device() == p.query.device(),
+        who, ": global_query must be shaped as query ", shape_string(p.query.sizes()),
+        " on its device, got ", shape_string(p.global_query.sizes()));
+  }
+  if (p.global_key.defined()) {
+    TORCH_CHECK_VALUE(p.global_key.dim() == 4 && p.global_key.size(0) == b &&
+                          p.global_key.size(1) == h && p.global_key.size(2) == g &&
+                          p.global_key.size(3) == e && p.global_key.device() == p.query.device(),
+                      who, ": global_key must be [B = ", b, ", H = ", h, ", G = ", g, ", E = ", e,
+                      "] on the query's device, got ", shape_string(p.global_key.sizes()));
+  }
+}
+
+// The global keys' inputs of a problem that has them: the queries, keys and values, and which
+// keys are padding ([B, 1, 1, G], undefined when none is).
+struct GlobalInputs {
+  torch::Tensor query, key, value, excluded;
+};
+
+GlobalInputs global_inputs(const RelativeAttentionProblem& p) {
+  GlobalInputs in;
+  const auto& positions = p.global_positions;
+  in.query = p.global_query.defined() ? p.global_query : p.query;
+  in.key = p.global_key.defined() ? p.global_key : p.key.index_select(2, positions);
+  in.value = p.value.index_select(2, positions);
+  const int64_t b = p.query.size(0), g = positions.size(0);
+  const auto device = p.query.device();
+  auto excluded = torch::zeros({b, g}, torch::TensorOptions().dtype(torch::kBool).device(device));
+  bool any = false;
+  if (p.mask.key_lengths().defined()) {
+    excluded.logical_or_(positions.view({1, g}) >=
+                         p.mask.key_lengths().to(device, torch::kLong).view({b, 1}));
+    any = true;
+  }
+  if (p.mask.key_padding_mask().defined()) {
+    excluded.logical_or_(p.mask.key_padding_mask().to(device).index_select(1, positions));
+    any = true;
+  }
+  if (any) in.excluded = excluded.view({b, 1, 1, g});
+  return in;
 }
 
 }  // namespace
@@ -336,7 +499,8 @@ torch::Tensor relative_position_attention(const RelativeAttentionProblem& proble
   TORCH_CHECK_VALUE(problem.query.device().is_cpu(),
                     "relative_position_attention: runs on the CPU; on ",
                     problem.query.device().str(),
-                    " give relative_position_bias(problem) to an attention backend");
+                    " give relative_position_bias(problem) to an attention backend, or "
+                    "relative_position_probabilities(problem) with global keys");
   const int64_t b = problem.query.size(0), h = problem.query.size(1), l = problem.query.size(2),
                 s = problem.key.size(2);
   Spec spec;
@@ -364,24 +528,40 @@ torch::Tensor relative_position_attention(const RelativeAttentionProblem& proble
   }
   std::optional<torch::Tensor> bias;
   if (problem.mask.bias().defined()) bias = problem.mask.bias();
+  std::optional<torch::Tensor> global_query, global_key, global_value, global_excluded;
+  if (problem.global_positions.defined() && problem.global_positions.size(0) > 0) {
+    auto in = global_inputs(problem);
+    global_query = std::move(in.query);
+    global_key = std::move(in.key);
+    global_value = std::move(in.value);
+    if (in.excluded.defined()) global_excluded = std::move(in.excluded);
+  }
+  const auto requires_grad = [](const std::optional<torch::Tensor>& t) {
+    return t && t->requires_grad();
+  };
 
-  const bool grad = at::GradMode::is_enabled() &&
-                    (problem.query.requires_grad() || problem.key.requires_grad() ||
-                     problem.value.requires_grad() || problem.positions.requires_grad() ||
-                     problem.content_bias.requires_grad() ||
-                     problem.position_bias.requires_grad() || (bias && bias->requires_grad()));
+  const bool grad =
+      at::GradMode::is_enabled() &&
+      (problem.query.requires_grad() || problem.key.requires_grad() ||
+       problem.value.requires_grad() || problem.positions.requires_grad() ||
+       problem.content_bias.requires_grad() || problem.position_bias.requires_grad() ||
+       requires_grad(bias) || requires_grad(global_query) || requires_grad(global_key) ||
+       requires_grad(global_value));
   if (grad) {
-    return RelativeAttentionFunction::apply(problem.query, problem.key, problem.value,
-                                            problem.positions, problem.content_bias,
-                                            problem.position_bias, bias, spec);
+    return RelativeAttentionFunction::apply(
+        problem.query, problem.key, problem.value, problem.positions, problem.content_bias,
+        problem.position_bias, bias, global_query, global_key, global_value, global_excluded, spec);
   }
   const auto acc = accumulation_type(problem.query.scalar_type());
   const int64_t e = problem.query.size(3);
   const auto q = problem.query.to(acc);
   const auto qu = (q + problem.content_bias.to(acc).reshape({1, h, 1, e})) * spec.scale;
   const auto qv = (q + problem.position_bias.to(acc).reshape({1, h, 1, e})) * spec.scale;
+  const auto globals =
+      global_keys(global_query, global_key, global_value, global_excluded, spec.scale, acc);
   return forward_strips(spec, qu, qv, problem.key.to(acc), problem.value.to(acc),
-                        problem.positions.to(acc), bias ? as_4d(*bias) : torch::Tensor(), nullptr)
+                        problem.positions.to(acc), bias ? as_4d(*bias) : torch::Tensor(), globals,
+                        nullptr)
       .to(problem.query.scalar_type());
 }
 
@@ -392,8 +572,41 @@ torch::Tensor rel_shift(const torch::Tensor& scores) {
   return aligned(scores, RelativeLayout::kShifted, scores.size(3) - scores.size(2) + 1);
 }
 
+torch::Tensor relative_position_probabilities(const RelativeAttentionProblem& problem) {
+  check_problem(problem);
+  const auto& p = problem;
+  const int64_t l = p.query.size(2), s = p.key.size(2);
+  auto local = problem;
+  local.global_positions = local.global_query = local.global_key = torch::Tensor();
+  auto scores = p.scale * torch::matmul(p.query, p.key.transpose(-2, -1)) +
+                relative_position_bias(local);  // [B, H, L, S], with the mask's bias
+  auto allowed = p.mask.allowed(l, s, p.query.device());
+  const auto band = band_attention_mask(l, s, p.window_left, p.window_right, p.query.device());
+  if (band.defined()) {
+    allowed = allowed ? allowed->logical_and(band.logical_not()) : band.logical_not();
+  }
+  if (allowed) scores = scores.masked_fill(allowed->logical_not(), -kInf);
+  const int64_t g = p.global_positions.defined() ? p.global_positions.size(0) : 0;
+  if (g > 0) {
+    const auto in = global_inputs(p);
+    auto global_scores = p.scale * torch::matmul(in.query, in.key.transpose(-2, -1));
+    if (in.excluded.defined()) global_scores = global_scores.masked_fill(in.excluded, -kInf);
+    scores = torch::cat({global_scores, scores}, -1);
+  }
+  // A row that excludes every key is computed over zeros (finite, forward and backward) and
+  // answers 0.
+  const auto empty = torch::isneginf(std::get<0>(scores.max(-1, /*keepdim=*/true)));
+  auto probs = torch::softmax(scores.masked_fill(empty, 0.0), -1).masked_fill(empty, 0.0);
+  if (g == 0) return probs;
+  // A global key's share joins its column.
+  return probs.narrow(-1, g, s).index_add(-1, p.global_positions, probs.narrow(-1, 0, g));
+}
+
 torch::Tensor relative_position_bias(const RelativeAttentionProblem& problem) {
   check_problem(problem);
+  TORCH_CHECK_VALUE(!problem.global_positions.defined() || problem.global_positions.size(0) == 0,
+                    "relative_position_bias: a problem with global keys has no single bias; use "
+                    "relative_position_probabilities");
   const auto& p = problem;
   const int64_t h = p.query.size(1), e = p.query.size(3), s = p.key.size(2);
   const auto u = p.content_bias.reshape({1, h, 1, e}), v = p.position_bias.reshape({1, h, 1, e});

@@ -52,6 +52,16 @@ struct RelativeAttentionProblem {
   // itself; relative_position_bias does not (give the band as the mask).
   int64_t window_left = -1;
   int64_t window_right = -1;
+  // Longformer's global attention (Beltagy et al. 2020, "Longformer", section 3.1; NeMo's
+  // global_tokens): besides its window, every query also sees the keys at global_positions with
+  // the content score scale · global_query_i · global_key_g alone (no u, v, position term or
+  // bias) and takes their values. A global key inside a query's window counts twice, once each
+  // way (NeMo's Longformer attention). The mask's key padding excludes global keys too; its other
+  // exclusions and the window do not apply to them. What the global keys themselves attend is the
+  // caller's (they attend every key, with scores of their own).
+  torch::Tensor global_positions;  // [G] long, strictly increasing key indices; undefined: none
+  torch::Tensor global_query;      // [B, H, L, E]; undefined: query
+  torch::Tensor global_key;        // [B, H, G, E]; undefined: key at global_positions
 };
 
 // Transformer-XL's shift (Dai et al. 2019, appendix B): scores over relative positions
@@ -65,9 +75,16 @@ torch::Tensor rel_shift(const torch::Tensor& scores);
 // Validates the problem (names the argument and the expected shape) and returns [B, H, L, Ev].
 torch::Tensor relative_position_attention(const RelativeAttentionProblem& problem);
 
+// The attention probabilities of the problem, materialised: [B, H, L, S] (a global key's two
+// shares added up in its column), zero for a row that excludes every key; without dropout. The
+// problem's output is these times the values. O(L·S) memory: the reference for the strips, and
+// the form of global attention wherever the strips do not run.
+torch::Tensor relative_position_probabilities(const RelativeAttentionProblem& problem);
+
 // The problem's positional and content terms as one additive bias, [B, H, L, S]:
 // scale · [u·k_j + (q_i + v)·p_{r(i, j)}] (+ the mask's own bias). What any attention backend can
 // take with scale · q·kᵀ to compute the same attention: the materialised form, O(L·S) memory.
+// Not for a problem with global keys (relative_position_probabilities serves those).
 torch::Tensor relative_position_bias(const RelativeAttentionProblem& problem);
 
 }  // namespace attnzoo

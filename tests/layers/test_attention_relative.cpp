@@ -2,8 +2,8 @@
 // time) against the materialised form (relative_position_bias given to the math backend) and an
 // index-by-index float64 transcription of Transformer-XL's score: every mask kind, caches
 // (fewer queries than keys), both layouts, shared and per-entry positions, strip sizes down to
-// one row; gradients of every input; dropout's forward/backward agreement; fully masked rows;
-// peak memory; refusals.
+// one row; gradients of every input; windows; Longformer's global keys; dropout's
+// forward/backward agreement; fully masked rows; peak memory; refusals.
 #include "layers/attention_test_util.h"
 #include "tools/bench/memory_tracking.h"
 
@@ -201,43 +201,182 @@ TEST(RelativeAttention, WindowEqualsTheBandMaskForwardAndBackward) {
   }
 }
 
+// Longformer's global keys (NeMo's global_tokens), transcribed index by index in float64: each
+// query's window with Transformer-XL's score, then every global key that is not padding with
+// the content score of the global projections alone, one softmax over both lists (a global key in
+// the window counts twice), the values of the keys themselves.
+TEST(RelativeAttention, GlobalKeysIndexByIndex) {
+  torch::manual_seed(11);
+  const int64_t b = 2, h = 2, l = 11, s = 11, e = 4, left = 2, right = 2;
+  const std::vector<int64_t> globals = {0, 4, 8};
+  const auto lengths = torch::tensor({11L, 7L});
+  for (const bool separate : {false, true}) {
+    SCOPED_TRACE(separate ? "separate projections" : "the query's and keys' own");
+    auto p = random_problem(b, h, l, s, e, RelativeLayout::kShifted, true);
+    p.mask = AttentionMask().key_lengths(lengths);
+    p.window_left = left;
+    p.window_right = right;
+    p.strip_rows = 3;
+    p.global_positions = torch::tensor(globals);
+    if (separate) {
+      p.global_query = torch::randn({b, h, l, e}, torch::kDouble);
+      p.global_key = torch::randn({b, h, 3, e}, torch::kDouble);
+    }
+    auto expected = torch::zeros({b, h, l, e + 1}, torch::kDouble);
+    for (int64_t n = 0; n < b; ++n) {
+      const int64_t valid = lengths[n].item<int64_t>();
+      for (int64_t hh = 0; hh < h; ++hh) {
+        const auto q = p.query[n][hh], k = p.key[n][hh], v = p.value[n][hh];
+        const auto pos = p.positions[0][hh];
+        const auto u = p.content_bias[hh], vb = p.position_bias[hh];
+        for (int64_t i = 0; i < l; ++i) {
+          std::vector<torch::Tensor> scores, values;
+          for (int64_t j = std::max<int64_t>(i - left, 0); j <= std::min(i + right, s - 1); ++j) {
+            if (j >= valid) continue;
+            scores.push_back(p.scale *
+                             ((q[i] + u).dot(k[j]) + (q[i] + vb).dot(pos[l - 1 - i + j])));
+            values.push_back(v[j]);
+          }
+          for (size_t g = 0; g < globals.size(); ++g) {
+            const int64_t j = globals[g];
+            if (j >= valid) continue;
+            const auto gq = separate ? p.global_query[n][hh][i] : q[i];
+            const auto gk = separate ? p.global_key[n][hh][g] : k[j];
+            scores.push_back(p.scale * gq.dot(gk));
+            values.push_back(v[j]);
+          }
+          if (scores.empty()) continue;
+          expected[n][hh][i] =
+              torch::matmul(torch::softmax(torch::stack(scores), 0), torch::stack(values));
+        }
+      }
+    }
+    EXPECT_LE(max_abs_diff(relative_position_attention(p), expected), 1e-12);
+    EXPECT_LE(max_abs_diff(torch::matmul(relative_position_probabilities(p), p.value), expected),
+              1e-12);
+  }
+}
+
+// The strips with global keys against the materialised probabilities: outputs and the gradients
+// of every input (the global projections included), under every mask case, with and without a
+// window, strips down to one row.
+TEST(RelativeAttention, GlobalKeysMatchTheMaterialisedProbabilitiesForwardAndBackward) {
+  torch::manual_seed(12);
+  const int64_t b = 2, h = 2, l = 10, s = 10, e = 4;
+  for (const auto& [left, right] : {std::pair<int64_t, int64_t>{2, 2}, {1, 3}, {-1, -1}}) {
+    for (const bool separate : {false, true}) {
+      for (const auto& [name, mask] : all_mask_cases(b, h, l, s, torch::kDouble)) {
+        for (const int64_t rows : {1, 4, 0}) {
+          SCOPED_TRACE("window " + std::to_string(left) + "," + std::to_string(right) +
+                       (separate ? " separate " : " shared ") + name +
+                       " rows=" + std::to_string(rows));
+          auto base = random_problem(b, h, l, s, e, RelativeLayout::kShifted, true);
+          base.mask = mask;
+          base.strip_rows = rows;
+          base.window_left = left;
+          base.window_right = right;
+          base.global_positions = torch::tensor({1L, 5L, 9L});
+          if (separate) {
+            base.global_query = torch::randn({b, h, l, e}, torch::kDouble);
+            base.global_key = torch::randn({b, h, 3, e}, torch::kDouble);
+          }
+          const auto d_out = torch::randn({b, h, l, e + 1}, torch::kDouble);
+          std::vector<torch::Tensor> outs, grads[2];
+          for (int path = 0; path < 2; ++path) {
+            auto p = base;
+            std::vector<torch::Tensor> inputs;
+            for (auto* t : {&p.query, &p.key, &p.value, &p.positions, &p.content_bias,
+                            &p.position_bias, &p.global_query, &p.global_key}) {
+              if (!t->defined()) continue;
+              *t = t->detach().requires_grad_();
+              inputs.push_back(*t);
+            }
+            const auto out = path == 0 ? relative_position_attention(p)
+                                       : torch::matmul(relative_position_probabilities(p), p.value);
+            outs.push_back(out.detach());
+            grads[path] = torch::autograd::grad({out}, inputs, {d_out});
+          }
+          ASSERT_FALSE(torch::isnan(outs[0]).any().item<bool>());
+          EXPECT_LE(max_abs_diff(outs[0], outs[1]), 1e-12);
+          {
+            torch::NoGradGuard inference;
+            EXPECT_LE(max_abs_diff(relative_position_attention(base), outs[1]), 1e-12);
+          }
+          const char* names[] = {"query", "key", "value",        "positions",
+                                 "u",     "v",   "global_query", "global_key"};
+          for (size_t i = 0; i < grads[0].size(); ++i) {
+            ASSERT_FALSE(torch::isnan(grads[1][i]).any().item<bool>()) << names[i];
+            EXPECT_LE(max_abs_diff(grads[0][i], grads[1][i]), 1e-10) << names[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Without global keys the probabilities are the materialised path's.
+TEST(RelativeAttention, ProbabilitiesWithoutGlobalKeysAreTheMaterialisedPaths) {
+  torch::manual_seed(13);
+  for (const auto& [name, mask] : all_mask_cases(2, 2, 6, 9, torch::kDouble)) {
+    SCOPED_TRACE(name);
+    auto p = random_problem(2, 2, 6, 9, 3, RelativeLayout::kShifted, false);
+    p.mask = mask;
+    p.window_left = 2;
+    p.window_right = 1;
+    auto banded = p;
+    banded.window_left = banded.window_right = -1;
+    const auto band = band_attention_mask(6, 9, 2, 1);
+    banded.mask.attn_mask(mask.attn_mask().defined() ? mask.attn_mask().logical_or(band) : band);
+    EXPECT_LE(max_abs_diff(torch::matmul(relative_position_probabilities(p), p.value),
+                           materialised(banded)),
+              1e-12);
+  }
+}
+
 TEST(RelativeAttention, DropoutRedrawsTheSameMasksInTheBackward) {
   // With the default generator reseeded before each call, the output is a fixed function of the
   // inputs; its analytic gradient must match central differences of that function.
-  torch::manual_seed(4);
-  auto p = random_problem(1, 2, 5, 6, 3, RelativeLayout::kShifted, true);
-  p.dropout_p = 0.3;
-  p.strip_rows = 2;
-  const auto d_out = torch::randn({1, 2, 5, 4}, torch::kDouble);
-  auto loss = [&](const RelativeAttentionProblem& problem) {
-    torch::manual_seed(77);
-    return (relative_position_attention(problem) * d_out).sum();
-  };
-  auto without = p;
-  without.dropout_p = 0.0;
-  EXPECT_GT(max_abs_diff(loss(p), loss(without)), 1e-3) << "dropout dropped nothing";
-  EXPECT_EQ(loss(p).item<double>(), loss(p).item<double>());
+  for (const bool globals : {false, true}) {
+    SCOPED_TRACE(globals ? "with global keys" : "without global keys");
+    torch::manual_seed(4);
+    auto p = random_problem(1, 2, 5, 6, 3, RelativeLayout::kShifted, true);
+    p.dropout_p = 0.3;
+    p.strip_rows = 2;
+    if (globals) {
+      p.window_left = p.window_right = 1;
+      p.global_positions = torch::tensor({0L, 3L});
+    }
+    const auto d_out = torch::randn({1, 2, 5, 4}, torch::kDouble);
+    auto loss = [&](const RelativeAttentionProblem& problem) {
+      torch::manual_seed(77);
+      return (relative_position_attention(problem) * d_out).sum();
+    };
+    auto without = p;
+    without.dropout_p = 0.0;
+    EXPECT_GT(max_abs_diff(loss(p), loss(without)), 1e-3) << "dropout dropped nothing";
+    EXPECT_EQ(loss(p).item<double>(), loss(p).item<double>());
 
-  auto with_grad = p;
-  with_grad.query = p.query.detach().requires_grad_();
-  with_grad.positions = p.positions.detach().requires_grad_();
-  const auto grads =
-      torch::autograd::grad({loss(with_grad)}, {with_grad.query, with_grad.positions});
-  const double step = 1e-6;
-  for (const auto& [which, where] : std::vector<std::pair<int, std::vector<int64_t>>>{
-           {0, {0, 1, 2, 1}}, {0, {0, 0, 4, 0}}, {1, {0, 1, 3, 2}}, {1, {0, 0, 7, 1}}}) {
-    auto plus = p, minus = p;
-    auto& tp = which == 0 ? plus.query : plus.positions;
-    auto& tm = which == 0 ? minus.query : minus.positions;
-    tp = tp.clone();
-    tm = tm.clone();
-    const auto index = where;  // a copy: C++17 lambdas cannot capture structured bindings
-    const auto at = [&](torch::Tensor& t) { return t[index[0]][index[1]][index[2]][index[3]]; };
-    at(tp).add_(step);
-    at(tm).sub_(step);
-    const double numeric = (loss(plus) - loss(minus)).item<double>() / (2 * step);
-    const auto analytic = grads[which][index[0]][index[1]][index[2]][index[3]].item<double>();
-    EXPECT_NEAR(analytic, numeric, 1e-6) << (which == 0 ? "query" : "positions");
+    auto with_grad = p;
+    with_grad.query = p.query.detach().requires_grad_();
+    with_grad.positions = p.positions.detach().requires_grad_();
+    const auto grads =
+        torch::autograd::grad({loss(with_grad)}, {with_grad.query, with_grad.positions});
+    const double step = 1e-6;
+    for (const auto& [which, where] : std::vector<std::pair<int, std::vector<int64_t>>>{
+             {0, {0, 1, 2, 1}}, {0, {0, 0, 4, 0}}, {1, {0, 1, 3, 2}}, {1, {0, 0, 7, 1}}}) {
+      auto plus = p, minus = p;
+      auto& tp = which == 0 ? plus.query : plus.positions;
+      auto& tm = which == 0 ? minus.query : minus.positions;
+      tp = tp.clone();
+      tm = tm.clone();
+      const auto index = where;  // a copy: C++17 lambdas cannot capture structured bindings
+      const auto at = [&](torch::Tensor& t) { return t[index[0]][index[1]][index[2]][index[3]]; };
+      at(tp).add_(step);
+      at(tm).sub_(step);
+      const double numeric = (loss(plus) - loss(minus)).item<double>() / (2 * step);
+      const auto analytic = grads[which][index[0]][index[1]][index[2]][index[3]].item<double>();
+      EXPECT_NEAR(analytic, numeric, 1e-6) << (which == 0 ? "query" : "positions");
+    }
   }
 }
 
@@ -348,6 +487,24 @@ TEST(RelativeAttention, RefusalsNameTheArgument) {
   bad = p;
   bad.mask = AttentionMask().key_lengths(torch::tensor({1, 2}));
   EXPECT_FALSE(error_of([&] { relative_position_attention(bad); }).empty());
+  bad = p;
+  bad.global_positions = torch::tensor({2L, 1L});
+  EXPECT_NE(error_of([&] { relative_position_attention(bad); }).find("strictly increasing"),
+            std::string::npos);
+  bad.global_positions = torch::tensor({1L, 4L});
+  EXPECT_NE(error_of([&] { relative_position_attention(bad); }).find("global_positions"),
+            std::string::npos);
+  bad.global_positions = torch::tensor({1L, 2L});
+  bad.global_key = torch::randn({1, 2, 3, 3}, torch::kDouble);
+  EXPECT_NE(error_of([&] { relative_position_attention(bad); }).find("global_key must be"),
+            std::string::npos);
+  bad.global_key = torch::Tensor();
+  EXPECT_NE(error_of([&] { relative_position_bias(bad); }).find("relative_position_probabilities"),
+            std::string::npos);
+  bad = p;
+  bad.global_key = torch::randn({1, 2, 2, 3}, torch::kDouble);
+  EXPECT_NE(error_of([&] { relative_position_attention(bad); }).find("need global_positions"),
+            std::string::npos);
   auto q = p;
   q.query = p.query.detach().requires_grad_();
   const auto out = relative_position_attention(q);
