@@ -110,13 +110,18 @@ ConformerEncoderOptions read_conformer_architecture(MapReader arch) {
   blocks.bias(arch.boolean("bias", blocks.bias()));
   blocks.attention_left(arch.integer("attention_left", blocks.attention_left(), -1, kMaxChunk));
   blocks.attention_right(arch.integer("attention_right", blocks.attention_right(), -1, kMaxChunk));
+  blocks.global_tokens(arch.integer("global_tokens", blocks.global_tokens(), 0, kMaxChunk));
+  blocks.global_spacing(
+      arch.integer("global_tokens_spacing", blocks.global_spacing(), 1, kMaxChunk));
+  blocks.global_separate(arch.boolean("global_attention_separate", blocks.global_separate()));
   ConformerEncoderOptions o(input_dim, blocks);
   o.subsampling(arch.enumeration(
       "subsampling", o.subsampling(),
       {Subsampling::kNone, Subsampling::kConv2d4, Subsampling::kConv2d6, Subsampling::kConv2d8,
        Subsampling::kDwStriding4, Subsampling::kDwStriding8, Subsampling::kStriding4,
        Subsampling::kStriding8, Subsampling::kCausalDwStriding4, Subsampling::kCausalDwStriding8,
-       Subsampling::kCausalStriding4, Subsampling::kCausalStriding8}));
+       Subsampling::kCausalStriding4, Subsampling::kCausalStriding8, Subsampling::kVggnet4,
+       Subsampling::kVggnet8}));
   o.subsampling_channels(
       arch.integer("subsampling_channels", o.subsampling_channels(), 0, kMaxEmbedDim));
   o.position(arch.enumeration("position", o.position(),
@@ -147,6 +152,13 @@ ConformerEncoderOptions read_conformer_architecture(MapReader arch) {
                   " uses sinusoidal encodings, which need an even "
                   "encoder_dim; got " +
                   std::to_string(d));
+  }
+  if (blocks.global_tokens() > 0 &&
+      (blocks.attention_left() < 0 || blocks.attention_right() < 0 ||
+       o.position() == ConformerPosition::kNone || o.position() == ConformerPosition::kAbsPos)) {
+    arch.fail(arch.relation_key("global_tokens", "attention_left"),
+              "global tokens widen a limited window of relative attention (Longformer): they need "
+              "attention_left and attention_right >= 0 and position rel_pos or rel_pos_wenet");
   }
   if (o.subsampling() == Subsampling::kNone && input_dim != d) {
     arch.fail(arch.relation_key("input_dim", "subsampling"),

@@ -82,6 +82,7 @@ int64_t conformer_parameter_count(const ConformerEncoderOptions& o) {
     const auto steps = conformer_subsampling_steps(o.subsampling());
     const int64_t c = subsampling_channels(o);
     for (size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i].pool) continue;
       const int64_t in = i == 0 ? 1 : c;
       const int64_t per_output = steps[i].depthwise ? 1 : in;
       n += c * per_output * steps[i].kernel * steps[i].kernel + c;
@@ -94,6 +95,7 @@ int64_t conformer_parameter_count(const ConformerEncoderOptions& o) {
   block += layer_norm + 3 * d * d + bias * 3 * d + d * d + bias * d;  // attn_norm, qkv, proj
   const bool relative = is_relative(o.position());
   if (relative) block += d * d + 2 * d;  // linear_pos (no bias), pos_bias_u, pos_bias_v
+  if (b.global_tokens() > 0 && b.global_separate()) block += 3 * d * d + bias * 3 * d;
   if (b.head_gating()) block += d * b.num_heads() + b.num_heads();  // head_gate
   block += layer_norm + d * 2 * d + bias * 2 * d;                   // conv.norm, pointwise_conv1
   block +=
@@ -127,6 +129,7 @@ int64_t conformer_macs(const ConformerEncoderOptions& o, int64_t input_frames) {
     for (size_t i = 0; i < steps.size(); ++i) {
       t = subsampled_length({steps[i]}, t);
       f = subsampled_length({steps[i]}, f);
+      if (steps[i].pool) continue;
       const int64_t in = i == 0 ? 1 : c;
       const int64_t per_output = steps[i].depthwise ? 1 : in;
       macs += t * f * c * per_output * steps[i].kernel * steps[i].kernel;
@@ -135,12 +138,21 @@ int64_t conformer_macs(const ConformerEncoderOptions& o, int64_t input_frames) {
   }
   int64_t block = 2 * 2 * t * d * ffn;  // ffn1, ffn2
   block += 3 * t * d * d + t * d * d;   // qkv, proj
-  block += 2 * t * t * d;               // q·kᵀ and attention·v over all heads
+  // The keys each frame attends: all, or those of its window (attention_left/right).
+  const bool window = b.attention_left() >= 0 && b.attention_right() >= 0;
+  const int64_t reach = window ? std::min(t, b.attention_left() + b.attention_right() + 1) : t;
+  block += 2 * t * reach * d;  // q·kᵀ and attention·v over all heads
   if (is_relative(o.position())) {
     const int64_t positions = o.position() == ConformerPosition::kRelPos ? 2 * t - 1 : t;
-    block += positions * d * d;  // linear_pos
-    block += t * positions * d;  // (q + v)·p
-    block += t * d;              // u·k
+    block += positions * d * d;                     // linear_pos
+    block += t * (window ? reach : positions) * d;  // (q + v)·p: the positions in reach
+    block += t * d;                                 // u·k
+  }
+  if (b.global_tokens() > 0) {
+    const int64_t g =
+        std::min(b.global_tokens(), (t + b.global_spacing() - 1) / b.global_spacing());
+    block += 2 * t * g * d + 2 * g * t * d;  // every frame with the global ones, and theirs
+    if (b.global_separate()) block += 3 * t * d * d;
   }
   block += t * d * 2 * d + t * d * k + t * d * d;  // pointwise_conv1, depthwise, pointwise_conv2
   macs += b.num_layers() * block;

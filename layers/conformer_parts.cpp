@@ -5,8 +5,11 @@
 
 #include <torch/nn/init.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
+#include <vector>
 
 namespace attnzoo {
 namespace {
@@ -351,6 +354,22 @@ void ConformerAttentionImpl::reset() {
     torch::nn::init::xavier_uniform_(pos_bias_u);
     torch::nn::init::xavier_uniform_(pos_bias_v);
   }
+  TORCH_CHECK_VALUE(o.global_tokens() >= 0 && o.global_spacing() >= 1,
+                    "ConformerAttention: global_tokens must be >= 0 and global_spacing >= 1, got ",
+                    o.global_tokens(), " and ", o.global_spacing());
+  if (o.global_tokens() > 0) {
+    TORCH_CHECK_VALUE(
+        o.position() != ConformerPosition::kNone && o.window_left() >= 0 && o.window_right() >= 0,
+        "ConformerAttention: global_tokens widen a limited window of relative "
+        "attention (Longformer); set window_left, window_right and a relative "
+        "position");
+    if (o.global_separate()) {
+      global_qkv = register_module(
+          "global_qkv",
+          torch::nn::Linear(
+              torch::nn::LinearOptions(o.embed_dim(), 3 * o.embed_dim()).bias(o.bias())));
+    }
+  }
 }
 
 torch::Tensor ConformerAttentionImpl::forward(const torch::Tensor& x, const AttentionMask& mask,
@@ -446,6 +465,15 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::attend(
     relative.window_right = o.window_right();
     relative.scale = problem.scale;
     relative.dropout_p = is_training() ? o.dropout() : 0.0;
+    if (o.global_tokens() > 0) {
+      TORCH_CHECK_VALUE(!want_cache && cached == 0,
+                        "ConformerAttention: global tokens do not stream (every frame sees them "
+                        "and they see the whole utterance)");
+      TORCH_CHECK_VALUE(!mask.attn_mask().defined() && !mask.causal(),
+                        "ConformerAttention: global tokens take no attention mask besides the "
+                        "key padding (they see and are seen by every frame)");
+      return finish(attend_with_global_tokens(x, mask, std::move(relative), strips));
+    }
     // A recorder sees the probabilities, which need the whole bias, whichever path computes.
     if (!strips || AttentionRecorder::active() != nullptr) {
       problem.mask.bias(relative_position_bias(relative));
@@ -463,6 +491,106 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerAttentionImpl::attend(
     recorder->record(problem, mha->options.backend(), /*self_attention=*/true);
   }
   return finish(scaled_dot_product_attention(std::move(problem), mha->options.backend()).output);
+}
+
+torch::Tensor ConformerAttentionImpl::attend_with_global_tokens(const torch::Tensor& x,
+                                                                const AttentionMask& mask,
+                                                                RelativeAttentionProblem relative,
+                                                                bool strips) {
+  const auto& o = options;
+  const int64_t batch = x.size(0), frames = x.size(1), heads = o.num_heads(), e = mha->head_dim();
+  const auto positions =
+      torch::arange(0, std::min(o.global_tokens() * o.global_spacing(), frames), o.global_spacing(),
+                    torch::TensorOptions().dtype(torch::kLong).device(x.device()));
+  // The global frames' queries and every frame's keys and values as the global frames see them.
+  auto global_query = relative.query, global_key = relative.key, global_value = relative.value;
+  if (o.global_separate()) {
+    const auto qkv = global_qkv(x).view({batch, frames, 3, heads, e}).permute({2, 0, 3, 1, 4});
+    global_query = qkv[0];
+    global_key = qkv[1];
+    global_value = qkv[2];
+    relative.global_query = global_query;
+    relative.global_key = global_key.index_select(2, positions);
+  }
+  relative.global_positions = positions;
+  auto* recorder = AttentionRecorder::active();
+  torch::Tensor probs;  // [B, H, T, T], where the strips do not run or a recorder records
+  if (!strips || recorder != nullptr) probs = relative_position_probabilities(relative);
+  auto out = strips ? relative_position_attention(relative)
+                    : torch::matmul(torch::dropout(probs, relative.dropout_p, is_training()),
+                                    relative.value);
+
+  // The global frames' own rows: every valid frame, by the content score alone. Their queries in
+  // NeMo's layout: NeMo (through 3.0.0) gathers an utterance's G global queries frame-major,
+  // [G, H, E], and reads them head-major, [H, G, E], so head h's n-th global query is that of
+  // global frame (h·G + n) / H in head (h·G + n) mod H. A model NeMo trained learned that layout,
+  // reproduced here with each utterance's own G (the global frames within its length), as NeMo
+  // computes an utterance alone; NeMo's batched forward also mixes a batch's entries.
+  const int64_t g = positions.size(0);
+  const auto gathered = global_query.index_select(2, positions);  // [B, H, G, E]
+  std::vector<int64_t> own(batch, g);  // the global frames within each utterance
+  if (mask.key_lengths().defined() || mask.key_padding_mask().defined()) {
+    const auto lengths = mask.key_lengths().defined()
+                             ? mask.key_lengths().to(torch::kCPU, torch::kLong)
+                             : mask.key_padding_mask().logical_not().sum(1).to(torch::kCPU);
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t length = std::min(lengths[b].item<int64_t>(), frames);
+      own[b] = std::min(g, (length + o.global_spacing() - 1) / o.global_spacing());
+    }
+  }
+  torch::Tensor row_queries;
+  if (std::all_of(own.begin(), own.end(), [&](int64_t n) { return n == g; })) {
+    row_queries = gathered.transpose(1, 2).contiguous().view({batch, heads, g, e});
+  } else {
+    std::vector<torch::Tensor> entries;
+    for (int64_t b = 0; b < batch; ++b) {
+      const auto entry = gathered[b];  // [H, G, E]
+      const int64_t n = own[b];
+      // [H, n, E] re-read as NeMo does; the global frames beyond the utterance are padding.
+      const auto read = entry.narrow(1, 0, n).transpose(0, 1).contiguous().view({heads, n, e});
+      entries.push_back(torch::cat({read, entry.narrow(1, n, g - n)}, 1));
+    }
+    row_queries = torch::stack(entries);
+  }
+  auto scores =
+      relative.scale * torch::matmul(row_queries, global_key.transpose(-2, -1));  // [B, H, G, T]
+  const auto valid = AttentionMask()
+                         .key_lengths(mask.key_lengths())
+                         .key_padding_mask(mask.key_padding_mask())
+                         .allowed(g, frames, x.device());
+  torch::Tensor empty_rows;
+  if (valid) {
+    const auto safe = make_safe(*valid);
+    scores =
+        scores.masked_fill(safe.allowed.logical_not(), -std::numeric_limits<double>::infinity());
+    empty_rows = safe.fully_masked;
+  }
+  auto row_probs = torch::softmax(scores, -1);
+  if (empty_rows.defined()) row_probs = row_probs.masked_fill(empty_rows, 0.0);
+  const auto rows =
+      torch::matmul(torch::dropout(row_probs, relative.dropout_p, is_training()), global_value);
+  out = out.index_copy(2, positions, rows.to(out.scalar_type()));
+
+  if (recorder != nullptr) {
+    // What each frame attends, as the math backend computes it from a bias: log p − scale·q·kᵀ,
+    // the keys of probability 0 excluded.
+    torch::NoGradGuard no_grad;
+    probs = probs.index_copy(2, positions, row_probs.to(probs.scalar_type()));
+    AttentionProblem problem;
+    problem.query = relative.query;
+    problem.key = relative.key;
+    problem.value = relative.value;
+    problem.scale = relative.scale;
+    problem.mask =
+        AttentionMask()
+            .key_lengths(mask.key_lengths())
+            .key_padding_mask(mask.key_padding_mask())
+            .attn_mask(probs.eq(0))
+            .bias(probs.clamp_min(std::numeric_limits<float>::min()).log() -
+                  relative.scale * torch::matmul(relative.query, relative.key.transpose(-2, -1)));
+    recorder->record(problem, "math", /*self_attention=*/true);
+  }
+  return out;
 }
 
 AttentionMask ConformerAttentionImpl::with_window(const AttentionMask& mask, int64_t queries,

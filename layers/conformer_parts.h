@@ -226,6 +226,17 @@ struct ConformerAttentionOptions {
   // length (NeMo's limited att_context_size and rel_pos_local_attn).
   TORCH_ARG(int64_t, window_left) = -1;
   TORCH_ARG(int64_t, window_right) = -1;
+  // Longformer's global tokens (NeMo's global_tokens, global_tokens_spacing,
+  // global_attn_separate), with a window and a relative position only: the frames 0, spacing,
+  // 2·spacing, ... (global_tokens of them, those within the utterance's frames) are seen by every
+  // frame besides its window, with the content score alone, and attend every valid frame
+  // themselves, with the content score alone (RelativeAttentionProblem::global_positions), their
+  // queries in NeMo's layout (attend_with_global_tokens). With global_separate their queries,
+  // keys and values come from a projection of their own, `global_qkv`; the frames still take the
+  // global frames' ordinary values. Offline only, and no attention mask beside the key padding.
+  TORCH_ARG(int64_t, global_tokens) = 0;
+  TORCH_ARG(int64_t, global_spacing) = 1;
+  TORCH_ARG(bool, global_separate) = false;
 };
 
 // Multi-head self-attention with an optional relative positional term (Dai et al. 2019, eq. in
@@ -257,6 +268,7 @@ class ConformerAttentionImpl : public torch::nn::Cloneable<ConformerAttentionImp
   ConformerAttentionOptions options;
   MultiheadAttention mha{nullptr};        // qkv [3D, D], proj [D, D]
   torch::nn::Linear linear_pos{nullptr};  // [D, D], no bias; relative modes only
+  torch::nn::Linear global_qkv{nullptr};  // [3D, D]; global_separate only
   torch::Tensor pos_bias_u;               // [H, E]: u of the paper, content bias
   torch::Tensor pos_bias_v;               // [H, E]: v, position bias
 
@@ -265,6 +277,10 @@ class ConformerAttentionImpl : public torch::nn::Cloneable<ConformerAttentionImp
                                                   const torch::Tensor& cache,
                                                   int64_t first_position, const AttentionMask& mask,
                                                   const torch::Tensor& pos_emb, bool want_cache);
+  // The heads' outputs [B, H, T, E] of attention with global tokens (the window's frames and the
+  // global ones, then the global frames' own rows), from the strips or materialised.
+  torch::Tensor attend_with_global_tokens(const torch::Tensor& x, const AttentionMask& mask,
+                                          RelativeAttentionProblem relative, bool strips);
   // `mask` with the window's band added (options.window_left/right), for T queries over `keys`.
   AttentionMask with_window(const AttentionMask& mask, int64_t queries, int64_t keys,
                             torch::Device device) const;

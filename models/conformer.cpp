@@ -64,7 +64,10 @@ void ConformerBlockImpl::reset() {
                                                         .head_gating(o.head_gating())
                                                         .bias(o.bias())
                                                         .window_left(o.attention_left())
-                                                        .window_right(o.attention_right())));
+                                                        .window_right(o.attention_right())
+                                                        .global_tokens(o.global_tokens())
+                                                        .global_spacing(o.global_spacing())
+                                                        .global_separate(o.global_separate())));
   conv = register_module(
       "conv", ConformerConvModule(ConformerConvModuleOptions(d, o.depthwise_conv_kernel_size())
                                       .causal(o.causal_conv())

@@ -73,6 +73,11 @@ struct ConformerOptions {
   // attention. Linear in the length on the CPU (ConformerAttentionOptions::window_left).
   TORCH_ARG(int64_t, attention_left) = -1;
   TORCH_ARG(int64_t, attention_right) = -1;
+  // Longformer's global tokens within that window (ConformerAttentionOptions::global_tokens):
+  // NeMo's rel_pos_local_attn with global_tokens, global_tokens_spacing, global_attn_separate.
+  TORCH_ARG(int64_t, global_tokens) = 0;
+  TORCH_ARG(int64_t, global_spacing) = 1;
+  TORCH_ARG(bool, global_separate) = false;
 };
 
 class ConformerBlockImpl : public torch::nn::Cloneable<ConformerBlockImpl> {

@@ -4,6 +4,7 @@
 
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/pooling.h>
 
 #include <algorithm>
 
@@ -54,6 +55,10 @@ const char* to_string(Subsampling kind) {
       return "causal_striding4";
     case Subsampling::kCausalStriding8:
       return "causal_striding8";
+    case Subsampling::kVggnet4:
+      return "vggnet4";
+    case Subsampling::kVggnet8:
+      return "vggnet8";
   }
   return "?";
 }
@@ -62,6 +67,12 @@ int64_t subsampled_length(const std::vector<ConformerSubsamplingImpl::Step>& ste
                           int64_t frames) {
   int64_t length = frames;
   for (const auto& s : steps) {
+    if (s.pool) {
+      // Ceil mode: every window that starts within the input, partial ones included.
+      if (length < 1) return 0;
+      length = (std::max<int64_t>(length - s.kernel, 0) + s.stride - 1) / s.stride + 1;
+      continue;
+    }
     const int64_t span = length + s.pad_before + s.pad_after - s.kernel;
     if (span < 0) return 0;
     length = span / s.stride + 1;
@@ -78,7 +89,8 @@ void ConformerSubsamplingImpl::reset() {
   const auto& o = options;
   TORCH_CHECK_VALUE(o.kind() != Subsampling::kNone,
                     "ConformerSubsampling: kind none builds no module; expected conv2d4, conv2d6, "
-                    "conv2d8, dw_striding4, dw_striding8, striding4, striding8 or a causal_ kind");
+                    "conv2d8, dw_striding4, dw_striding8, striding4, striding8, a causal_ kind, "
+                    "vggnet4 or vggnet8");
   TORCH_CHECK_VALUE(o.input_dim() > 0 && o.output_dim() > 0 && o.channels() >= 0,
                     "ConformerSubsampling: input_dim and output_dim must be > 0 and channels >= 0, "
                     "got ",
@@ -91,6 +103,11 @@ void ConformerSubsamplingImpl::reset() {
   // pads asymmetric (causal) steps itself.
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& s = steps[i];
+    if (s.pool) {
+      conv->push_back(torch::nn::MaxPool2d(
+          torch::nn::MaxPool2dOptions(s.kernel).stride(s.stride).ceil_mode(true)));
+      continue;
+    }
     const int64_t in = i == 0 ? 1 : c;
     conv->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(in, c, s.kernel)
                                           .stride(s.stride)
@@ -135,6 +152,16 @@ std::vector<ConformerSubsamplingImpl::Step> conformer_subsampling_steps(Subsampl
       return {Step{3, 2, 2, 1}, Step{3, 2, 2, 1}};
     case Subsampling::kCausalStriding8:
       return {Step{3, 2, 2, 1}, Step{3, 2, 2, 1}, Step{3, 2, 2, 1}};
+    case Subsampling::kVggnet4:
+    case Subsampling::kVggnet8: {
+      std::vector<Step> steps;
+      for (int stage = 0; stage < (kind == Subsampling::kVggnet4 ? 2 : 3); ++stage) {
+        steps.push_back(Step{3, 1, 1, 1});
+        steps.push_back(Step{3, 1, 1, 1});
+        steps.push_back(Step{2, 2, 0, 0, false, /*pool=*/true});
+      }
+      return steps;
+    }
   }
   return {};
 }
@@ -239,6 +266,15 @@ std::tuple<torch::Tensor, torch::Tensor> ConformerSubsamplingImpl::forward(
       ++step;
       const auto span = length + (s.pad_before + s.pad_after - s.kernel);
       length = torch::where(span >= 0, span.div(s.stride, "floor") + 1, torch::zeros_like(span));
+    } else if (auto* pool = module->as<torch::nn::MaxPool2dImpl>()) {
+      // Over frames that are zero beyond the valid length, after a ReLU: a partial window's
+      // maximum is its valid frames'.
+      y = pool->forward(y);
+      const auto& s = steps[step++];
+      length = torch::where(
+          length >= 1,
+          (length - s.kernel).clamp_min(0).add(s.stride - 1).div(s.stride, "floor") + 1,
+          torch::zeros_like(length));
     } else {
       y = module->as<torch::nn::ReLUImpl>()->forward(y);
       // After the activation: frames beyond the valid length hold bias and padding, which the

@@ -55,9 +55,13 @@ TORCH_MODULE(GlobalCmvn);
 //                   frames before and 1 after (CausalConv2D: k − 1 and s − 1, on time and
 //                   frequency alike) instead of 1 on each side, so an output frame j reads no input
 //                   frame after factor·j (the cache-aware streaming FastConformers)
+//   "vggnet4"       NeMo's "vggnet" with factor 4 (Huang et al. 2020, "Conformer-Transducer" /
+//                   VGG-style): twice [Conv2d(·, C, 3, 1, pad 1) → ReLU → Conv2d(C, C, 3, 1, pad 1)
+//                   → ReLU → MaxPool2d(2, 2, ceil_mode)]
+//   "vggnet8"       the same three times
 // Module names follow the source layouts: `conv` holds the Sequential's entries by index (conv.0,
-// conv.2, ...; the ReLUs hold the odd places as in WeNet's and NeMo's nn.Sequential), `out` is
-// the Linear(C·F', D).
+// conv.2, ...; the ReLUs and max pools hold their places as in WeNet's and NeMo's nn.Sequential),
+// `out` is the Linear(C·F', D).
 //
 // Output lengths follow the convolution arithmetic, per convolution L -> (L + 2p − k) / s + 1
 // (floor): ((L − 1)/2 − 1)/2 for ×4, which is also the number of ones WeNet's mask subsampling
@@ -67,7 +71,8 @@ TORCH_MODULE(GlobalCmvn);
 // output of an odd length reaches one frame past L (zero for an utterance alone); hence the
 // zeroing of frames beyond each intermediate length, which NeMo does not do (we differ from NeMo
 // there only on batches with padding; an utterance alone is unaffected). The causal kinds take
-// L -> L/2 + 1 per stride-2 convolution.
+// L -> L/2 + 1 per stride-2 convolution; vggnet's pools L -> ⌈L/2⌉ (ceil mode, so the last frame
+// of an odd length is pooled alone: NeMo's calc_length with ceil_mode).
 enum class Subsampling {
   kNone,         // "none": no subsampling (ConformerEncoderOptions only: features already D wide)
   kConv2d4,      // "conv2d4": WeNet's Conv2dSubsampling4
@@ -80,7 +85,9 @@ enum class Subsampling {
   kCausalDwStriding8,  // "causal_dw_striding8": NeMo's dw_striding, causal_downsampling
   kCausalDwStriding4,  // "causal_dw_striding4"
   kCausalStriding4,    // "causal_striding4": NeMo's striding, causal_downsampling
-  kCausalStriding8     // "causal_striding8"
+  kCausalStriding8,    // "causal_striding8"
+  kVggnet4,            // "vggnet4": NeMo's vggnet, factor 4
+  kVggnet8             // "vggnet8"
 };
 const char* to_string(Subsampling kind);
 
@@ -111,14 +118,16 @@ class ConformerSubsamplingImpl : public torch::nn::Cloneable<ConformerSubsamplin
 
   // One Conv2d of the stack: square kernel, stride, and the zeros padded before and after on
   // both axes (for the length arithmetic); depthwise (groups = channels) or not. The first takes
-  // 1 channel, the others C.
+  // 1 channel, the others C. Or, with `pool`, a MaxPool2d of that kernel and stride in ceil mode
+  // (no padding).
   struct Step {
     int64_t kernel, stride, pad_before, pad_after;
     bool depthwise = false;
+    bool pool = false;
   };
 
   ConformerSubsamplingOptions options;
-  std::vector<Step> steps;  // in order, one per Conv2d of `conv` that strides or not
+  std::vector<Step> steps;  // in order, one per Conv2d or MaxPool2d of `conv`
   torch::nn::ModuleList conv{nullptr};
   torch::nn::Linear out{nullptr};  // [D, C·F']
 };

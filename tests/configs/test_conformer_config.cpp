@@ -155,6 +155,9 @@ TEST(ConformerConfig, RelationsAreReportedAtTheirKeys) {
       parse_error(kConformer, {"architecture.input_dim=10", "features.num_mel_bins=10"}),
       "architecture.input_dim", "architecture.input_dim=10",
       "subsampling conv2d6 leaves no features of input_dim 10");
+  expect_override_error(parse_error(kConformer, {"architecture.global_tokens=2"}),
+                        "architecture.global_tokens", "architecture.global_tokens=2",
+                        "global tokens widen a limited window of relative attention");
   expect_error(parse_error(with(kConformer, "num_mel_bins: 20", "num_mel_bins: 40")),
                "features.num_mel_bins", 30, 17, "must equal architecture.input_dim 20");
   expect_error(parse_error(with(kConformer, "high_freq: -400", "high_freq: 5000")),
@@ -428,6 +431,21 @@ TEST(ConformerStats, ParameterCountEqualsTheBuiltModelForEveryLayoutOption) {
            40, ConformerOptions(16, 4, 24, 2, 5).conv_norm(ConvNormKind::kGroupNorm))},
       {"head gating",
        ConformerEncoderOptions(40, ConformerOptions(16, 4, 24, 3, 4).head_gating(true))},
+      {"vggnet4", base().subsampling(Subsampling::kVggnet4).subsampling_channels(6)},
+      {"vggnet8", base().subsampling(Subsampling::kVggnet8).subsampling_channels(6)},
+      {"global tokens",
+       ConformerEncoderOptions(
+           40,
+           ConformerOptions(16, 4, 24, 2, 5).attention_left(3).attention_right(3).global_tokens(2))
+           .position(ConformerPosition::kRelPos)},
+      {"global tokens with projections of their own, no biases",
+       ConformerEncoderOptions(40, ConformerOptions(16, 4, 24, 2, 5)
+                                       .attention_left(3)
+                                       .attention_right(3)
+                                       .global_tokens(2)
+                                       .global_separate(true)
+                                       .bias(false))
+           .position(ConformerPosition::kRelPos)},
   };
   for (const auto& [name, options] : cases) {
     EXPECT_EQ(conformer_parameter_count(options), built_parameters(options)) << name;
@@ -451,6 +469,24 @@ TEST(ConformerStats, MacsFollowTheConvention) {
       conformer_macs(ConformerEncoderOptions(plain).position(ConformerPosition::kRelPosWenet), t) -
           block,
       t * d * d + t * t * d + t * d);
+  // A window of one frame on each side: 3 keys per frame instead of T.
+  auto windowed = ConformerOptions(8, 2, 12, 1, 3).attention_left(1).attention_right(1);
+  EXPECT_EQ(conformer_macs(ConformerEncoderOptions(plain).blocks(windowed), t) - block,
+            2 * t * 3 * d - 2 * t * t * d);
+  // rel_pos within it: (q + v)·p over the 3 keys; global tokens (2 of them, every 4 frames, with
+  // projections of their own): each frame with them, their own rows, and their q, k, v.
+  const auto relative = ConformerEncoderOptions(plain).position(ConformerPosition::kRelPos);
+  const int64_t windowed_relative =
+      conformer_macs(ConformerEncoderOptions(relative).blocks(windowed), t);
+  EXPECT_EQ(windowed_relative - block,
+            2 * t * 3 * d - 2 * t * t * d + 19 * d * d + t * 3 * d + t * d);
+  EXPECT_EQ(
+      conformer_macs(
+          ConformerEncoderOptions(relative).blocks(
+              ConformerOptions(windowed).global_tokens(2).global_spacing(4).global_separate(true)),
+          t) -
+          windowed_relative,
+      2 * t * 2 * d + 2 * 2 * t * d + 3 * t * d * d);
   // The CTC head: T' · D · vocab.
   EXPECT_EQ(conformer_macs(ConformerEncoderOptions(plain).vocab_size(5), t) - block, t * d * 5);
   // conv2d4 on 100 frames of 40 features, 8 channels: 49 x 19 then 24 x 9 outputs.

@@ -1,5 +1,6 @@
 // Conformer against torchaudio (weights from its state_dict, mapped), against its own per-utterance
 // output (padding must not leak), and relative-position attention against the paper's equations.
+#include <attnzoo/layers/attention.h>
 #include <attnzoo/models/checkpoint.h>
 #include <attnzoo/models/conformer.h>
 #include <attnzoo/models/conformer_checkpoint.h>
@@ -347,6 +348,86 @@ TEST(Conformer, RelativePositionsGiveTheSameOutputOnEveryBackend) {
   }
 }
 
+// Longformer's global tokens (NeMo's rel_pos_local_attn with global_tokens): the CPU's strips
+// and the materialised form every other backend takes give the same frames and gradients; a
+// padded batch gives what each utterance gives alone (each with the global frames within its
+// length); a recorder sees probabilities that sum to one, the global frames attending everything
+// and the others their window and the global frames.
+TEST(Conformer, GlobalTokensAgreeAcrossPathsBatchesAndTheRecorder) {
+  torch::manual_seed(15);
+  const auto [x, lengths] = padded_batch(24, {17, 9, 1, 6});
+  const auto valid = valid_frames(lengths, x.size(1)).unsqueeze(-1);
+  for (const bool separate : {false, true}) {
+    SCOPED_TRACE(separate ? "projections of their own" : "the attention's projections");
+    auto options = ConformerOptions(24, 4, 32, 2, 5)
+                       .position(ConformerPosition::kRelPos)
+                       .attention_left(2)
+                       .attention_right(2)
+                       .global_tokens(3)
+                       .global_spacing(4)
+                       .global_separate(separate);
+    Conformer strips(ConformerOptions(options).attention_backend("auto"));
+    perturb(*strips);
+    Conformer math(ConformerOptions(options).attention_backend("math"));
+    load_state_dict(*math, state_dict(*strips));
+    EXPECT_EQ(strips->named_parameters().contains("layers.0.attn.global_qkv.weight"), separate);
+    {
+      strips->eval();
+      math->eval();
+      torch::NoGradGuard no_grad;
+      const auto ours = std::get<0>(strips->forward(x, lengths)).masked_fill(~valid, 0.0);
+      const auto materialised = std::get<0>(math->forward(x, lengths)).masked_fill(~valid, 0.0);
+      EXPECT_LE(max_abs_diff(ours, materialised), 1e-5);
+      EXPECT_LE(batched_vs_single(strips, x, lengths), 1e-5);
+      EXPECT_LE(batched_vs_single(math, x, lengths), 1e-5);
+      // Without the global frames the output changes: they take part.
+      Conformer local(ConformerOptions(options).global_tokens(0));
+      LoadOptions without_global;
+      for (const auto& item : strips->named_parameters()) {
+        if (item.key().find("global_qkv") != std::string::npos) {
+          without_global.ignore.insert(item.key());
+        }
+      }
+      load_state_dict(*local, state_dict(*strips), without_global);
+      local->eval();
+      EXPECT_GT(
+          max_abs_diff(std::get<0>(local->forward(x, lengths)).masked_fill(~valid, 0.0), ours),
+          1e-3);
+    }
+    std::vector<torch::Tensor> grads[2];
+    for (int path = 0; path < 2; ++path) {
+      auto& model = path == 0 ? strips : math;
+      model->train();  // dropout 0
+      model->zero_grad();
+      std::get<0>(model->forward(x, lengths)).masked_fill(~valid, 0.0).square().sum().backward();
+      for (const auto& p : model->parameters()) grads[path].push_back(p.grad().clone());
+    }
+    for (size_t i = 0; i < grads[0].size(); ++i) {
+      ASSERT_TRUE(torch::isfinite(grads[0][i]).all().item<bool>());
+      EXPECT_LE(max_abs_diff(grads[0][i], grads[1][i]), 1e-4) << i;
+    }
+
+    strips->eval();
+    torch::NoGradGuard no_grad;
+    AttentionRecorder recorder;
+    const auto recorded = std::get<0>(strips->forward(x, lengths)).masked_fill(~valid, 0.0);
+    ASSERT_EQ(recorder.records().size(), 2u);
+    const auto& weights = recorder.records()[0].weights;  // [B, H, T, T]
+    const auto row_sums = weights[0].sum(-1);             // the 17-frame utterance
+    EXPECT_LE(max_abs_diff(row_sums, torch::ones_like(row_sums)), 1e-5);
+    EXPECT_GT(weights[0].select(1, 0).select(1, 16).min().item<double>(), 0.0)
+        << "the global frame 0 attends frame 16";
+    EXPECT_GT(weights[0].select(1, 10).select(1, 0).min().item<double>(), 0.0)
+        << "frame 10 attends the global frame 0";
+    EXPECT_EQ(weights[0].select(1, 10).select(1, 1).abs().max().item<double>(), 0.0)
+        << "frame 10 does not attend frame 1, outside its window";
+    EXPECT_LE(
+        max_abs_diff(recorded, std::get<0>(strips->forward(x, lengths)).masked_fill(~valid, 0.0)),
+        0.0)
+        << "recording changes nothing";
+  }
+}
+
 TEST(Conformer, GradientsAreFiniteAndReachEveryParameter) {
   torch::manual_seed(6);
   for (const auto position :
@@ -537,16 +618,18 @@ TEST(ConformerSubsampling, LengthsFollowTheConvolutionsAndWeNetsMasks) {
   const std::vector<std::pair<Subsampling, int64_t>> minimum = {
       {Subsampling::kConv2d4, 7},     {Subsampling::kConv2d6, 11},    {Subsampling::kConv2d8, 15},
       {Subsampling::kDwStriding8, 1}, {Subsampling::kDwStriding4, 1}, {Subsampling::kStriding4, 1},
-      {Subsampling::kStriding8, 1}};
+      {Subsampling::kStriding8, 1},   {Subsampling::kVggnet4, 1},     {Subsampling::kVggnet8, 1}};
   for (const auto& [kind, min_frames] : minimum) {
     SCOPED_TRACE(to_string(kind));
     ConformerSubsampling sub(ConformerSubsamplingOptions(kind, 20, 8).channels(3));
     EXPECT_EQ(sub->min_frames(), min_frames);
     const bool nemo = kind == Subsampling::kDwStriding8 || kind == Subsampling::kDwStriding4 ||
-                      kind == Subsampling::kStriding4 || kind == Subsampling::kStriding8;
+                      kind == Subsampling::kStriding4 || kind == Subsampling::kStriding8 ||
+                      kind == Subsampling::kVggnet4 || kind == Subsampling::kVggnet8;
     EXPECT_EQ(sub->factor(), kind == Subsampling::kConv2d6 ? 6
                              : kind == Subsampling::kConv2d4 || kind == Subsampling::kDwStriding4 ||
-                                     kind == Subsampling::kStriding4
+                                     kind == Subsampling::kStriding4 ||
+                                     kind == Subsampling::kVggnet4
                                  ? 4
                                  : 8);
     for (int64_t t = 1; t <= 50; ++t) {
@@ -565,14 +648,17 @@ TEST(ConformerSubsampling, LengthsFollowTheConvolutionsAndWeNetsMasks) {
     // Frequencies: F' from the same arithmetic, channels major in `out`.
     EXPECT_EQ(sub->out->weight.size(1), 3 * sub->output_length(20));
   }
-  // NeMo's calc_length for dw_striding and striding: ceil(L / 2) per factor of 2.
-  for (const auto kind : {Subsampling::kDwStriding8, Subsampling::kStriding8}) {
+  // NeMo's calc_length for dw_striding, striding and vggnet (its pools in ceil mode): ceil(L / 2)
+  // per factor of 2.
+  for (const auto kind :
+       {Subsampling::kDwStriding8, Subsampling::kStriding8, Subsampling::kVggnet8}) {
     ConformerSubsampling sub(ConformerSubsamplingOptions(kind, 20, 8));
     for (int64_t t = 1; t <= 50; ++t) {
       EXPECT_EQ(sub->output_length(t), (((t + 1) / 2 + 1) / 2 + 1) / 2) << "T = " << t;
     }
   }
-  for (const auto kind : {Subsampling::kDwStriding4, Subsampling::kStriding4}) {
+  for (const auto kind :
+       {Subsampling::kDwStriding4, Subsampling::kStriding4, Subsampling::kVggnet4}) {
     ConformerSubsampling sub(ConformerSubsamplingOptions(kind, 20, 8));
     for (int64_t t = 1; t <= 50; ++t) {
       EXPECT_EQ(sub->output_length(t), ((t + 1) / 2 + 1) / 2) << "T = " << t;
@@ -636,7 +722,8 @@ TEST(ConformerEncoder, BatchedEqualsPerUtteranceThroughEverySubsampling) {
   torch::manual_seed(3);
   for (const auto subsampling :
        {Subsampling::kConv2d4, Subsampling::kConv2d6, Subsampling::kConv2d8,
-        Subsampling::kDwStriding8, Subsampling::kDwStriding4, Subsampling::kStriding4}) {
+        Subsampling::kDwStriding8, Subsampling::kDwStriding4, Subsampling::kStriding4,
+        Subsampling::kVggnet4}) {
     for (const auto position : {ConformerPosition::kAbsPos, ConformerPosition::kRelPos,
                                 ConformerPosition::kRelPosWenet}) {
       SCOPED_TRACE(std::string(to_string(subsampling)) + " " + to_string(position));
