@@ -6,9 +6,12 @@
 // first (NeMo saves them resolved; a hand-edited file may not be). They give:
 //   - the frontend: AudioToMelSpectrogramPreprocessor (preprocessor) as features kind nemo_mel,
 //     without dither (NeMo applies none in eval mode); pad_to and pad_value only pad batches;
-//   - the encoder: ConformerEncoder (FastConformer included) with full-context rel_pos attention,
-//     subsampling dw_striding or striding (x4, x8), xscaling, tied or untied position biases,
-//     BatchNorm or LayerNorm in the convolution module, the blocks' biases or none (use_bias);
+//   - the encoder: ConformerEncoder (FastConformer included) with rel_pos attention, full,
+//     limited (att_context_size) or chunked for cache-aware streaming (chunked_limited), or
+//     rel_pos_local_attn (Longformer's window, with its global tokens); subsampling dw_striding,
+//     striding (x4, x8, causal or not) or vggnet (x4, x8); xscaling, tied or untied position
+//     biases, BatchNorm or LayerNorm in the convolution module, centred or causal convolutions,
+//     the blocks' biases or none (use_bias);
 //   - the heads: the CTC head, ConvASRDecoder (decoder, or a hybrid model's aux_ctc.decoder),
 //     whose blank is the last class; the transducer, RNNTDecoder and RNNTJoint (decoder, joint),
 //     RNN-T or TDT (decoding.model_type, decoding.durations), as architecture.transducer;
@@ -21,8 +24,9 @@
 //     and score_norm; the CTC head greedily.
 // A model attnzoo does not run is refused naming model_config.yaml's key and value: a target that
 // is not a CTC, transducer or hybrid ASR model (TTS, speaker and language models), an encoder
-// other than ConformerEncoder, limited-context or cache-aware streaming attention, causal
-// subsampling, multi-blank transducers and every other option attnzoo does not implement.
+// other than ConformerEncoder, chunked attention with right context (chunked_limited_with_rc),
+// asymmetric local windows, multi-blank transducers and every other option attnzoo does not
+// implement.
 #include <attnzoo/configs/omegaconf_interpolation.h>
 #include <attnzoo/configs/source_yaml.h>
 #include <attnzoo/configs/sources.h>
@@ -294,8 +298,10 @@ YAML::Node features(const detail::SourceYaml& c, int64_t feat_in) {
 // rel_pos_local_attn (Longformer's sliding window with Transformer-XL's positions) attends the
 // same band [L, R], which attnzoo computes the same way as the regular one: a strip of queries
 // at a time over the keys in reach, linear in the length. NeMo adds the window's position scores
-// at columns that line up with their keys only when L = R, so other windows are refused; so are
-// its global tokens.
+// at columns that line up with their keys only when L = R, so other windows are refused. Its
+// global tokens (global_tokens frames, global_tokens_spacing apart, with projections of their own
+// under global_attn_separate) are architecture.global_tokens; plain rel_pos ignores them, as NeMo
+// does.
 void attention_context(const detail::SourceYaml& c, YAML::Node& arch, YAML::Node* streaming,
                        bool local) {
   const std::string key = "encoder.att_context_size";
@@ -308,9 +314,13 @@ void attention_context(const detail::SourceYaml& c, YAML::Node& arch, YAML::Node
     c.fail("encoder.att_context_style",
            "'" + style + "' with rel_pos_local_attn is not supported (regular)");
   }
-  if (local && c.has("encoder.global_tokens") &&
-      c.integer("encoder.global_tokens", 0, 0, 1 << 20) > 0) {
-    c.fail("encoder.global_tokens", "rel_pos_local_attn's global tokens are not supported");
+  if (local) {
+    const auto tokens = c.integer("encoder.global_tokens", 0, 0, 1 << 20);
+    if (tokens > 0) {
+      arch["global_tokens"] = tokens;
+      arch["global_tokens_spacing"] = c.integer("encoder.global_tokens_spacing", 1, 1, 1 << 20);
+      arch["global_attention_separate"] = c.boolean("encoder.global_attn_separate", false);
+    }
   }
   if (!c.has(key)) {
     if (local) c.fail(key, "rel_pos_local_attn needs a window [w, w]");
@@ -409,20 +419,19 @@ YAML::Node encoder_architecture(const detail::SourceYaml& c, int64_t* feat_in,
   const auto subsampling = c.text(e + ".subsampling", "striding");
   const auto factor = c.integer(e + ".subsampling_factor", 4, 1, 64);
   const std::string kind = subsampling + std::to_string(factor);
-  // vggnet is refused with its reason: NeMo 3.0.0's own ConvSubsampling fails on it (its masked
-  // Sequential reads MaxPool2d's kernel_size as a pair), so no reference runs it.
-  if (subsampling == "vggnet") {
+  if ((subsampling != "dw_striding" && subsampling != "striding" && subsampling != "vggnet") ||
+      (factor != 4 && factor != 8)) {
     c.fail(e + ".subsampling",
-           "'vggnet' is not supported: NeMo 3.0.0 itself cannot run it (its masked convolution "
-           "stack fails on the max-pooling layers), so there is no reference to match");
+           "'" + subsampling + "' with subsampling_factor " + std::to_string(factor) +
+               " is not supported (dw_striding, striding or vggnet, factor 4 or 8)");
   }
-  if ((subsampling != "dw_striding" && subsampling != "striding") || (factor != 4 && factor != 8)) {
-    c.fail(e + ".subsampling", "'" + subsampling + "' with subsampling_factor " +
-                                   std::to_string(factor) +
-                                   " is not supported (dw_striding or striding, factor 4 or 8)");
+  // causal_downsampling: CausalConv2D's padding (the cache-aware streaming models); NeMo's vggnet
+  // has no causal form.
+  const bool causal_downsampling = c.boolean(e + ".causal_downsampling", false);
+  if (causal_downsampling && subsampling == "vggnet") {
+    c.fail(e + ".causal_downsampling", "vggnet has no causal form (dw_striding, striding)");
   }
-  // causal_downsampling: CausalConv2D's padding (the cache-aware streaming models).
-  arch["subsampling"] = (c.boolean(e + ".causal_downsampling", false) ? "causal_" : "") + kind;
+  arch["subsampling"] = (causal_downsampling ? "causal_" : "") + kind;
   const auto channels = c.integer(e + ".subsampling_conv_channels", -1, -1, 65536);
   arch["subsampling_channels"] = channels <= 0 ? d : channels;
   if (c.has(e + ".reduction")) c.fail(e + ".reduction", "time reduction inside the encoder");
@@ -433,7 +442,6 @@ YAML::Node encoder_architecture(const detail::SourceYaml& c, int64_t* feat_in,
   }
   arch["position"] = "rel_pos";
   attention_context(c, arch, streaming, attention == "rel_pos_local_attn");
-  c.require_number(e + ".global_tokens", 0.0, "rel_pos_local_attn's global tokens");
   const auto feat_out = c.integer(e + ".feat_out", -1, -1, 65536);
   if (feat_out > 0 && feat_out != d) c.fail(e + ".feat_out", "an output projection");
   arch["xscaling"] = c.boolean(e + ".xscaling", true);

@@ -212,7 +212,7 @@ MappedConformerCheckpoint from_nemo(const io::TensorDict& tensors) {
       {std::regex(R"(joint\.joint_net\.[12]\.(weight|bias))"), "transducer.out.$1"},
   };
   static const std::regex qkv(
-      R"(encoder\.layers\.(\d+)\.self_attn\.linear_([qkv])\.(weight|bias))");
+      R"(encoder\.layers\.(\d+)\.self_attn\.(linear|global)_([qkv])\.(weight|bias))");
   static const std::regex layer(R"(encoder\.layers\.(\d+)\..*)");
   static const std::regex ctc_head(R"((?:decoder|ctc_decoder)\.decoder_layers\.0\.(weight|bias))");
   MappedConformerCheckpoint out;
@@ -224,8 +224,10 @@ MappedConformerCheckpoint from_nemo(const io::TensorDict& tensors) {
     std::smatch m;
     if (std::regex_match(name, m, layer)) layers.insert(m[1].str());
     if (std::regex_match(name, m, qkv)) {
-      parts.add("conformer.layers." + m[1].str() + ".attn.mha.qkv." + m[3].str(), m[2].str()[0],
-                item.value());
+      // linear_q/k/v into the attention's qkv, global_q/k/v (Longformer's global tokens with
+      // global_attn_separate) into global_qkv.
+      const auto fused = m[2].str() == "linear" ? ".attn.mha.qkv." : ".attn.global_qkv.";
+      parts.add("conformer.layers." + m[1].str() + fused + m[4].str(), m[3].str()[0], item.value());
     } else if (std::regex_match(name, m, ctc_head)) {
       // ConvASRDecoder: a Conv1d of kernel 1, [V, D, 1], onto the Linear [V, D].
       const auto& t = item.value();

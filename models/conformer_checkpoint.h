@@ -58,6 +58,7 @@
 //                  self_attn.linear_{q,k,v}               -> attn.mha.qkv (rows [q; k; v])
 //                  self_attn.linear_out                   -> attn.mha.proj
 //                  self_attn.linear_pos, pos_bias_{u,v}   -> attn.linear_pos, attn.pos_bias_{u,v}
+//                  self_attn.global_{q,k,v}               -> attn.global_qkv (rows [q; k; v])
 //                  norm_conv                              -> conv.norm
 //                  conv.{pointwise_conv1, depthwise_conv, pointwise_conv2} -> conv.{same}
 //                  conv.batch_norm (any norm kind)        -> conv.conv_norm

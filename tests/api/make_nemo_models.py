@@ -24,6 +24,16 @@ made to read what varies between frames (sensitive_head), so that the tokens fol
   local_ctc_bpe
             ctc_bpe with NeMo's local attention (rel_pos_local_attn, Longformer's sliding window)
             of 5 frames on each side.
+  global_ctc_bpe
+            local attention of 4 frames on each side with Longformer's global tokens: 3 frames,
+            5 apart, with projections of their own (global_attn_separate).
+  vggnet_ctc_bpe
+            ctc_bpe with vggnet subsampling x8 (two 3x3 convolutions and a max pool per factor
+            of 2). NeMo 3.0.0's masked convolution stack cannot run it (it reads MaxPool2d's int
+            kernel_size as a pair), so its stack here masks as NeMo 3.0.0 does for the other
+            kinds, with the pools' lengths as NeMo's calc_length counts them (ceil): for one
+            utterance alone the plain nn.Sequential of NeMo releases before the masking
+            (vggnet_masking).
   rnnt_bpe, tdt_bpe
             EncDecRNNTBPEModel, RNN-T and TDT (durations 0-4, two LSTM layers; as Parakeet 0.6B,
             no biases in the blocks and no xscaling), their joints made sensitive
@@ -47,7 +57,8 @@ Writes into OUT_DIR:
   waves/<wave>.wav        16 kHz mono, 16 bit
   nemo_reference.safetensors  "<model>/<wave>/features" [T, F] (the preprocessor's output cut to
                           its length), ".../encoded" [T', D], ".../log_probs" [T', V] (float32)
-  manifest.json           versions; per model its target and kind, per wave the greedy
+  manifest.json           versions; per model its target, kind, NeMo's parameter count and the
+                          CTC head's gain (its weight's largest row sum of |w|), per wave the greedy
                           hypotheses of NeMo's transcribe() and of its transducer searches (tokens,
                           frames, durations, score, text) and, for the offline hybrids, every
                           hypothesis of NeMo's transducer beam search; for the streaming model, NeMo's
@@ -253,6 +264,26 @@ def wordpiece_reference(model):
                   for text in texts],
         "joins": [{"tokens": tokens, "text": tokenizer.tokens_to_text(tokens)} for tokens in joins],
     }
+
+
+def vggnet_masking(model):
+    """Lets NeMo 3.0.0 run vggnet subsampling: its MaskedConvSequential's masking, with the max
+    pools' output lengths (ceil mode) that NeMo's own calc_length gives."""
+    from nemo.collections.asr.parts.submodules import subsampling
+
+    class MaskedVggSequential(subsampling.MaskedConvSequential):
+        def forward(self, x, lengths):
+            x = x.unsqueeze(1)
+            lengths = lengths.clone().long()
+            mask = self._create_mask(x, lengths)
+            for layer in self:
+                x = layer(subsampling.apply_channel_mask(x, mask))
+                if isinstance(layer, torch.nn.MaxPool2d):
+                    lengths = (lengths + 1) // 2
+                    mask = self._create_mask(x, lengths)
+            return subsampling.apply_channel_mask(x, mask), lengths
+
+    model.encoder.pre_encode.conv.__class__ = MaskedVggSequential
 
 
 def make_tokenizer(work):
@@ -616,10 +647,19 @@ def main():
                     "att_context_size": [[14, 6], [14, 1], [14, 0]],
                     "att_context_probs": [0.4, 0.3, 0.3], "conv_context_size": "causal",
                     "conv_norm_type": "layer_norm"}))),
+            "global_ctc_bpe": (EncDecCTCModelBPE, "ctc", model_config(
+                80, "per_feature",
+                {"self_attention_model": "rel_pos_local_attn", "att_context_size": [4, 4],
+                 "global_tokens": 3, "global_tokens_spacing": 5, "global_attn_separate": True},
+                tokenizer)),
+            "vggnet_ctc_bpe": (EncDecCTCModelBPE, "ctc", model_config(
+                80, "per_feature", {"subsampling": "vggnet"}, tokenizer)),
         }
         for index, (name, (cls, kind, cfg)) in enumerate(models.items()):
             torch.manual_seed(SEED + index)
             model = cls(cfg=OmegaConf.create(cfg), trainer=None)
+            if name.startswith("vggnet"):
+                vggnet_masking(model)
             generator = torch.Generator().manual_seed(SEED + 100 + index)
             off_identity(model, generator)
             model.eval()
@@ -633,6 +673,8 @@ def main():
             model.save_to(str(path))
             # What a user's file gives: the model as NeMo restores it.
             restored = cls.restore_from(str(path), map_location="cpu")
+            if name.startswith("vggnet"):
+                vggnet_masking(restored)
             restored.eval()
             tensors, results = reference(restored, kind, waves,
                                          streaming=name.startswith("streaming"))
@@ -640,8 +682,14 @@ def main():
             summary["models"][name] = {
                 "target": f"{cls.__module__}.{cls.__name__}",
                 "kind": kind,
+                "parameters": sum(p.numel() for p in restored.parameters()),
                 "waves": results,
             }
+            if kind in ("ctc", "hybrid"):
+                # How far an encoder difference can move a logit: the head's largest row sum.
+                head = restored.ctc_decoder if kind == "hybrid" else restored.decoder
+                summary["models"][name]["ctc_head_gain"] = float(
+                    head.decoder_layers[0].weight.abs().sum((1, 2)).max())
             if name == "ctc_wpe":
                 summary["models"][name]["wordpiece"] = wordpiece_reference(restored)
             print(f"{name}: {sum(p.numel() for p in model.parameters())} parameters; "
