@@ -13,9 +13,13 @@
 
 namespace attnzoo {
 
-// The calling thread's LibTorch CPU ops run single-threaded from now on (the thread's OpenMP
-// thread count becomes 1, after ATen's per-thread initialisation that would reset it). Other
-// threads are unaffected. Does nothing with a LibTorch built without OpenMP.
+// The calling thread's LibTorch CPU ops run on `threads` threads from now on (the thread's
+// OpenMP thread count, set after ATen's per-thread initialisation that would reset it; the
+// calling thread and threads − 1 of its team). Other threads are unaffected. Does nothing with a
+// LibTorch built without OpenMP. threads < 1 counts as 1.
+void use_intra_op_threads(int threads);
+
+// use_intra_op_threads(1): the calling thread's ops run on it alone and start no team.
 void use_one_intra_op_thread();
 
 }  // namespace attnzoo

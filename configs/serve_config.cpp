@@ -3,6 +3,7 @@
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/configs/yaml_reader.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -64,7 +65,8 @@ ServedModelConfig read_model(MapReader entry, const std::string& source) {
     batching.finish();
   }
   m.max_queue_size = entry.integer("max_queue_size", m.max_queue_size, 1, 1 << 20);
-  m.instances = entry.integer("instances", m.instances, 1, 64);
+  m.instances = entry.integer("instances", m.instances, 0, 64);
+  m.threads = entry.integer("threads", m.threads, 0, 1024);
   m.default_timeout_us = entry.integer("default_timeout_us", 0, 0, int64_t{1} << 40);
   if (entry.has("task")) {
     m.task =
@@ -96,6 +98,9 @@ ServeConfig parse_serve_config(const std::string& yaml, const std::string& sourc
   c.source = source;
   c.http = read_http(root.map("http", false));
   c.threads = root.integer("threads", 0, 0, 1024);
+  c.wait_policy =
+      root.enumeration("wait_policy", c.wait_policy,
+                       {WaitPolicy::kBounded, WaitPolicy::kPassive, WaitPolicy::kActive});
   c.stream_threads = root.integer("stream_threads", c.stream_threads, 1, 256);
   auto entries = root.map_list("models");
   std::set<std::string> names;
@@ -108,6 +113,13 @@ ServeConfig parse_serve_config(const std::string& yaml, const std::string& sourc
   root.finish();  // a misspelt key before a missing one
   if (entries.empty()) root.fail("models", "list at least one model to serve");
   return c;
+}
+
+InstanceShape instance_shape(const ServedModelConfig& m, const ServeConfig& config, int cores) {
+  InstanceShape shape;
+  shape.threads = m.threads > 0 ? m.threads : config.threads > 0 ? config.threads : 1;
+  shape.instances = m.instances > 0 ? m.instances : std::max<int64_t>(1, cores / shape.threads);
+  return shape;
 }
 
 ServeConfig load_serve_config(const std::string& path, const std::vector<std::string>& overrides) {

@@ -4,7 +4,8 @@
 // unknown keys are refused; paths are relative to the file.
 //
 //   http: {host: 127.0.0.1, port: 8000, threads: 2, max_body_mb: 64, request_timeout_s: 30}
-//   threads: 2                        # LibTorch's intra-op threads (0: LibTorch's default)
+//   threads: 1                        # LibTorch threads per model instance (0: 1)
+//   wait_policy: passive              # how OpenMP's idle threads wait: passive | bounded | active
 //   stream_threads: 2                 # threads for the chunks of live audio
 //   models:
 //     - name: digits                  # the route's name (default: the model's)
@@ -14,6 +15,8 @@
 //       dynamic_batching: {max_queue_delay_us: 2000}   # absent: each request runs alone
 //       max_queue_size: 64            # waiting requests; past it 503 with Retry-After
 //       default_timeout_us: 0         # a deadline for requests that set none (0: none)
+//       instances: 0                  # parallel executions (0: usable cores / threads)
+//       threads: 0                    # LibTorch threads per instance (0: the config's)
 //     - model: conformer_digits_ctc   # audio: classify, encode or transcribe (task:)
 //       max_audio_seconds: 60         # the longest audio of a request or stream
 //       max_streams: 16               # open WebSocket streams (0: none)
@@ -70,7 +73,10 @@ struct ServedModelConfig {
   bool dynamic_batching = false;
   int64_t max_queue_delay_us = 0;
   int64_t max_queue_size = 64;
-  int64_t instances = 1;
+  // Parallel executions of the model (Triton's instance_group count), each on `threads` LibTorch
+  // threads; 0: instance_shape's defaults.
+  int64_t instances = 0;
+  int64_t threads = 0;
   int64_t default_timeout_us = 0;
   // Unset: classify for a model with a classification head, else transcribe when it has a CTC
   // head and a token table, else encode.
@@ -85,13 +91,41 @@ struct ServedModelConfig {
   int64_t stream_chunk = 0;
 };
 
+// How LibTorch's idle OpenMP threads wait for the next parallel region (libgomp's spin before
+// sleeping): kPassive sleeps at once (OMP_WAIT_POLICY=PASSIVE), kBounded spins about 100 rounds
+// first (GOMP_SPINCOUNT=100), kActive spins as long as libgomp likes (its default). A thread that
+// spins for a core another process holds delays every region of its team.
+enum class WaitPolicy { kBounded, kPassive, kActive };
+constexpr const char* to_string(WaitPolicy policy) {
+  switch (policy) {
+    case WaitPolicy::kBounded:
+      return "bounded";
+    case WaitPolicy::kPassive:
+      return "passive";
+    case WaitPolicy::kActive:
+      return "active";
+  }
+  return "bounded";
+}
+
 struct ServeConfig {
   std::string source;
   ServeHttpConfig http;
-  int64_t threads = 0;
+  int64_t threads = 0;  // LibTorch threads per model instance, for models that set none; 0: 1
+  WaitPolicy wait_policy = WaitPolicy::kPassive;
   int64_t stream_threads = 2;  // threads running the chunks of live audio (WebSocket streams)
   std::vector<ServedModelConfig> models;
 };
+
+// How many instances of model `m` run and on how many LibTorch threads each: its entry's
+// `threads`, else the config's, else 1; its `instances`, else as many as `cores` / threads (at
+// least 1). One thread per instance is the default because it is the fastest on the models
+// measured (docs/serving.md) and because a team of one never waits for a core a neighbour took.
+struct InstanceShape {
+  int64_t instances = 1;
+  int64_t threads = 1;
+};
+InstanceShape instance_shape(const ServedModelConfig& m, const ServeConfig& config, int cores);
 
 // ConfigError naming the file, key, line and column for anything malformed or out of range, a
 // model listed twice, a model name that is not a registered one or an existing YAML, or weights

@@ -13,7 +13,10 @@ DynamicBatcher::DynamicBatcher(std::string model, BatchingOptions options, Run r
                                 "max_queue_delay_us >= 0");
   }
   for (int64_t i = 0; i < options_.instances; ++i) {
-    instances_.emplace_back([this] { serve_instance(); });
+    instances_.emplace_back([this] {
+      if (options_.instance_start) options_.instance_start();
+      serve_instance();
+    });
   }
 }
 

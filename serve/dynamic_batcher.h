@@ -37,6 +37,8 @@ struct BatchingOptions {
   int64_t max_queue_delay_us = 0;
   int64_t max_queue_size = 64;  // requests waiting; a full queue refuses
   int64_t instances = 1;        // threads executing batches of this model
+  // Runs first on each instance's thread (the server sets its LibTorch thread count there).
+  std::function<void()> instance_start;
 };
 
 class BatchJob {

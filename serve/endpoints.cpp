@@ -1,7 +1,9 @@
 #include <attnzoo/serve/endpoints.h>
 
+#include <attnzoo/api/intra_op_threads.h>
 #include <attnzoo/configs/model_family.h>
 #include <attnzoo/configs/registry.h>
+#include <attnzoo/core/usable_cores.h>
 #include <attnzoo/serve/served_audio_classifier.h>
 #include <attnzoo/serve/served_image_classifier.h>
 #include <attnzoo/serve/served_speech_encoder.h>
@@ -84,6 +86,7 @@ std::shared_ptr<const ServedModel> audio_model(const ServedModelConfig& m,
 
 std::vector<ModelEndpoint> load_endpoints(const ServeConfig& config) {
   std::vector<ModelEndpoint> endpoints;
+  const int cores = usable_cores();
   for (const auto& m : config.models) {
     const auto model_config = resolve_model_config(m.model, m.options.overrides);
     const std::string who = config.source + ": model '" + m.name + "' (" + m.model + ")";
@@ -95,7 +98,14 @@ std::vector<ModelEndpoint> load_endpoints(const ServeConfig& config) {
     endpoint.batching.max_batch_size = m.max_batch_size;
     endpoint.batching.max_queue_delay_us = m.max_queue_delay_us;
     endpoint.batching.max_queue_size = m.max_queue_size;
-    endpoint.batching.instances = m.instances;
+    // Each instance's thread runs its forward passes on `threads` LibTorch threads: a team of
+    // its own, or none for one thread (api/intra_op_threads.h).
+    const auto shape = instance_shape(m, config, cores);
+    endpoint.batching.instances = shape.instances;
+    endpoint.batching.instance_start = [threads = static_cast<int>(shape.threads)] {
+      use_intra_op_threads(threads);
+    };
+    endpoint.threads = shape.threads;
     endpoint.default_timeout_us = m.default_timeout_us;
     endpoint.max_streams = m.max_streams;
     endpoints.push_back(std::move(endpoint));

@@ -45,6 +45,7 @@ struct ModelEndpoint {
   BatchingOptions batching;
   int64_t default_timeout_us = 0;  // 0: no deadline unless the request sets one
   int64_t max_streams = 0;         // open WebSocket streams (models that stream); 0: none
+  int64_t threads = 1;             // LibTorch threads of each instance (for what the server prints)
 };
 
 class InferenceServer : public HttpHandler {

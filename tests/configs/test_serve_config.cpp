@@ -89,10 +89,45 @@ models:
   EXPECT_DOUBLE_EQ(c.models[2].max_audio_seconds, 12.5);
   EXPECT_EQ(c.models[2].max_streams, 3);
   EXPECT_EQ(c.models[2].stream_chunk, 8);
+  EXPECT_EQ(c.wait_policy, WaitPolicy::kPassive);  // the default
+  EXPECT_EQ(c.models[0].instances, 0);             // unset: instance_shape decides
+  EXPECT_EQ(c.models[0].threads, 0);
   // Overrides of the serve config itself.
   const auto o = load_serve_config(path, {"http.port=0", "models=[{model: vit_tiny_patch16_224}]"});
   EXPECT_EQ(o.http.port, 0);
   ASSERT_EQ(o.models.size(), 1u);
+}
+
+// Instances and threads: each model's own, else the config's threads, else one thread per
+// instance and as many instances as the usable cores hold.
+TEST(ServeConfig, InstancesAndThreadsFollowTheEntryTheConfigAndTheCores) {
+  const auto c = parse_serve_config(R"(threads: 2
+wait_policy: bounded
+models:
+  - model: vit_tiny_patch16_224
+  - name: own
+    model: vit_tiny_patch16_224
+    instances: 3
+    threads: 1
+  - name: counted
+    model: vit_tiny_patch16_224
+    instances: 2
+)",
+                                    "serve.yaml");
+  EXPECT_EQ(c.wait_policy, WaitPolicy::kBounded);
+  const auto shape = [&](size_t model, int cores) {
+    const auto s = instance_shape(c.models[model], c, cores);
+    return std::pair<int64_t, int64_t>{s.instances, s.threads};
+  };
+  EXPECT_EQ(shape(0, 8), (std::pair<int64_t, int64_t>{4, 2}));  // the config's 2 threads
+  EXPECT_EQ(shape(0, 3), (std::pair<int64_t, int64_t>{1, 2}));
+  EXPECT_EQ(shape(0, 1), (std::pair<int64_t, int64_t>{1, 2}));  // at least one instance
+  EXPECT_EQ(shape(1, 8), (std::pair<int64_t, int64_t>{3, 1}));  // its own
+  EXPECT_EQ(shape(2, 8), (std::pair<int64_t, int64_t>{2, 2}));
+  auto defaults = parse_serve_config("models:\n  - model: vit_tiny_patch16_224\n", "serve.yaml");
+  const auto d = instance_shape(defaults.models[0], defaults, 6);
+  EXPECT_EQ(d.instances, 6);
+  EXPECT_EQ(d.threads, 1);
 }
 
 TEST(ServeConfig, RefusesMistakesAtTheirKey) {
@@ -132,6 +167,13 @@ TEST(ServeConfig, RefusesMistakesAtTheirKey) {
   e = serve_error("models:\n  - model: vit_tiny_patch16_224\n    device: tpu\n");
   EXPECT_EQ(e.key_path(), "models[0].device");
   EXPECT_THAT(e.what(), HasSubstr("expected cpu, cuda or cuda:N, got 'tpu'"));
+
+  e = serve_error("wait_policy: spin\nmodels:\n  - model: vit_tiny_patch16_224\n");
+  EXPECT_EQ(e.key_path(), "wait_policy");
+  EXPECT_THAT(e.what(), HasSubstr("bounded, passive, active"));
+
+  e = serve_error("models:\n  - model: vit_tiny_patch16_224\n    instances: 65\n");
+  EXPECT_EQ(e.key_path(), "models[0].instances");
 
   e = serve_error("models:\n  - model: vit_tiny_patch16_224\n    dtype: fp64\n");
   EXPECT_EQ(e.key_path(), "models[0].dtype");

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <future>
 #include <mutex>
+#include <set>
 #include <thread>
 
 namespace attnzoo::serve {
@@ -218,6 +219,39 @@ TEST(DynamicBatcher, SeveralInstancesRunBatchesAtOnce) {
   EXPECT_EQ(recorder.running.load(), 3);
   recorder.release.set_value();
   for (auto& job : jobs) job->done.get_future().wait();
+}
+
+// instance_start runs once on each instance's own thread, before it runs any batch (the server
+// sets the thread's LibTorch thread count there).
+TEST(DynamicBatcher, EachInstanceStartsOnItsOwnThreadBeforeItsBatches) {
+  std::mutex mutex;
+  std::set<std::thread::id> started;
+  std::atomic<int> batches_before_start{0};
+  BatchingOptions options;
+  options.instances = 3;
+  options.instance_start = [&] {
+    std::lock_guard<std::mutex> lock(mutex);
+    started.insert(std::this_thread::get_id());
+  };
+  {
+    DynamicBatcher batcher("m", options, [&](std::vector<DynamicBatcher::Job>& jobs) {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (started.count(std::this_thread::get_id()) == 0) ++batches_before_start;
+      }
+      for (auto& job : jobs) static_cast<CountedJob&>(*job).done.set_value();
+      return BatchTiming{};
+    });
+    std::vector<std::shared_ptr<CountedJob>> jobs;
+    for (int i = 0; i < 6; ++i) {
+      jobs.push_back(std::make_shared<CountedJob>());
+      batcher.submit(jobs.back());
+    }
+    for (auto& job : jobs) job->done.get_future().wait();
+  }
+  EXPECT_EQ(started.size(), 3u);
+  EXPECT_EQ(started.count(std::this_thread::get_id()), 0u);
+  EXPECT_EQ(batches_before_start.load(), 0);
 }
 
 }  // namespace test_dynamic_batcher

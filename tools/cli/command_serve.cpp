@@ -14,12 +14,20 @@
 #include <torch/torch.h>
 
 #include <pthread.h>
+#include <unistd.h>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace attnzoo::cli {
 namespace {
@@ -34,6 +42,7 @@ struct ServeFlags {
   std::string host;
   int64_t port = -1;
   int64_t threads = -1;
+  std::optional<WaitPolicy> wait_policy;
   double grace_s = 30.0;
 };
 
@@ -52,10 +61,39 @@ ServeConfig config_of(const ServeFlags& f) {
   if (!f.host.empty()) config.http.host = f.host;
   if (f.port >= 0) config.http.port = f.port;
   if (f.threads >= 0) config.threads = f.threads;
+  if (f.wait_policy) config.wait_policy = *f.wait_policy;
   return config;
 }
 
+// libgomp reads how its idle threads wait (OMP_WAIT_POLICY, GOMP_SPINCOUNT) once, when it loads:
+// to change it, the process starts again with the variable set, same PID and descriptors. A
+// variable the environment already sets is left as it is.
+void apply_wait_policy(WaitPolicy policy) {
+  if (policy == WaitPolicy::kActive || std::getenv("OMP_WAIT_POLICY") != nullptr ||
+      std::getenv("GOMP_SPINCOUNT") != nullptr) {
+    return;
+  }
+  if (policy == WaitPolicy::kPassive) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  } else {
+    setenv("GOMP_SPINCOUNT", "100", 1);
+  }
+  std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  for (std::string arg; std::getline(cmdline, arg, '\0');) args.push_back(arg);
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  if (args.empty()) return;
+  execv("/proc/self/exe", argv.data());
+  std::cerr << "attnzoo serve: could not restart with wait_policy " << to_string(policy) << " ("
+            << std::strerror(errno) << "); idle OpenMP threads spin as libgomp's default"
+            << std::endl;
+}
+
 int run_serve(const ServeFlags& flags) {
+  const auto config = config_of(flags);
+  apply_wait_policy(config.wait_policy);
   // Every thread started from here on (batchers, I/O, LibTorch's pool) inherits the blocked
   // signals; this thread alone takes them, with sigwait.
   sigset_t signals;
@@ -64,8 +102,6 @@ int run_serve(const ServeFlags& flags) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  const auto config = config_of(flags);
-  if (config.threads > 0) torch::set_num_threads(static_cast<int>(config.threads));
   // Loaded on a thread that then exits, taking its OpenMP team with it: the batchers' teams are
   // then the only ones (api/intra_op_threads.h).
   std::vector<serve::ModelEndpoint> endpoints;
@@ -82,6 +118,9 @@ int run_serve(const ServeFlags& flags) {
   std::string names;
   for (const auto& e : endpoints) {
     names += (names.empty() ? "" : ", ") + e.model->name() + " (" + e.model->kind() + ", " +
+             std::to_string(e.batching.instances) + " instance" +
+             (e.batching.instances > 1 ? "s" : "") + " x " + std::to_string(e.threads) + " thread" +
+             (e.threads > 1 ? "s" : "") + ", " +
              (e.batching.dynamic
                   ? "dynamic batching up to " + std::to_string(e.batching.max_batch_size) + ", " +
                         std::to_string(e.batching.max_queue_delay_us) + " us"
@@ -109,7 +148,7 @@ int run_serve(const ServeFlags& flags) {
   serve::HttpServer listener(http, server);
   listener.start();
   std::cout << "attnzoo serve: listening on http://" << http.host << ":" << listener.port() << " ("
-            << names << "; " << torch::get_num_threads() << " LibTorch threads)" << std::endl;
+            << names << "; wait_policy " << to_string(config.wait_policy) << ")" << std::endl;
 
   int received = 0;
   sigwait(&signals, &received);
@@ -185,8 +224,23 @@ Command add_serve_command(CLI::App& app) {
   sub->add_option("--host", flags->host, "Address to listen on (default 127.0.0.1)");
   sub->add_option("--port", flags->port, "Port (default 8000; 0: a free one, printed)")
       ->check(CLI::Range(0, 65535));
-  sub->add_option("--threads", flags->threads, "LibTorch intra-op threads (0: its default)")
-      ->check(CLI::Range(0, 1024));
+  sub->add_option("--instances", flags->model.instances,
+                  "Parallel executions of --model (default: usable cores / --threads)")
+      ->check(CLI::Range(1, 64))
+      ->needs(model);
+  sub->add_option("--threads", flags->threads,
+                  "LibTorch threads per model instance (default 1; a config's models that set "
+                  "none)")
+      ->check(CLI::Range(1, 1024));
+  const auto policies = std::map<std::string, WaitPolicy>{{"bounded", WaitPolicy::kBounded},
+                                                          {"passive", WaitPolicy::kPassive},
+                                                          {"active", WaitPolicy::kActive}};
+  sub->add_option_function<std::string>(
+         "--wait-policy",
+         [flags, policies](const std::string& name) { flags->wait_policy = policies.at(name); },
+         "How idle OpenMP threads wait: passive (default: they sleep), bounded (a short spin) "
+         "or active")
+      ->check(CLI::IsMember({"passive", "bounded", "active"}));
   sub->add_option("--grace", flags->grace_s,
                   "Seconds to wait for responses to be written at shutdown (default 30)")
       ->check(CLI::Range(0.0, 3600.0));

@@ -85,12 +85,13 @@ class Connection:
 
 class ServeProcess:
     """`ATTNZOO serve ARGS --port 0` in a process of its own: started(), then stop() sends SIGTERM
-    and returns the exit status. `output` collects what it prints."""
+    and returns the exit status. `output` collects what it prints. `env`: its environment (None:
+    this process's)."""
 
-    def __init__(self, attnzoo, args):
+    def __init__(self, attnzoo, args, env=None):
         self.process = subprocess.Popen([attnzoo, "serve", "--port", "0", *args],
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        text=True)
+                                        text=True, env=env)
         self.output = []
         self.port = None
 
