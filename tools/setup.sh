@@ -58,6 +58,7 @@ APT_PACKAGES=(
   libgloo-dev
   libsentencepiece-dev
   libboost-dev curl
+  wrk
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
