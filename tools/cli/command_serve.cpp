@@ -91,6 +91,15 @@ void apply_wait_policy(WaitPolicy policy) {
             << std::endl;
 }
 
+// How idle OpenMP threads wait in this process, for the listening line: the environment's
+// variable, which the restart above set or the user did, else libgomp's default (active).
+std::string wait_in_effect() {
+  for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"}) {
+    if (const char* value = std::getenv(name)) return std::string(name) + "=" + value;
+  }
+  return "wait_policy active";
+}
+
 int run_serve(const ServeFlags& flags) {
   const auto config = config_of(flags);
   apply_wait_policy(config.wait_policy);
@@ -148,7 +157,7 @@ int run_serve(const ServeFlags& flags) {
   serve::HttpServer listener(http, server);
   listener.start();
   std::cout << "attnzoo serve: listening on http://" << http.host << ":" << listener.port() << " ("
-            << names << "; wait_policy " << to_string(config.wait_policy) << ")" << std::endl;
+            << names << "; " << wait_in_effect() << ")" << std::endl;
 
   int received = 0;
   sigwait(&signals, &received);
