@@ -53,7 +53,9 @@ struct HttpResponse {
   std::string body;
 };
 
-// Answers a request; call exactly once, from any thread.
+// Answers a request; call exactly once, from any thread. It (and each copy) holds the request's
+// connection, which belongs to the server's I/O context: release it before the HttpServer is
+// destroyed.
 using Respond = std::function<void(HttpResponse)>;
 
 struct WebSocketMessage {

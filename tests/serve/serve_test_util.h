@@ -11,12 +11,20 @@
 namespace attnzoo::testing {
 
 // Runs each reply `delay` after it is posted, on a thread of its own; waits for them all when
-// destroyed.
+// destroyed, or at wait(). A reply holds the connection it answers: wait() before the server
+// that owns the connection is destroyed.
 class LaterReplies {
  public:
   explicit LaterReplies(std::chrono::milliseconds delay) : delay_(delay) {}
-  ~LaterReplies() {
-    for (auto& t : threads_) t.join();
+  ~LaterReplies() { wait(); }
+  // Joins every reply posted so far: each has run and released what it held.
+  void wait() {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      threads.swap(threads_);
+    }
+    for (auto& t : threads) t.join();
   }
   LaterReplies(const LaterReplies&) = delete;
   LaterReplies& operator=(const LaterReplies&) = delete;

@@ -38,6 +38,9 @@ class EchoHandler : public HttpHandler {
       respond(std::move(response));
     });
   }
+  // Waits for the replies in flight: they hold their connections, which the server owns, so a
+  // test calls it before its server is destroyed.
+  void finish() { later_.wait(); }
   std::atomic<int> received{0};
 
  private:
@@ -130,6 +133,7 @@ TEST(HttpServer, KeepsConnectionsAliveAcrossRequestsAnsweredFromOtherThreads) {
   server.shutdown(5s);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
   EXPECT_TRUE(client.closed_by_peer());
+  handler.finish();
 }
 
 TEST(HttpServer, AnswersExpect100ContinueBeforeTheBody) {
@@ -151,6 +155,7 @@ TEST(HttpServer, AnswersExpect100ContinueBeforeTheBody) {
   big.send("POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n");
   EXPECT_EQ(status_of(big.response()), 413);
   server.shutdown(1s);
+  handler.finish();
 }
 
 TEST(HttpServer, RefusesBodiesAndHeadersPastTheLimits) {
@@ -185,6 +190,7 @@ TEST(HttpServer, RefusesBodiesAndHeadersPastTheLimits) {
   }
   EXPECT_EQ(handler.received, 0);
   server.shutdown(1s);
+  handler.finish();
 }
 
 TEST(HttpServer, DisconnectsAClientThatDoesNotFinishItsRequestInTime) {
@@ -199,6 +205,7 @@ TEST(HttpServer, DisconnectsAClientThatDoesNotFinishItsRequestInTime) {
   EXPECT_GE(waited, 1200ms);
   EXPECT_LT(waited, 5s);
   server.shutdown(1s);
+  handler.finish();
 }
 
 TEST(HttpServer, ShutdownAnswersWhatWasReceivedAndClosesIdleConnections) {
@@ -218,6 +225,7 @@ TEST(HttpServer, ShutdownAnswersWhatWasReceivedAndClosesIdleConnections) {
   server->shutdown(5s);
   Client late(port);
   EXPECT_FALSE(late.connected());
+  handler.finish();
 }
 
 }  // namespace test_http_server
