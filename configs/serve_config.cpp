@@ -31,9 +31,10 @@ ServeHttpConfig read_http(MapReader http) {
   return h;
 }
 
-ServedModelConfig read_model(MapReader entry, const std::string& source) {
+ServedModelConfig read_model(MapReader entry, const std::string& source,
+                             std::optional<std::string> default_model = std::nullopt) {
   ServedModelConfig m;
-  const auto reference = entry.string("model", std::nullopt);
+  const auto reference = entry.string("model", default_model);
   m.model = names_a_file(reference) ? resolve(source, reference) : reference;
   if (auto sets = entry.string_list("set")) m.options.overrides = *sets;
   m.name = entry.string("name", "");
@@ -89,20 +90,31 @@ ServedModelConfig read_model(MapReader entry, const std::string& source) {
 
 }  // namespace
 
+ServeGrpcConfig read_grpc(MapReader grpc) {
+  ServeGrpcConfig g;
+  g.enabled = grpc.boolean("enabled", g.enabled);
+  g.host = grpc.string("host", g.host);
+  g.port = grpc.integer("port", g.port, 0, 65535);
+  grpc.finish();
+  return g;
+}
+
 ServeConfig parse_serve_config(const std::string& yaml, const std::string& source,
-                               const std::vector<std::string>& overrides) {
+                               const std::vector<std::string>& overrides, bool models_required) {
   Document document(yaml, source);
   for (const auto& item : overrides) document.apply_override(item);
   MapReader root(document, document.root(), "");
   ServeConfig c;
   c.source = source;
   c.http = read_http(root.map("http", false));
+  c.grpc = read_grpc(root.map("grpc", false));
   c.threads = root.integer("threads", 0, 0, 1024);
   c.wait_policy =
       root.enumeration("wait_policy", c.wait_policy,
                        {WaitPolicy::kBounded, WaitPolicy::kPassive, WaitPolicy::kActive});
   c.stream_threads = root.integer("stream_threads", c.stream_threads, 1, 256);
-  auto entries = root.map_list("models");
+  auto entries =
+      models_required || root.has("models") ? root.map_list("models") : std::vector<MapReader>{};
   std::set<std::string> names;
   for (auto& entry : entries) {
     c.models.push_back(read_model(entry, source));
@@ -111,7 +123,7 @@ ServeConfig parse_serve_config(const std::string& yaml, const std::string& sourc
     }
   }
   root.finish();  // a misspelt key before a missing one
-  if (entries.empty()) root.fail("models", "list at least one model to serve");
+  if (entries.empty() && models_required) root.fail("models", "list at least one model to serve");
   return c;
 }
 
@@ -122,8 +134,25 @@ InstanceShape instance_shape(const ServedModelConfig& m, const ServeConfig& conf
   return shape;
 }
 
-ServeConfig load_serve_config(const std::string& path, const std::vector<std::string>& overrides) {
-  return parse_serve_config(detail::read_document_file(path, "serve config"), path, overrides);
+ServedModelConfig load_repository_entry(const std::string& path, const std::string& name) {
+  Document document(detail::read_document_file(path, "model repository entry"), path);
+  MapReader root(document, document.root(), "");
+  if (root.has("name")) {
+    const auto given = root.string("name", std::nullopt);
+    if (given != name) {
+      root.fail("name",
+                "a repository model is named by its folder ('" + name + "'), not '" + given + "'");
+    }
+  }
+  auto m = read_model(root, path, "./");
+  m.name = name;
+  return m;
+}
+
+ServeConfig load_serve_config(const std::string& path, const std::vector<std::string>& overrides,
+                              bool models_required) {
+  return parse_serve_config(detail::read_document_file(path, "serve config"), path, overrides,
+                            models_required);
 }
 
 }  // namespace attnzoo

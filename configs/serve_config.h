@@ -4,6 +4,7 @@
 // unknown keys are refused; paths are relative to the file.
 //
 //   http: {host: 127.0.0.1, port: 8000, threads: 2, max_body_mb: 64, request_timeout_s: 30}
+//   grpc: {port: 8001}                # KServe v2 over gRPC; {enabled: false}: none; host: http's
 //   threads: 1                        # LibTorch threads per model instance (0: 1)
 //   wait_policy: passive              # how OpenMP's idle threads wait: passive | bounded | active
 //   stream_threads: 2                 # threads for the chunks of live audio
@@ -61,6 +62,13 @@ struct ServeHttpConfig {
   double stream_idle_timeout_s = 30.0;
 };
 
+// The gRPC service (KServe v2's GRPCInferenceService) beside the HTTP listener.
+struct ServeGrpcConfig {
+  bool enabled = true;
+  std::string host;     // empty: the HTTP listener's host
+  int64_t port = 8001;  // 0: a free port, printed at start
+};
+
 struct ServedModelConfig {
   std::string name;  // the route's name
   // A registered name, or a model YAML or model folder resolved against the serve config.
@@ -111,6 +119,7 @@ constexpr const char* to_string(WaitPolicy policy) {
 struct ServeConfig {
   std::string source;
   ServeHttpConfig http;
+  ServeGrpcConfig grpc;
   int64_t threads = 0;  // LibTorch threads per model instance, for models that set none; 0: 1
   WaitPolicy wait_policy = WaitPolicy::kPassive;
   int64_t stream_threads = 2;  // threads running the chunks of live audio (WebSocket streams)
@@ -129,10 +138,18 @@ InstanceShape instance_shape(const ServedModelConfig& m, const ServeConfig& conf
 
 // ConfigError naming the file, key, line and column for anything malformed or out of range, a
 // model listed twice, a model name that is not a registered one or an existing YAML, or weights
-// that are not a file.
+// that are not a file. `models_required`: no model listed is an error (a server with a model
+// repository may start with none of its own).
 ServeConfig parse_serve_config(const std::string& yaml, const std::string& source,
-                               const std::vector<std::string>& overrides = {});
+                               const std::vector<std::string>& overrides = {},
+                               bool models_required = true);
 ServeConfig load_serve_config(const std::string& path,
-                              const std::vector<std::string>& overrides = {});
+                              const std::vector<std::string>& overrides = {},
+                              bool models_required = true);
+
+// A model repository folder's serve.yaml (serve/model_repository.h): one entry as `models:`
+// lists them, its paths relative to the file, `model:` by default the folder itself ("./"). The
+// model's name is the folder's, `name`; a `name:` that says otherwise is a ConfigError.
+ServedModelConfig load_repository_entry(const std::string& path, const std::string& name);
 
 }  // namespace attnzoo

@@ -84,32 +84,33 @@ std::shared_ptr<const ServedModel> audio_model(const ServedModelConfig& m,
 
 }  // namespace
 
+ModelEndpoint load_endpoint(const ServedModelConfig& m, const ServeConfig& config) {
+  const auto model_config = resolve_model_config(m.model, m.options.overrides);
+  const std::string who = config.source + ": model '" + m.name + "' (" + m.model + ")";
+  ModelEndpoint endpoint;
+  endpoint.model = model_family(model_config.family).input_kind() == InputKind::kImages
+                       ? image_model(m, model_config, who)
+                       : audio_model(m, model_config, who);
+  endpoint.batching.dynamic = m.dynamic_batching;
+  endpoint.batching.max_batch_size = m.max_batch_size;
+  endpoint.batching.max_queue_delay_us = m.max_queue_delay_us;
+  endpoint.batching.max_queue_size = m.max_queue_size;
+  // Each instance's thread runs its forward passes on `threads` LibTorch threads: a team of its
+  // own, or none for one thread (api/intra_op_threads.h).
+  const auto shape = instance_shape(m, config, usable_cores());
+  endpoint.batching.instances = shape.instances;
+  endpoint.batching.instance_start = [threads = static_cast<int>(shape.threads)] {
+    use_intra_op_threads(threads);
+  };
+  endpoint.threads = shape.threads;
+  endpoint.default_timeout_us = m.default_timeout_us;
+  endpoint.max_streams = m.max_streams;
+  return endpoint;
+}
+
 std::vector<ModelEndpoint> load_endpoints(const ServeConfig& config) {
   std::vector<ModelEndpoint> endpoints;
-  const int cores = usable_cores();
-  for (const auto& m : config.models) {
-    const auto model_config = resolve_model_config(m.model, m.options.overrides);
-    const std::string who = config.source + ": model '" + m.name + "' (" + m.model + ")";
-    ModelEndpoint endpoint;
-    endpoint.model = model_family(model_config.family).input_kind() == InputKind::kImages
-                         ? image_model(m, model_config, who)
-                         : audio_model(m, model_config, who);
-    endpoint.batching.dynamic = m.dynamic_batching;
-    endpoint.batching.max_batch_size = m.max_batch_size;
-    endpoint.batching.max_queue_delay_us = m.max_queue_delay_us;
-    endpoint.batching.max_queue_size = m.max_queue_size;
-    // Each instance's thread runs its forward passes on `threads` LibTorch threads: a team of
-    // its own, or none for one thread (api/intra_op_threads.h).
-    const auto shape = instance_shape(m, config, cores);
-    endpoint.batching.instances = shape.instances;
-    endpoint.batching.instance_start = [threads = static_cast<int>(shape.threads)] {
-      use_intra_op_threads(threads);
-    };
-    endpoint.threads = shape.threads;
-    endpoint.default_timeout_us = m.default_timeout_us;
-    endpoint.max_streams = m.max_streams;
-    endpoints.push_back(std::move(endpoint));
-  }
+  for (const auto& m : config.models) endpoints.push_back(load_endpoint(m, config));
   return endpoints;
 }
 

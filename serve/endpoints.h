@@ -15,5 +15,7 @@ namespace attnzoo::serve {
 // what it cannot be: a vision model without a classification head, a task the model cannot do
 // (encode or transcribe of an image model; transcribe without a CTC head or a token table).
 std::vector<ModelEndpoint> load_endpoints(const ServeConfig& config);
+// One model of `config` (its entry `m`; the config gives the defaults and the name in errors).
+ModelEndpoint load_endpoint(const ServedModelConfig& m, const ServeConfig& config);
 
 }  // namespace attnzoo::serve

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <malloc.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <sstream>
@@ -47,6 +49,10 @@ std::vector<std::string> path_parts(const std::string& path) {
   return parts;
 }
 
+HttpResponse refusal_response(const Refusal& refusal) {
+  return error_response(refusal.status, refusal.message);
+}
+
 json tensor_metadata(const TensorSpec& spec, bool batched) {
   std::vector<int64_t> shape;
   if (batched) shape.push_back(-1);
@@ -63,23 +69,183 @@ InferenceServer::InferenceServer(std::vector<ModelEndpoint> endpoints, int strea
   for (auto& endpoint : endpoints) {
     const auto name = endpoint.model->name();
     if (models_.count(name) != 0) throw std::invalid_argument("serve: model '" + name + "' twice");
-    metrics_->add_model(name, endpoint.model->version());
-    auto model = endpoint.model;
-    auto batcher = std::make_unique<DynamicBatcher>(
-        name, endpoint.batching,
-        [model](std::vector<std::shared_ptr<BatchJob>>& jobs) { return model->run(jobs); },
-        metrics_.get());
-    models_.emplace(name, Served{std::move(endpoint), std::move(batcher),
-                                 std::make_shared<std::atomic<int64_t>>(0)});
+    models_.emplace(name, make_served(std::move(endpoint)));
   }
+  retirer_ = std::thread([this] { retire_loop(); });
 }
 
 InferenceServer::~InferenceServer() { drain(); }
 
+std::shared_ptr<InferenceServer::Served> InferenceServer::make_served(ModelEndpoint endpoint) {
+  const auto& name = endpoint.model->name();
+  metrics_->add_model(name, endpoint.model->version());
+  auto model = endpoint.model;
+  auto batcher = std::make_unique<DynamicBatcher>(
+      name, endpoint.batching,
+      [model](std::vector<std::shared_ptr<BatchJob>>& jobs) { return model->run(jobs); },
+      metrics_.get());
+  return std::make_shared<Served>(
+      Served{std::move(endpoint), std::move(batcher), std::make_shared<std::atomic<int64_t>>(0)});
+}
+
+void InferenceServer::install(ModelEndpoint endpoint) {
+  auto served = make_served(std::move(endpoint));
+  std::shared_ptr<Served> old;
+  {
+    std::lock_guard<std::mutex> lock(models_mutex_);
+    auto& slot = models_[served->endpoint.model->name()];
+    old = std::move(slot);
+    slot = std::move(served);
+  }
+  if (old) retire(std::move(old));
+}
+
+bool InferenceServer::remove(const std::string& name) {
+  std::shared_ptr<Served> old;
+  {
+    std::lock_guard<std::mutex> lock(models_mutex_);
+    const auto found = models_.find(name);
+    if (found == models_.end()) return false;
+    old = std::move(found->second);
+    models_.erase(found);
+  }
+  retire(std::move(old));
+  return true;
+}
+
+std::vector<std::string> InferenceServer::model_names() const {
+  std::lock_guard<std::mutex> lock(models_mutex_);
+  std::vector<std::string> names;
+  for (const auto& [name, served] : models_) names.push_back(name);
+  return names;
+}
+
+void InferenceServer::retire(std::shared_ptr<Served> served) {
+  std::lock_guard<std::mutex> lock(retire_mutex_);
+  retiring_.push_back(std::move(served));
+  retire_wake_.notify_one();
+}
+
+void InferenceServer::retire_loop() {
+  std::unique_lock<std::mutex> lock(retire_mutex_);
+  while (true) {
+    retire_wake_.wait(lock, [this] { return retire_stop_ || !retiring_.empty(); });
+    if (retiring_.empty()) return;
+    auto served = std::move(retiring_.front());
+    retiring_.erase(retiring_.begin());
+    lock.unlock();
+    // Requests that found the model before it left the map hold it until they have queued
+    // their jobs; once they have, the queue runs to its end and the instances stop.
+    while (served.use_count() > 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    served->batcher->stop();
+    served.reset();
+    // The weights were freed: give the heap's free pages back to the system, so that a model
+    // unloaded is memory returned.
+    malloc_trim(0);
+    lock.lock();
+  }
+}
+
 void InferenceServer::drain() {
   ready_ = false;
-  for (auto& [name, served] : models_) served.batcher->stop();
+  std::vector<std::shared_ptr<Served>> served;
+  {
+    std::lock_guard<std::mutex> lock(models_mutex_);
+    for (auto& [name, s] : models_) served.push_back(s);
+  }
+  for (auto& s : served) s->batcher->stop();
+  {
+    std::lock_guard<std::mutex> lock(retire_mutex_);
+    retire_stop_ = true;
+    retire_wake_.notify_one();
+  }
+  if (retirer_.joinable()) retirer_.join();
   stream_pool_.stop();
+}
+
+const std::vector<std::string>& InferenceServer::extensions() {
+  static const std::vector<std::string> names{"binary_tensor_data", "classification",
+                                              "model_repository"};
+  return names;
+}
+
+std::shared_ptr<InferenceServer::Served> InferenceServer::find(const std::string& name,
+                                                               const std::string& version,
+                                                               Refusal& refusal) const {
+  std::shared_ptr<Served> served;
+  {
+    std::lock_guard<std::mutex> lock(models_mutex_);
+    const auto found = models_.find(name);
+    if (found != models_.end()) served = found->second;
+  }
+  if (!served) {
+    refusal = {404, "unknown model '" + name + "'"};
+    return nullptr;
+  }
+  if (!version.empty() && version != served->endpoint.model->version()) {
+    refusal = {404, "model '" + name + "' has no version '" + version + "'"};
+    return nullptr;
+  }
+  return served;
+}
+
+bool InferenceServer::model_metadata(const std::string& name, const std::string& version,
+                                     ModelMetadata& out, Refusal& refusal) const {
+  const auto served = find(name, version, refusal);
+  if (!served) return false;
+  const auto& model = *served->endpoint.model;
+  out.name = model.name();
+  out.version = model.version();
+  out.platform = std::string("attnzoo_") + model.kind();
+  out.inputs = model.inputs();
+  out.outputs = model.outputs();
+  out.batched = served->endpoint.batching.max_batch_size > 0;
+  return true;
+}
+
+bool InferenceServer::model_ready(const std::string& name, const std::string& version) const {
+  Refusal refusal;
+  return ready_ && find(name, version, refusal) != nullptr;
+}
+
+std::shared_ptr<void> InferenceServer::stream_ticket(const Served& served, Refusal& refusal) {
+  const auto& model = *served.endpoint.model;
+  if (const auto why = model.why_no_stream(); !why.empty()) {
+    refusal = {404, "model '" + model.name() + "' does not stream: " + why};
+    return nullptr;
+  }
+  if (served.endpoint.max_streams == 0) {
+    refusal = {404, "model '" + model.name() + "' takes no streams (max_streams 0)"};
+    return nullptr;
+  }
+  if (!ready_) {
+    refusal = {503, "the server is shutting down"};
+    return nullptr;
+  }
+  auto open = served.open_streams;
+  if (open->fetch_add(1) >= served.endpoint.max_streams) {
+    open->fetch_sub(1);
+    refusal = {503, "model '" + model.name() + "': " + std::to_string(served.endpoint.max_streams) +
+                        " streams are open (max_streams); try again later"};
+    return nullptr;
+  }
+  metrics_->stream_opened(model.name());
+  // Not null (callers test it): it points at the counter it holds.
+  return std::shared_ptr<void>(open.get(), [open, metrics = metrics_, name = model.name()](void*) {
+    open->fetch_sub(1);
+    metrics->stream_closed(name);
+  });
+}
+
+std::unique_ptr<SpeechSequence> InferenceServer::open_sequence(const std::string& name,
+                                                               const std::string& version,
+                                                               int64_t sample_rate,
+                                                               Refusal& refusal) {
+  const auto served = find(name, version, refusal);
+  if (!served) return nullptr;
+  auto ticket = stream_ticket(*served, refusal);
+  if (!ticket) return nullptr;
+  return served->endpoint.model->open_sequence(sample_rate, std::move(ticket));
 }
 
 std::shared_ptr<StreamHandler> InferenceServer::open_stream(const HttpRequest& request,
@@ -90,41 +256,14 @@ std::shared_ptr<StreamHandler> InferenceServer::open_stream(const HttpRequest& r
         404, "no WebSocket route " + request.path + " (streams are at /v2/models/{model}/stream)");
     return nullptr;
   }
-  const auto found = models_.find(parts[2]);
-  if (found == models_.end()) {
-    refusal = error_response(404, "unknown model '" + parts[2] + "'");
+  Refusal why;
+  const auto served = find(parts[2], "", why);
+  auto ticket = served ? stream_ticket(*served, why) : nullptr;
+  if (!ticket) {
+    refusal = refusal_response(why);
     return nullptr;
   }
-  const Served& served = found->second;
-  const auto& model = *served.endpoint.model;
-  if (const auto why = model.why_no_stream(); !why.empty()) {
-    refusal = error_response(404, "model '" + model.name() + "' does not stream: " + why);
-    return nullptr;
-  }
-  if (served.endpoint.max_streams == 0) {
-    refusal =
-        error_response(404, "model '" + model.name() + "' has no stream route (max_streams 0)");
-    return nullptr;
-  }
-  if (!ready_) {
-    refusal = error_response(503, "the server is shutting down");
-    return nullptr;
-  }
-  // A ticket per open stream, released when the stream goes.
-  auto open = served.open_streams;
-  if (open->fetch_add(1) >= served.endpoint.max_streams) {
-    open->fetch_sub(1);
-    refusal = error_response(503, "model '" + model.name() +
-                                      "': " + std::to_string(served.endpoint.max_streams) +
-                                      " streams are open (max_streams); try again later");
-    return nullptr;
-  }
-  metrics_->stream_opened(model.name());
-  std::shared_ptr<void> ticket(nullptr, [open, metrics = metrics_, name = model.name()](void*) {
-    open->fetch_sub(1);
-    metrics->stream_closed(name);
-  });
-  return model.open_stream(stream_pool_, std::move(ticket));
+  return served->endpoint.model->open_stream(stream_pool_, std::move(ticket));
 }
 
 void InferenceServer::handle(HttpRequest request, Respond respond) {
@@ -146,57 +285,60 @@ void InferenceServer::handle(HttpRequest request, Respond respond) {
   }
   if (parts.size() == 1) {
     if (!get) return method_not_allowed();
-    return respond(json_response(200, {{"name", "attnzoo"},
-                                       {"version", version()},
-                                       {"extensions", {"binary_tensor_data", "classification"}}}));
+    return respond(json_response(
+        200, {{"name", "attnzoo"}, {"version", version()}, {"extensions", extensions()}}));
   }
   if (parts.size() == 3 && parts[1] == "health" && (parts[2] == "live" || parts[2] == "ready")) {
     if (!get) return method_not_allowed();
     return respond(empty_response(parts[2] == "live" || ready_ ? 200 : 400));
   }
+  if (parts[1] == "repository") {
+    if (!post) return method_not_allowed();
+    return repository_route(parts, request, respond);
+  }
   if (parts.size() < 3 || parts[1] != "models") {
     return respond(error_response(404, "no route " + request.path));
   }
-  const auto found = models_.find(parts[2]);
-  if (found == models_.end()) {
-    return respond(error_response(404, "unknown model '" + parts[2] + "'"));
-  }
-  const Served& served = found->second;
-  const auto& model = *served.endpoint.model;
+  const auto& name = parts[2];
+  std::string version;
   size_t next = 3;
   if (parts.size() >= 5 && parts[3] == "versions") {
-    if (parts[4] != model.version()) {
-      return respond(
-          error_response(404, "model '" + model.name() + "' has no version '" + parts[4] + "'"));
-    }
+    version = parts[4];
     next = 5;
   }
+  Refusal refusal;
+  const auto served = find(name, version, refusal);
+  if (!served) return respond(refusal_response(refusal));
   if (parts.size() == next) {
     if (!get) return method_not_allowed();
-    json metadata = {{"name", model.name()},
-                     {"versions", {model.version()}},
-                     {"platform", std::string("attnzoo_") + model.kind()}};
-    const bool batched = served.endpoint.batching.max_batch_size > 0;
-    metadata["inputs"] = json::array();
-    for (const auto& spec : model.inputs())
-      metadata["inputs"].push_back(tensor_metadata(spec, batched));
-    metadata["outputs"] = json::array();
-    for (const auto& spec : model.outputs()) {
-      metadata["outputs"].push_back(tensor_metadata(spec, batched));
+    ModelMetadata metadata;
+    if (!model_metadata(name, version, metadata, refusal)) {
+      return respond(refusal_response(refusal));
     }
-    return respond(json_response(200, metadata));
+    json body = {{"name", metadata.name},
+                 {"versions", {metadata.version}},
+                 {"platform", metadata.platform},
+                 {"inputs", json::array()},
+                 {"outputs", json::array()}};
+    for (const auto& spec : metadata.inputs) {
+      body["inputs"].push_back(tensor_metadata(spec, metadata.batched));
+    }
+    for (const auto& spec : metadata.outputs) {
+      body["outputs"].push_back(tensor_metadata(spec, metadata.batched));
+    }
+    return respond(json_response(200, body));
   }
   if (parts.size() == next + 1) {
     const auto& action = parts[next];
     if (action == "ready") {
       if (!get) return method_not_allowed();
-      return respond(empty_response(ready_ ? 200 : 400));
+      return respond(empty_response(model_ready(name, version) ? 200 : 400));
     }
     if (action == "infer") {
       if (!post) return method_not_allowed();
-      return infer(served, request, respond);
+      return infer_http(name, version, request, respond);
     }
-    if (action == model.file_route() && next == 3) {
+    if (action == served->endpoint.model->file_route() && next == 3) {
       if (!post) return method_not_allowed();
       return file_route(served, request, respond);
     }
@@ -204,42 +346,112 @@ void InferenceServer::handle(HttpRequest request, Respond respond) {
   respond(error_response(404, "no route " + request.path));
 }
 
+void InferenceServer::repository_route(const std::vector<std::string>& parts, HttpRequest& request,
+                                       Respond& respond) {
+  if (repository_ == nullptr) {
+    return respond(error_response(
+        404, "no model repository: start the server with --model-repository to manage models"));
+  }
+  if (parts.size() == 3 && parts[2] == "index") {
+    bool ready_only = false;
+    if (!request.body.empty()) {
+      const auto body = json::parse(request.body, nullptr, false);
+      if (body.is_discarded() || !body.is_object()) {
+        return respond(error_response(400, "the repository index request must be a JSON object"));
+      }
+      if (const auto it = body.find("ready"); it != body.end()) {
+        if (!it->is_boolean()) return respond(error_response(400, "\"ready\" must be a boolean"));
+        ready_only = it->get<bool>();
+      }
+    }
+    auto models = json::array();
+    for (const auto& entry : repository_->index()) {
+      if (ready_only && entry.state != "READY") continue;
+      json model = {{"name", entry.name}, {"state", entry.state}};
+      if (!entry.version.empty()) model["version"] = entry.version;
+      if (!entry.reason.empty()) model["reason"] = entry.reason;
+      models.push_back(std::move(model));
+    }
+    return respond(json_response(200, models));
+  }
+  if (parts.size() == 5 && parts[2] == "models" && (parts[4] == "load" || parts[4] == "unload")) {
+    auto done = [respond](Refusal refusal) {
+      if (refusal.status != 0) return respond(refusal_response(refusal));
+      respond(json_response(200, json::object()));
+    };
+    if (parts[4] == "load") return repository_->load(parts[3], done);
+    return repository_->unload(parts[3], done);
+  }
+  respond(error_response(404, "no route " + request.path));
+}
+
 void InferenceServer::submit(const Served& served, std::shared_ptr<BatchJob> job,
-                             const InferRequest& request, Respond& respond) {
+                             std::optional<int64_t> request_timeout_us,
+                             const std::function<void(int, const std::string&)>& refuse) {
   const auto& name = served.endpoint.model->name();
-  const int64_t timeout_us = request.timeout_us.value_or(served.endpoint.default_timeout_us);
+  const int64_t timeout_us = request_timeout_us.value_or(served.endpoint.default_timeout_us);
   if (timeout_us > 0) job->deadline = Clock::now() + std::chrono::microseconds(timeout_us);
   switch (served.batcher->submit(job)) {
     case DynamicBatcher::Admission::kQueued:
       return;
     case DynamicBatcher::Admission::kQueueFull:
       metrics_->request_failed(name, FailureReason::kRejected);
-      return respond(
-          error_response(503, "model '" + name + "': the queue is full (" +
-                                  std::to_string(served.endpoint.batching.max_queue_size) +
-                                  " requests); try again later"));
+      return refuse(503, "model '" + name + "': the queue is full (" +
+                             std::to_string(served.endpoint.batching.max_queue_size) +
+                             " requests); try again later");
     case DynamicBatcher::Admission::kStopped:
       metrics_->request_failed(name, FailureReason::kRejected);
-      return respond(error_response(503, "the server is shutting down"));
+      return refuse(503, "the server is shutting down");
     case DynamicBatcher::Admission::kTooLarge:
       metrics_->request_failed(name, FailureReason::kInvalid);
-      return respond(
-          error_response(400, "model '" + name + "': a request of " + std::to_string(job->rows()) +
-                                  " rows is more than max_batch_size " +
-                                  std::to_string(served.endpoint.batching.max_batch_size)));
+      return refuse(400, "model '" + name + "': a request of " + std::to_string(job->rows()) +
+                             " rows is more than max_batch_size " +
+                             std::to_string(served.endpoint.batching.max_batch_size));
   }
 }
 
-void InferenceServer::infer(const Served& served, HttpRequest& request, Respond& respond) {
+void InferenceServer::infer(const std::string& name, const std::string& version,
+                            const InferRequest& request, InferDone done) {
   const auto start = Clock::now();
-  const auto& model = served.endpoint.model;
-  const auto& name = model->name();
+  const auto refuse = [&done](int status, const std::string& message) {
+    InferReply reply;
+    reply.status = status;
+    reply.error = message;
+    done(std::move(reply));
+  };
+  Refusal refusal;
+  const auto served = find(name, version, refusal);
+  if (!served) return refuse(refusal.status, refusal.message);
+  const auto& model = served->endpoint.model;
   if (!ready_) {
     metrics_->request_failed(name, FailureReason::kRejected);
-    return respond(error_response(503, "the server is shutting down"));
+    return refuse(503, "the server is shutting down");
   }
-  InferRequest parsed;
   std::shared_ptr<BatchJob> job;
+  try {
+    job = model->prepare(request, [this, done, name, version = model->version(), id = request.id,
+                                   start](InferOutcome outcome) {
+      InferReply reply;
+      if (!outcome.ok()) {
+        metrics_->request_failed(name, outcome.reason);
+        reply.status = outcome.status;
+        reply.error = std::move(outcome.error);
+        return done(std::move(reply));
+      }
+      reply.response = InferResponse{name, version, id, std::move(outcome.outputs)};
+      metrics_->request_succeeded(name, microseconds_between(start, Clock::now()));
+      done(std::move(reply));
+    });
+  } catch (const Error& e) {
+    metrics_->request_failed(name, FailureReason::kInvalid);
+    return refuse(400, e.what());
+  }
+  submit(*served, std::move(job), request.timeout_us, refuse);
+}
+
+void InferenceServer::infer_http(const std::string& name, const std::string& version,
+                                 HttpRequest& request, Respond& respond) {
+  InferRequest parsed;
   try {
     std::optional<size_t> json_length;
     if (const auto* header = request.header("inference-header-content-length")) {
@@ -252,35 +464,29 @@ void InferenceServer::infer(const Served& served, HttpRequest& request, Respond&
       json_length = static_cast<size_t>(value);
     }
     parsed = parse_infer_request(request.body, json_length);
-    request.body.clear();
-    request.body.shrink_to_fit();
-    job = model->prepare(parsed, [this, respond, name, version = model->version(), id = parsed.id,
-                                  start](InferOutcome outcome) {
-      if (!outcome.ok()) {
-        metrics_->request_failed(name, outcome.reason);
-        return respond(error_response(outcome.status, outcome.error));
-      }
-      InferResponse response{name, version, id, std::move(outcome.outputs)};
-      auto encoded = encode_infer_response(response);
-      HttpResponse http;
-      http.body = std::move(encoded.body);
-      if (encoded.json_length) {
-        http.content_type = "application/octet-stream";
-        http.headers.emplace_back("Inference-Header-Content-Length",
-                                  std::to_string(*encoded.json_length));
-      }
-      metrics_->request_succeeded(name, microseconds_between(start, Clock::now()));
-      respond(std::move(http));
-    });
   } catch (const Error& e) {
     metrics_->request_failed(name, FailureReason::kInvalid);
     return respond(error_response(400, e.what()));
   }
-  submit(served, std::move(job), parsed, respond);
+  request.body.clear();
+  request.body.shrink_to_fit();
+  infer(name, version, parsed, [respond](InferReply reply) {
+    if (!reply.ok()) return respond(error_response(reply.status, reply.error));
+    auto encoded = encode_infer_response(reply.response);
+    HttpResponse http;
+    http.body = std::move(encoded.body);
+    if (encoded.json_length) {
+      http.content_type = "application/octet-stream";
+      http.headers.emplace_back("Inference-Header-Content-Length",
+                                std::to_string(*encoded.json_length));
+    }
+    respond(std::move(http));
+  });
 }
 
-void InferenceServer::file_route(const Served& served, HttpRequest& request, Respond& respond) {
-  const auto& model = served.endpoint.model;
+void InferenceServer::file_route(const std::shared_ptr<Served>& served, HttpRequest& request,
+                                 Respond& respond) {
+  const auto& model = served->endpoint.model;
   const auto& name = model->name();
   if (!ready_) {
     metrics_->request_failed(name, FailureReason::kRejected);
@@ -313,7 +519,10 @@ void InferenceServer::file_route(const Served& served, HttpRequest& request, Res
     metrics_->request_failed(name, FailureReason::kInvalid);
     return respond(error_response(400, e.what()));
   }
-  submit(served, std::move(job), synthetic, respond);
+  submit(*served, std::move(job), synthetic.timeout_us,
+         [&respond](int status, const std::string& message) {
+           respond(error_response(status, message));
+         });
 }
 
 }  // namespace attnzoo::serve

@@ -56,7 +56,8 @@ void ServerMetrics::add_model(const std::string& model, const std::string& versi
   std::lock_guard<std::mutex> lock(mutex_);
   auto& c = models_[model];
   c.version = version;
-  c.batch_counts.assign(batch_buckets().size() + 1, 0);
+  // A model loaded again (a reload) keeps its counters, as Prometheus' counters must.
+  if (c.batch_counts.empty()) c.batch_counts.assign(batch_buckets().size() + 1, 0);
 }
 
 ServerMetrics::ModelCounters& ServerMetrics::counters(const std::string& model) {

@@ -19,8 +19,9 @@
 // and, which Triton does not have:
 //
 //   attnzoo_inference_batch_size{model,version}         histogram of executed batch sizes (rows)
-//   attnzoo_streams_opened_total{model,version}         WebSocket streams accepted
-//   attnzoo_streams_open{model,version}                 gauge, WebSocket streams open now
+//   attnzoo_streams_opened_total{model,version}         live streams accepted (WebSocket
+//                                                       streams and gRPC sequences)
+//   attnzoo_streams_open{model,version}                 gauge, live streams open now
 //   attnzoo_http_responses_total{code}                  every HTTP response by status code
 #pragma once
 

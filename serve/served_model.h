@@ -62,6 +62,20 @@ struct FileCall {
   std::function<std::string(const std::vector<OutputTensor>& outputs)> answer;
 };
 
+// One utterance of live audio, pushed as it arrives (the gRPC service's sequences): what the
+// model has to say after each piece, and at the end. Not thread-safe: one piece at a time.
+class SpeechSequence {
+ public:
+  virtual ~SpeechSequence() = default;
+  // Mono samples in [-1, 1] at the sequence's rate: the outputs they give now, none when nothing
+  // changed (a recognizer: "text" and "stable" BYTES [1, 1] when the best text changed; an
+  // encoder: "encoded" FP32 [1, k, D], the k new frames). ProtocolError past max_audio_seconds.
+  virtual std::vector<OutputTensor> push(const float* samples, size_t count) = 0;
+  // The end of the audio: a recognizer's "text" and "transcript" BYTES [1, 1], an encoder's last
+  // "encoded" frames.
+  virtual std::vector<OutputTensor> finish() = 0;
+};
+
 class ServedModel {
  public:
   virtual ~ServedModel() = default;
@@ -93,6 +107,12 @@ class ServedModel {
   // why_no_stream() is not empty.
   virtual std::shared_ptr<StreamHandler> open_stream(TaskPool& /*pool*/,
                                                      std::shared_ptr<void> /*ticket*/) const {
+    return nullptr;
+  }
+  // A sequence of live audio at `sample_rate` Hz; `ticket` is released with it. Null when
+  // why_no_stream() is not empty.
+  virtual std::unique_ptr<SpeechSequence> open_sequence(int64_t /*sample_rate*/,
+                                                        std::shared_ptr<void> /*ticket*/) const {
     return nullptr;
   }
 

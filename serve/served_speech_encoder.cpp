@@ -3,6 +3,7 @@
 #include <attnzoo/configs/model_family.h>
 #include <attnzoo/serve/file_route.h>
 #include <attnzoo/serve/model_job.h>
+#include <attnzoo/serve/speech_sequence.h>
 #include <attnzoo/serve/speech_stream.h>
 
 #include <torch/torch.h>
@@ -75,6 +76,13 @@ std::shared_ptr<StreamHandler> ServedSpeechEncoder::open_stream(
   if (!no_stream_reason_.empty()) return nullptr;
   return std::make_shared<SpeechStream>(nullptr, encoder_ptr(), serving().max_audio_seconds,
                                         serving().stream_chunk, pool, std::move(ticket));
+}
+
+std::unique_ptr<SpeechSequence> ServedSpeechEncoder::open_sequence(
+    int64_t sample_rate, std::shared_ptr<void> ticket) const {
+  if (!no_stream_reason_.empty()) return nullptr;
+  return encoder_sequence(encoder_ptr(), sample_rate, serving().max_audio_seconds,
+                          serving().stream_chunk, std::move(ticket));
 }
 
 std::vector<OutputTensor> ServedSpeechEncoder::outputs_of(const std::vector<RequestedOutput>& asked,

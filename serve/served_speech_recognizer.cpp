@@ -2,6 +2,7 @@
 
 #include <attnzoo/api/transcript_json.h>
 #include <attnzoo/serve/file_route.h>
+#include <attnzoo/serve/speech_sequence.h>
 #include <attnzoo/serve/speech_stream.h>
 
 #include <nlohmann/json.hpp>
@@ -35,6 +36,13 @@ std::shared_ptr<StreamHandler> ServedSpeechRecognizer::open_stream(
   if (!no_stream_reason_.empty()) return nullptr;
   return std::make_shared<SpeechStream>(recognizer_, nullptr, serving().max_audio_seconds,
                                         serving().stream_chunk, pool, std::move(ticket));
+}
+
+std::unique_ptr<SpeechSequence> ServedSpeechRecognizer::open_sequence(
+    int64_t sample_rate, std::shared_ptr<void> ticket) const {
+  if (!no_stream_reason_.empty()) return nullptr;
+  return recognizer_sequence(recognizer_, sample_rate, serving().max_audio_seconds,
+                             serving().stream_chunk, std::move(ticket));
 }
 
 std::vector<OutputTensor> ServedSpeechRecognizer::outputs_of(

@@ -24,6 +24,8 @@ class ServedSpeechRecognizer : public ServedAudioModel {
   std::string why_no_stream() const override { return no_stream_reason_; }
   std::shared_ptr<StreamHandler> open_stream(TaskPool& pool,
                                              std::shared_ptr<void> ticket) const override;
+  std::unique_ptr<SpeechSequence> open_sequence(int64_t sample_rate,
+                                                std::shared_ptr<void> ticket) const override;
 
   const SpeechRecognizer& recognizer() const { return *recognizer_; }
 

@@ -196,16 +196,6 @@ std::vector<int64_t> read_shape(const json& value, const std::string& where, siz
   return shape;
 }
 
-// The element count of `shape`, or nullopt past what the server would ever allocate.
-std::optional<int64_t> element_count(const std::vector<int64_t>& shape, size_t max_bytes) {
-  int64_t count = 1;
-  for (const auto d : shape) {
-    if (d != 0 && count > static_cast<int64_t>(max_bytes) / d) return std::nullopt;
-    count *= d;
-  }
-  return count;
-}
-
 const json* member(const json& object, const char* key) {
   const auto it = object.find(key);
   return it == object.end() ? nullptr : &*it;
@@ -305,17 +295,7 @@ Tensor read_input(const json& entry, size_t index, std::string_view binary, size
     }
   }
   total_bytes += tensor.data.size();
-  if (tensor.datatype == DataType::kBytes) {
-    const auto elements = tensor.byte_elements();  // checks the layout
-    if (static_cast<int64_t>(elements.size()) != *count) {
-      fail(where + ": shape " + shape->dump() + " holds " + std::to_string(*count) +
-           " elements, the data has " + std::to_string(elements.size()));
-    }
-  } else if (tensor.data.size() != static_cast<size_t>(*count) * element_size(tensor.datatype)) {
-    fail(where + ": shape " + shape->dump() + " of " + type_name + " needs " +
-         std::to_string(static_cast<size_t>(*count) * element_size(tensor.datatype)) +
-         " bytes, got " + std::to_string(tensor.data.size()));
-  }
+  check_tensor_data(tensor, *count);
   return tensor;
 }
 
@@ -432,6 +412,32 @@ std::string pack_bytes(const std::vector<std::string>& elements) {
     out.append(element);
   }
   return out;
+}
+
+std::optional<int64_t> element_count(const std::vector<int64_t>& shape, size_t max_bytes) {
+  int64_t count = 1;
+  for (const auto d : shape) {
+    if (d < 0) return std::nullopt;
+    if (d != 0 && count > static_cast<int64_t>(max_bytes) / d) return std::nullopt;
+    count *= d;
+  }
+  return count;
+}
+
+void check_tensor_data(const Tensor& tensor, int64_t count) {
+  const auto where = "input " + in_quotes(tensor.name);
+  const auto shape = json(tensor.shape).dump();
+  if (tensor.datatype == DataType::kBytes) {
+    const auto elements = tensor.byte_elements();  // checks the layout
+    if (static_cast<int64_t>(elements.size()) != count) {
+      fail(where + ": shape " + shape + " holds " + std::to_string(count) +
+           " elements, the data has " + std::to_string(elements.size()));
+    }
+  } else if (tensor.data.size() != static_cast<size_t>(count) * element_size(tensor.datatype)) {
+    fail(where + ": shape " + shape + " of " + to_string(tensor.datatype) + " needs " +
+         std::to_string(static_cast<size_t>(count) * element_size(tensor.datatype)) +
+         " bytes, got " + std::to_string(tensor.data.size()));
+  }
 }
 
 const Tensor* InferRequest::input(std::string_view name) const {

@@ -72,6 +72,13 @@ struct Tensor {
   std::vector<std::string_view> byte_elements() const;
 };
 
+// The element count of `shape`, or nullopt for a negative dimension or a count past `max_bytes`
+// (what the server would ever allocate).
+std::optional<int64_t> element_count(const std::vector<int64_t>& shape, size_t max_bytes);
+// ProtocolError naming the tensor unless its data holds exactly `count` elements of its
+// datatype (BYTES: in a valid layout).
+void check_tensor_data(const Tensor& tensor, int64_t count);
+
 // The elements of a BYTES tensor in the wire layout.
 std::string pack_bytes(const std::vector<std::string>& elements);
 

@@ -11,7 +11,7 @@
 # regression seed. CI runs every target for 20 s (.ci/run).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-all=(safetensors pickle image audio config checkpoint units v2_request cmvn_stats tar)
+all=(safetensors pickle image audio config checkpoint units v2_request grpc_request cmvn_stats tar)
 seconds=600
 targets=()
 while [ $# -gt 0 ]; do
@@ -20,7 +20,8 @@ while [ $# -gt 0 ]; do
     --seconds) seconds=$2; shift 2 ;;
     -h | --help) sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     [0-9]*) seconds=$1; shift ;;
-    safetensors | pickle | image | audio | config | checkpoint | units | v2_request | cmvn_stats | tar)
+    safetensors | pickle | image | audio | config | checkpoint | units | v2_request | grpc_request | \
+      cmvn_stats | tar)
       targets+=("$1"); shift ;;
     *) echo "tools/fuzz.sh: unknown target or option '$1' (targets: ${all[*]})" >&2; exit 2 ;;
   esac

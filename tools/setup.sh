@@ -58,6 +58,7 @@ APT_PACKAGES=(
   libgloo-dev
   libsentencepiece-dev
   libboost-dev curl
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   wrk
 )
 missing=()

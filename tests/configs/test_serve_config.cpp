@@ -191,6 +191,57 @@ TEST(ServeConfig, RefusesMistakesAtTheirKey) {
 
   e = serve_error("modles:\n  - model: vit_tiny_patch16_224\n");
   EXPECT_THAT(e.what(), HasSubstr("modles"));
+
+  e = serve_error("grpc: {port: -1}\nmodels:\n  - model: vit_tiny_patch16_224\n");
+  EXPECT_EQ(e.key_path(), "grpc.port");
+  e = serve_error("grpc: {prot: 9}\nmodels:\n  - model: vit_tiny_patch16_224\n");
+  EXPECT_EQ(e.key_path(), "grpc.prot");
+}
+
+TEST(ServeConfig, ReadsTheGrpcListenerAndMayListNoModelsBesideARepository) {
+  auto c = parse_serve_config("models:\n  - model: vit_tiny_patch16_224\n", "serve.yaml");
+  EXPECT_TRUE(c.grpc.enabled);
+  EXPECT_EQ(c.grpc.port, 8001);
+  EXPECT_EQ(c.grpc.host, "");
+  c = parse_serve_config(
+      "grpc: {enabled: false, host: 0.0.0.0, port: 0}\nmodels:\n  - model: vit_tiny_patch16_224\n",
+      "serve.yaml");
+  EXPECT_FALSE(c.grpc.enabled);
+  EXPECT_EQ(c.grpc.host, "0.0.0.0");
+  EXPECT_EQ(c.grpc.port, 0);
+  c = parse_serve_config("http: {port: 0}\n", "serve.yaml", {}, /*models_required=*/false);
+  EXPECT_TRUE(c.models.empty());
+  EXPECT_THROW(parse_serve_config("http: {port: 0}\n", "serve.yaml"), ConfigError);
+}
+
+TEST(ServeConfig, ARepositoryEntryIsNamedByItsFolderAndDefaultsToIt) {
+  TempDir dir;
+  dir.write("repo/tiny/model.yaml", testing::kTinyConfig);
+  dir.write("repo/tiny/w.safetensors", "not read by the config");
+  const auto path = dir.write("repo/tiny/serve.yaml",
+                              "model: model.yaml\nweights: w.safetensors\nmax_batch_size: 4\n");
+  const auto m = load_repository_entry(path, "tiny");
+  EXPECT_EQ(m.name, "tiny");
+  EXPECT_EQ(m.max_batch_size, 4);
+  EXPECT_EQ(m.options.weights, (dir.path() / "repo/tiny/w.safetensors").string());
+
+  const auto renamed =
+      dir.write("repo/other/serve.yaml", "name: elsewhere\nmodel: ../tiny/model.yaml\n");
+  try {
+    load_repository_entry(renamed, "other");
+    ADD_FAILURE() << "a name other than the folder's was taken";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key_path(), "name");
+    EXPECT_THAT(e.what(), HasSubstr("named by its folder ('other')"));
+  }
+  // No model: the folder itself, which here is no model source.
+  const auto bare = dir.write("repo/bare/serve.yaml", "max_batch_size: 2\n");
+  try {
+    load_repository_entry(bare, "bare");
+    ADD_FAILURE() << "a folder without a model was taken";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key_path(), "model");
+  }
 }
 
 }  // namespace test_serve_config

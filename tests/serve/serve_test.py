@@ -736,18 +736,25 @@ async def converse(url, start, audio, block):
             return replies, ws.close_code
 
 
-def case_stream():
-    import asyncio
-    import aiohttp
-    samples, rate = wav_samples(DIGITS_WAV)
-    pcm = pcm16(samples)
-    block = rate // 10 * 2  # 100 ms of 16-bit samples
+def live_transcript():
+    """`attnzoo transcribe --live` of digits_417.wav in chunks of 16 frames, blocks of 100 ms: the
+    final result (JSON) that a stream of the same audio must give."""
     live = [json.loads(line) for line in subprocess.run(
         [ATTNZOO, "transcribe", "--model", "conformer_digits_ctc", "--weights", str(ASR_WEIGHTS),
          "--live", "--chunk", "16", "--block-ms", "100", "--json", str(DIGITS_WAV)],
         capture_output=True, text=True, check=True).stdout.splitlines() if line.strip()]
     expected = [line for line in live if line.get("final")][0]
     print(f"attnzoo transcribe --live: {expected['text']!r}")
+    return expected
+
+
+def case_stream():
+    import asyncio
+    import aiohttp
+    samples, rate = wav_samples(DIGITS_WAV)
+    pcm = pcm16(samples)
+    block = rate // 10 * 2  # 100 ms of 16-bit samples
+    expected = live_transcript()
 
     with Server(config=SPEECH_CONFIG) as server:
         base = f"ws://127.0.0.1:{server.port}/v2/models"

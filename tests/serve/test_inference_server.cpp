@@ -11,7 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <opencv2/imgcodecs.hpp>
 
+#include <atomic>
 #include <future>
+#include <mutex>
 #include <thread>
 
 namespace attnzoo::serve {
@@ -211,6 +213,64 @@ TEST(InferenceServer, AnswersRequestsItCannotTakeWith4xxAndJsonErrors) {
                          "reason=\"TIMEOUT\"} 1"),
             std::string::npos)
       << metrics;
+}
+
+// A model replaced while requests arrive (a repository's reload): every request is answered with
+// the model's result, none refused; once removed, the model is unknown (404) and its requests
+// already queued were answered.
+TEST(InferenceServer, ReplacingAModelWhileRequestsArriveAnswersEveryOne) {
+  auto server = make_server(/*dynamic=*/true, 8, 2000);
+  torch::manual_seed(5);
+  const auto pixels = torch::randn({1, 3, 32, 32});
+  const auto expected = micro_classifier()->logits(pixels);
+  const auto request = parse_infer_request(pixels_request(pixels).dump(), std::nullopt);
+  std::atomic<bool> stop{false};
+  std::atomic<int> answered{0};
+  std::mutex failures_mutex;
+  std::vector<std::string> failures;
+  const auto ask = [&] {
+    while (!stop) {
+      std::promise<InferReply> promise;
+      auto future = promise.get_future();
+      server->infer("micro", "", request, [&promise](InferReply r) { promise.set_value(r); });
+      const auto reply = future.get();
+      std::lock_guard<std::mutex> lock(failures_mutex);
+      if (!reply.ok()) {
+        failures.push_back(std::to_string(reply.status) + " " + reply.error);
+        continue;
+      }
+      const auto& data = reply.response.outputs.at(0).tensor.data;
+      const auto logits =
+          torch::from_blob(const_cast<char*>(data.data()), {1, expected.size(1)}, torch::kFloat)
+              .clone();
+      if ((logits - expected).abs().max().item<float>() > 1e-5f) failures.push_back("logits");
+      ++answered;
+    }
+  };
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 4; ++i) clients.emplace_back(ask);
+  for (int i = 0; i < 30; ++i) {
+    ModelEndpoint endpoint;
+    endpoint.model = std::make_shared<ServedImageClassifier>("micro", micro_classifier());
+    endpoint.batching.max_batch_size = 8;
+    endpoint.batching.max_queue_delay_us = 2000;
+    server->install(std::move(endpoint));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  stop = true;
+  for (auto& t : clients) t.join();
+  EXPECT_TRUE(failures.empty()) << failures.size() << " failed, the first: " << failures.front();
+  EXPECT_GT(answered.load(), 10);
+  EXPECT_EQ(server->model_names(), std::vector<std::string>{"micro"});
+
+  EXPECT_TRUE(server->remove("micro"));
+  EXPECT_FALSE(server->remove("micro"));
+  std::promise<InferReply> promise;
+  server->infer("micro", "", request, [&promise](InferReply r) { promise.set_value(r); });
+  const auto gone = promise.get_future().get();
+  EXPECT_EQ(gone.status, 404);
+  EXPECT_NE(gone.error.find("unknown model 'micro'"), std::string::npos) << gone.error;
+  EXPECT_EQ(call(*server, "GET", "/v2/models/micro").status, 404);
 }
 
 }  // namespace test_inference_server

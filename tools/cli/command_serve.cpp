@@ -1,15 +1,17 @@
 // `attnzoo serve`: the inference server (serve/): the models of a serve config, or one model
-// given by flags, behind the KServe v2 protocol on HTTP, with dynamic batching and metrics.
-// SIGTERM or SIGINT shuts it down gracefully: it stops accepting, answers every request already
-// received, and exits 0.
+// given by flags, or those of a model repository, behind the KServe v2 protocol on HTTP and
+// gRPC, with dynamic batching and metrics. SIGTERM or SIGINT shuts it down gracefully: it stops
+// accepting, answers every request already received, and exits 0.
 #include "tools/cli/commands.h"
 
 #include <attnzoo/api/intra_op_threads.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/configs/serve_config.h>
 #include <attnzoo/serve/endpoints.h>
+#include <attnzoo/serve/grpc_server.h>
 #include <attnzoo/serve/http_server.h>
 #include <attnzoo/serve/inference_server.h>
+#include <attnzoo/serve/model_repository.h>
 
 #include <torch/torch.h>
 
@@ -39,8 +41,10 @@ struct ServeFlags {
   // defaults are the flags' defaults), but for the name, which comes from the model's config.
   ServedModelConfig model;
   int64_t max_queue_delay_us = -1;  // >= 0: dynamic batching with this delay
+  std::string model_repository;
   std::string host;
   int64_t port = -1;
+  std::optional<int64_t> grpc_port;  // -1: no gRPC
   int64_t threads = -1;
   std::optional<WaitPolicy> wait_policy;
   double grace_s = 30.0;
@@ -49,7 +53,9 @@ struct ServeFlags {
 ServeConfig config_of(const ServeFlags& f) {
   ServeConfig config;
   if (!f.config.empty()) {
-    config = load_serve_config(f.config, f.sets);
+    config = load_serve_config(f.config, f.sets, f.model_repository.empty());
+  } else if (!f.model_repository.empty()) {
+    config.source = "attnzoo serve";
   } else {
     config.source = "attnzoo serve";
     ServedModelConfig m = f.model;
@@ -60,6 +66,12 @@ ServeConfig config_of(const ServeFlags& f) {
   }
   if (!f.host.empty()) config.http.host = f.host;
   if (f.port >= 0) config.http.port = f.port;
+  // A free HTTP port asked for on the command line: a free gRPC port too, unless one is given.
+  if (f.port == 0 && !f.grpc_port) config.grpc.port = 0;
+  if (f.grpc_port) {
+    config.grpc.enabled = *f.grpc_port >= 0;
+    if (*f.grpc_port >= 0) config.grpc.port = *f.grpc_port;
+  }
   if (f.threads >= 0) config.threads = f.threads;
   if (f.wait_policy) config.wait_policy = *f.wait_policy;
   return config;
@@ -124,6 +136,30 @@ int run_serve(const ServeFlags& flags) {
   });
   loader.join();
   if (load_error) std::rethrow_exception(load_error);
+  serve::InferenceServer server(std::vector<serve::ModelEndpoint>(endpoints),
+                                static_cast<int>(config.stream_threads));
+  std::unique_ptr<serve::ModelRepository> repository;
+  if (!flags.model_repository.empty()) {
+    repository = std::make_unique<serve::ModelRepository>(flags.model_repository, config, server);
+    for (const auto& entry : repository->index()) {
+      for (const auto& e : endpoints) {
+        if (e.model->name() == entry.name) {
+          throw std::invalid_argument("model '" + entry.name +
+                                      "' is both in the serve config and the model repository");
+        }
+      }
+    }
+    std::thread repository_loader([&] {
+      try {
+        repository->load_all();
+      } catch (...) {
+        load_error = std::current_exception();
+      }
+    });
+    repository_loader.join();
+    if (load_error) std::rethrow_exception(load_error);
+    server.set_repository(repository.get());
+  }
   std::string names;
   for (const auto& e : endpoints) {
     names += (names.empty() ? "" : ", ") + e.model->name() + " (" + e.model->kind() + ", " +
@@ -139,7 +175,12 @@ int run_serve(const ServeFlags& flags) {
                   : "") +
              ")";
   }
-  serve::InferenceServer server(std::move(endpoints), static_cast<int>(config.stream_threads));
+  if (repository) {
+    names +=
+        std::string(names.empty() ? "" : "; ") + "model repository " + flags.model_repository + ":";
+    for (const auto& entry : repository->index()) names += " " + entry.name;
+  }
+  endpoints.clear();
   serve::HttpServerOptions http;
   http.host = config.http.host;
   http.port = static_cast<uint16_t>(config.http.port);
@@ -155,17 +196,32 @@ int run_serve(const ServeFlags& flags) {
   http.stream_idle_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config.http.stream_idle_timeout_s * 1000));
   serve::HttpServer listener(http, server);
+  std::unique_ptr<serve::GrpcServer> grpc;
+  std::string grpc_address;
+  if (config.grpc.enabled) {
+    serve::GrpcServerOptions options;
+    options.host = config.grpc.host.empty() ? http.host : config.grpc.host;
+    options.port = static_cast<uint16_t>(config.grpc.port);
+    options.max_message_bytes = http.max_body_bytes;
+    options.thread_start = use_one_intra_op_thread;
+    grpc = std::make_unique<serve::GrpcServer>(options, server, repository.get());
+    grpc_address = " and grpc://" + options.host + ":" + std::to_string(grpc->port());
+  }
   listener.start();
-  std::cout << "attnzoo serve: listening on http://" << http.host << ":" << listener.port() << " ("
-            << names << "; " << wait_in_effect() << ")" << std::endl;
+  std::cout << "attnzoo serve: listening on http://" << http.host << ":" << listener.port()
+            << grpc_address << " (" << names << "; " << wait_in_effect() << ")" << std::endl;
 
   int received = 0;
   sigwait(&signals, &received);
   std::cout << "attnzoo serve: " << (received == SIGTERM ? "SIGTERM" : "SIGINT")
             << ": no new requests; answering those received" << std::endl;
   listener.stop_accepting();
+  if (grpc) grpc->stop_accepting();
   server.drain();
-  listener.shutdown(std::chrono::milliseconds(static_cast<int64_t>(flags.grace_s * 1000)));
+  const auto grace = std::chrono::milliseconds(static_cast<int64_t>(flags.grace_s * 1000));
+  listener.shutdown(grace);
+  if (grpc) grpc->shutdown(grace);
+  repository.reset();
   std::cout << "attnzoo serve: stopped" << std::endl;
   return 0;
 }
@@ -186,6 +242,11 @@ Command add_serve_command(CLI::App& app) {
   auto* model = sub->add_option("--model", flags->model.model,
                                 "One model to serve: a registered name, a YAML or a model folder")
                     ->excludes(config);
+  sub->add_option("--model-repository", flags->model_repository,
+                  "A folder of models, one per folder, loaded at start and managed with "
+                  "/v2/repository/... (docs/serving.md)")
+      ->check(CLI::ExistingDirectory)
+      ->excludes(model);
   sub->add_option("--weights", flags->model.options.weights,
                   "Weights of --model: safetensors, a PyTorch checkpoint or a sharded index "
                   "(default: the model folder's own)")
@@ -233,6 +294,10 @@ Command add_serve_command(CLI::App& app) {
   sub->add_option("--host", flags->host, "Address to listen on (default 127.0.0.1)");
   sub->add_option("--port", flags->port, "Port (default 8000; 0: a free one, printed)")
       ->check(CLI::Range(0, 65535));
+  sub->add_option_function<int64_t>(
+         "--grpc-port", [flags](int64_t port) { flags->grpc_port = port; },
+         "gRPC port (default 8001, or a free one with --port 0; 0: a free one; -1: no gRPC)")
+      ->check(CLI::Range(-1, 65535));
   sub->add_option("--instances", flags->model.instances,
                   "Parallel executions of --model (default: usable cores / --threads)")
       ->check(CLI::Range(1, 64))
@@ -254,8 +319,9 @@ Command add_serve_command(CLI::App& app) {
                   "Seconds to wait for responses to be written at shutdown (default 30)")
       ->check(CLI::Range(0.0, 3600.0));
   return {sub, [flags] {
-            if (flags->config.empty() && flags->model.model.empty()) {
-              throw CLI::ValidationError("serve", "give --config or --model");
+            if (flags->config.empty() && flags->model.model.empty() &&
+                flags->model_repository.empty()) {
+              throw CLI::ValidationError("serve", "give --config, --model or --model-repository");
             }
             return run_serve(*flags);
           }};
