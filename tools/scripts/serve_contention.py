@@ -39,13 +39,15 @@ MODELS = {
                    "/v2/models/conformer_digits_ctc/transcribe",
                    REPO / "assets/samples/digits_417.wav"),
 }
-POST_LUA = """
-local f = io.open("{body}", "rb")
-wrk.method = "POST"
-wrk.body = f:read("*all")
-f:close()
-wrk.headers["Content-Type"] = "application/octet-stream"
-"""
+
+
+def post_lua(body, headers=None):
+    """A wrk script that POSTs the file `body` with `headers` besides its Content-Type."""
+    lines = [f'local f = io.open("{body}", "rb")', 'wrk.method = "POST"',
+             'wrk.body = f:read("*all")', "f:close()",
+             'wrk.headers["Content-Type"] = "application/octet-stream"']
+    lines += [f'wrk.headers["{name}"] = "{value}"' for name, value in (headers or {}).items()]
+    return "\n".join(lines) + "\n"
 
 
 def random_png(path):
@@ -114,7 +116,7 @@ def main():
             if body is None:
                 body = work / "noise.png"
                 random_png(body)
-            (work / f"{model}.lua").write_text(POST_LUA.format(body=body))
+            (work / f"{model}.lua").write_text(post_lua(body))
         for round_index in range(args.rounds):
             for model in models:
                 for name, flags in settings:
