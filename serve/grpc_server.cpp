@@ -237,20 +237,30 @@ class GrpcServer::Impl::Stream
   // Registers the stream and starts it (or finishes it at once when the server stops).
   static Stream* open(Impl& impl, CallbackServerContext* context) {
     auto stream = std::make_shared<Stream>(impl, context);
+    auto* raw = stream.get();
+    // Not finished by go_away() before its first read is started.
+    raw->reading_ = true;
+    raw->starting_read_ = true;
     bool stopping = false;
     {
       std::lock_guard<std::mutex> lock(impl.streams_mutex);
       stopping = impl.stopping;
-      impl.streams.emplace(stream.get(), stream);
+      impl.streams.emplace(raw, stream);
     }
-    auto* raw = stream.get();
     if (stopping) {
-      raw->finished_ = true;
+      {
+        std::lock_guard<std::mutex> lock(raw->mutex_);
+        raw->reading_ = false;
+        raw->starting_read_ = false;
+        raw->finished_ = true;
+      }
       raw->Finish(Status(StatusCode::UNAVAILABLE, "the server is shutting down"));
-    } else {
-      raw->reading_ = true;
-      raw->StartRead(&raw->request_);
+      return raw;
     }
+    raw->StartRead(&raw->request_);
+    std::unique_lock<std::mutex> lock(raw->mutex_);
+    raw->starting_read_ = false;
+    raw->finish_if_done(lock);
     return raw;
   }
 
@@ -458,13 +468,16 @@ class GrpcServer::Impl::Stream
     finish_if_done(lock);
   }
 
-  // Starts the next read unless the stream is ending. Called with the lock held; keeps it.
+  // Starts the next read unless the stream is ending. Called with the lock held; keeps it. The
+  // call is not finished while the read is being started (finish_if_done waits for it).
   void read_next(std::unique_lock<std::mutex>& lock) {
     if (reading_ || reads_done_ || going_away_ || cancelled_) return;
     reading_ = true;
+    starting_read_ = true;
     lock.unlock();
     StartRead(&request_);
     lock.lock();
+    starting_read_ = false;
   }
 
   // Writes the queue's front. Called with the lock held; releases it.
@@ -479,7 +492,9 @@ class GrpcServer::Impl::Stream
   // Finishes the call when nothing is left to do. Called with the lock held; releases it.
   void finish_if_done(std::unique_lock<std::mutex>& lock) {
     const bool ending = reads_done_ || going_away_ || cancelled_;
-    if (finished_ || !ending || pending_ > 0 || writing_ || !writes_.empty()) return;
+    if (finished_ || !ending || pending_ > 0 || writing_ || !writes_.empty() || starting_read_) {
+      return;
+    }
     finished_ = true;
     const auto status = cancelled_ ? Status::CANCELLED
                         : going_away_ && !reads_done_
@@ -498,6 +513,7 @@ class GrpcServer::Impl::Stream
   std::deque<pb::ModelStreamInferResponse> writes_;
   int pending_ = 0;  // requests read and not yet answered
   bool reading_ = false;
+  bool starting_read_ = false;  // between read_next()'s unlock and its StartRead's return
   bool writing_ = false;
   bool reads_done_ = false;
   bool going_away_ = false;
