@@ -645,11 +645,17 @@ def case_speech():
         print(f"encoder: concurrent against alone, max |diff| {worst:.2e}")
         check(all(a.shape == b.shape for a, b in zip(alone, together)), "shapes differ")
         check(worst <= 1e-5, f"batched encodings differ from alone by {worst}")
-        metrics = request(server.port, "GET", "/metrics")[2].decode()
-        single = re.search(r'attnzoo_inference_batch_size_bucket\{model="digits_encoder"'
-                           r'[^}]*le="1"\} ([0-9]+)', metrics)
-        executions = re.search(r'nv_inference_exec_count\{model="digits_encoder"[^}]*\} ([0-9]+)',
-                               metrics)
+        # An execution is counted just after its responses go out: wait until the concurrent
+        # requests' executions (at least one beyond the ones alone) are in the metrics.
+        for _ in range(100):
+            metrics = request(server.port, "GET", "/metrics")[2].decode()
+            single = re.search(r'attnzoo_inference_batch_size_bucket\{model="digits_encoder"'
+                               r'[^}]*le="1"\} ([0-9]+)', metrics)
+            executions = re.search(
+                r'nv_inference_exec_count\{model="digits_encoder"[^}]*\} ([0-9]+)', metrics)
+            if int(executions.group(1)) > len(cuts):
+                break
+            time.sleep(0.05)
         print(f"encoder: {executions.group(1)} executions, {single.group(1)} of one request")
         check(int(single.group(1)) < int(executions.group(1)),
               "no execution held more than one request: the concurrent ones were not batched")
