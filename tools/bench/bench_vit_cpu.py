@@ -1,20 +1,30 @@
-"""ViT inference latency on the CPU: attnzoo (C++, `attnzoo bench model`) against timm eager (Python,
-the same LibTorch underneath) and ONNX Runtime (the model exported from timm), measured side by
-side in one session: rounds alternate the three in a rotating order, every timed call is kept, and
-the medians over all rounds are compared as ratios. Same thread count for all (intra-op; ONNX
-Runtime's inter-op 1). Random weights: latency does not depend on them.
+"""ViT inference latency on the CPU, attnzoo against the runtimes a user would pick instead,
+measured side by side in one session: rounds alternate every peer in a rotating order, every
+timed call is kept, and the medians over all rounds are compared as ratios. Same thread count for
+all (intra-op; ONNX Runtime's inter-op 1; OpenVINO one stream). Random weights: latency does not
+depend on them. The peers (--peers, all by default):
 
-With --bf16, also attnzoo in bfloat16 against its own float32 (ratio of medians) and the drift of
-the logits (max |bf16 - fp32| on the same input and weights).
+  attnzoo          `attnzoo bench model` in float32
+  attnzoo_bf16     the same in bfloat16 (--dtype bf16)
+  attnzoo_int8     the same with `--set inference.quantize=int8` (int8 weights per output
+                   channel, activations per row)
+  timm             timm eager (Python, the same LibTorch underneath)
+  ort              ONNX Runtime on the model exported from timm (opset 17)
+  ort_int8         ONNX Runtime on onnxruntime.quantization.quantize_dynamic's model of that
+                   export (int8 weights per channel, QUInt8 activations)
+  openvino_f32     OpenVINO on the same export with INFERENCE_PRECISION_HINT f32
+  openvino         OpenVINO at its default precision (bf16 on CPUs with AVX512-BF16 or AMX)
 
-With --int8, also attnzoo's int8 inference (`--set inference.quantize=int8`: int8 weights per
-output channel, activations per row) against its own float32 and against ONNX Runtime running
-onnxruntime.quantization.quantize_dynamic's model of the same export (int8 weights per channel,
-the default QUInt8 activations), alternating in one session.
+Each row also gives the achieved GFLOP/s (the model's FLOPs, counted by torch's FlopCounterMode on
+timm's model, over the median time) as a share of the same-dtype GEMM rate measured in the same
+run: torch.mm of 2048 x 2048 matrices in float32 and bfloat16 on the same threads.
+
+With --bf16, also attnzoo in bfloat16 against its own float32 and the drift of the logits (max
+|bf16 - fp32| on the same input and weights); with --int8, the same for int8.
 
 usage: tools/bench/bench_vit_cpu.py [--models vit_tiny_patch16_224,...] [--batches 1,8] [--threads N]
-                              [--rounds 5] [--iterations 10] [--warmup 3] [--bf16] [--int8]
-                              [--json FILE]
+                              [--rounds 5] [--iterations 10] [--warmup 3] [--peers attnzoo,ort,...]
+                              [--bf16] [--int8] [--json FILE]
 Run from the repository root after tools/setup.sh (uses build/bin/attnzoo and the venv's packages).
 """
 import argparse
@@ -26,9 +36,11 @@ import tempfile
 from pathlib import Path
 
 import onnxruntime as ort
+import openvino as ov
 import timm
 import torch
 from safetensors.torch import load_file
+from torch.utils.flop_counter import FlopCounterMode
 
 from bench_common import alternate, attnzoo_times, cpu_model, python_times
 
@@ -56,6 +68,55 @@ def ort_session(path: Path, threads: int):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
+PEERS = ["attnzoo", "attnzoo_bf16", "attnzoo_int8", "timm", "ort", "ort_int8", "openvino_f32",
+         "openvino"]
+# The GEMM rate each peer's share is taken against.
+PEER_DTYPE = {"attnzoo_bf16": "bf16", "openvino": "bf16", "attnzoo_int8": "int8",
+              "ort_int8": "int8"}
+
+
+def openvino_request(onnx_path: Path, shape, threads: int, precision=None):
+    """An infer request of OpenVINO's CPU plugin on the export, reshaped to `shape` (static); one
+    stream of `threads` threads; `precision`: INFERENCE_PRECISION_HINT (None: the plugin's
+    default)."""
+    core = ov.Core()
+    model = core.read_model(str(onnx_path))
+    model.reshape({model.input(0).get_any_name(): ov.PartialShape(list(shape))})
+    config = {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"}
+    if precision:
+        config["INFERENCE_PRECISION_HINT"] = precision
+    return core.compile_model(model, "CPU", config).create_infer_request()
+
+
+def gemm_rates(threads: int, size: int = 2048, repeats: int = 5) -> dict:
+    """GFLOP/s of torch.mm on size x size matrices, float32 and bfloat16 (the best of `repeats`),
+    and of torch._int_mm in int8 where LibTorch has it on the CPU."""
+    torch.set_num_threads(threads)
+    rates = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
+        torch.mm(a, b)
+        best = min(python_times(lambda: torch.mm(a, b), repeats, 1))
+        rates[name] = 2.0 * size ** 3 / (best * 1e-3) / 1e9
+    try:
+        a = torch.randint(-128, 127, (size, size), dtype=torch.int8)
+        b = torch.randint(-128, 127, (size, size), dtype=torch.int8)
+        torch._int_mm(a, b)
+        best = min(python_times(lambda: torch._int_mm(a, b), repeats, 1))
+        rates["int8"] = 2.0 * size ** 3 / (best * 1e-3) / 1e9
+    except (RuntimeError, AttributeError):
+        pass
+    return rates
+
+
+def model_flops(model, size) -> float:
+    """FLOPs of one image through timm's model (matmuls, convolutions, attention)."""
+    counter = FlopCounterMode(display=False)
+    with counter, torch.inference_mode():
+        model(torch.randn(1, *size))
+    return float(counter.get_total_flops())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="vit_tiny_patch16_224,vit_small_patch16_224,"
@@ -65,54 +126,94 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--peers", default=",".join(PEERS))
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--int8", action="store_true")
     parser.add_argument("--binary", default=str(ROOT / "build" / "bin" / "attnzoo"))
     parser.add_argument("--json")
     args = parser.parse_args()
 
+    peers = args.peers.split(",")
+    unknown = set(peers) - set(PEERS)
+    if unknown:
+        sys.exit(f"bench_vit_cpu.py: unknown peers {sorted(unknown)} (known: {PEERS})")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    rates = gemm_rates(args.threads)
     results = {"threads": args.threads, "rounds": args.rounds, "iterations": args.iterations,
                "torch": torch.__version__, "timm": timm.__version__,
-               "onnxruntime": ort.__version__, "cpu": cpu_model(), "cases": []}
+               "onnxruntime": ort.__version__, "openvino": ov.__version__, "cpu": cpu_model(),
+               "gemm_gflops": rates, "cases": []}
     print(f"# threads {args.threads}, {args.rounds} rounds x {args.iterations} calls, "
           f"alternating; medians in ms; torch {torch.__version__}, timm {timm.__version__}, "
-          f"onnxruntime {ort.__version__}; {results['cpu']}")
-    print(f"{'model':24} {'batch':>5} {'attnzoo':>9} {'timm':>9} {'ORT':>9} "
-          f"{'vs timm':>8} {'vs ORT':>8}")
+          f"onnxruntime {ort.__version__}, openvino {ov.__version__}; {results['cpu']}")
+    print("# GEMM 2048^3 GFLOP/s: " + ", ".join(f"{k} {v:.0f}" for k, v in rates.items()))
+    print(f"{'model':24} {'batch':>5} " + " ".join(f"{p:>12}" for p in peers) +
+          "  attnzoo / best other f32, GFLOP/s share of GEMM per peer")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             model = timm.create_model(name, pretrained=False).eval()
             onnx_path = Path(tmp) / f"{name}.onnx"
             size = model.default_cfg["input_size"]
             export_onnx(model, size, onnx_path)
-            session = ort_session(onnx_path, args.threads)
+            flops = model_flops(model, size)
+            sessions = {}
+            if "ort" in peers:
+                sessions["ort"] = ort_session(onnx_path, args.threads)
+            if "ort_int8" in peers:
+                from onnxruntime.quantization import QuantType, quantize_dynamic
+                int8_path = Path(tmp) / f"{name}.int8.onnx"
+                quantize_dynamic(str(onnx_path), str(int8_path), weight_type=QuantType.QInt8,
+                                 per_channel=True)
+                sessions["ort_int8"] = ort_session(int8_path, args.threads)
             for batch in [int(b) for b in args.batches.split(",")]:
                 x = torch.randn(batch, *size)
                 xn = x.numpy()
+                requests = {}
+                if "openvino_f32" in peers:
+                    requests["openvino_f32"] = openvino_request(onnx_path, x.shape,
+                                                                args.threads, "f32")
+                if "openvino" in peers:
+                    requests["openvino"] = openvino_request(onnx_path, x.shape, args.threads)
 
                 def run_timm():
                     with torch.inference_mode():
                         model(x)
 
-                def run_ort():
-                    session.run(None, {"pixels": xn})
+                def attnzoo_runner(dtype="fp32", extra=()):
+                    return lambda: vit_times(args.binary, name, batch, args.threads,
+                                             args.iterations, args.warmup, dtype, extra=extra)
 
-                times = alternate({
-                    "attnzoo": lambda: vit_times(args.binary, name, batch, args.threads,
-                                                 args.iterations, args.warmup),
-                    "timm": lambda: python_times(run_timm, args.iterations, args.warmup),
-                    "ort": lambda: python_times(run_ort, args.iterations, args.warmup),
-                }, args.rounds)
+                def python_runner(call):
+                    return lambda: python_times(call, args.iterations, args.warmup)
+
+                runners = {
+                    "attnzoo": attnzoo_runner(),
+                    "attnzoo_bf16": attnzoo_runner("bf16"),
+                    "attnzoo_int8": attnzoo_runner(extra=["--set", "inference.quantize=int8"]),
+                    "timm": python_runner(run_timm),
+                    "ort": python_runner(lambda: sessions["ort"].run(None, {"pixels": xn})),
+                    "ort_int8": python_runner(
+                        lambda: sessions["ort_int8"].run(None, {"pixels": xn})),
+                    "openvino_f32": python_runner(lambda: requests["openvino_f32"].infer({0: xn})),
+                    "openvino": python_runner(lambda: requests["openvino"].infer({0: xn})),
+                }
+                times = alternate({p: runners[p] for p in peers}, args.rounds)
                 med = {k: statistics.median(v) for k, v in times.items()}
-                case = {"model": name, "batch": batch, "median_ms": med, "times_ms": times,
-                        "attnzoo_vs_timm": med["attnzoo"] / med["timm"],
-                        "attnzoo_vs_ort": med["attnzoo"] / med["ort"]}
+                share = {p: flops * batch / (med[p] * 1e-3) / 1e9 /
+                         rates[PEER_DTYPE.get(p, "fp32")]
+                         for p in peers if PEER_DTYPE.get(p, "fp32") in rates}
+                case = {"model": name, "batch": batch, "flops_per_image": flops,
+                        "median_ms": med, "times_ms": times, "gemm_share": share}
+                others = [med[p] for p in ("ort", "openvino_f32", "timm") if p in med]
+                if "attnzoo" in med and others:
+                    case["attnzoo_vs_best_f32"] = med["attnzoo"] / min(others)
                 results["cases"].append(case)
-                print(f"{name:24} {batch:>5} {med['attnzoo']:9.2f} {med['timm']:9.2f} "
-                      f"{med['ort']:9.2f} {case['attnzoo_vs_timm']:8.3f} "
-                      f"{case['attnzoo_vs_ort']:8.3f}", flush=True)
+                ratio = f"{case['attnzoo_vs_best_f32']:.3f}" if "attnzoo_vs_best_f32" in case \
+                    else "-"
+                print(f"{name:24} {batch:>5} " + " ".join(f"{med[p]:12.2f}" for p in peers) +
+                      f"  {ratio}  " + " ".join(f"{p} {share[p]:.0%}" for p in share),
+                      flush=True)
         if args.bf16:
             results["bf16"] = bf16_report(args, Path(tmp))
         if args.int8:
