@@ -29,6 +29,17 @@ std::string archive_of(const fs::path& folder) {
   return count == 1 ? found : std::string();
 }
 
+// The names of the folders in `folder`, sorted: the repository's models.
+std::vector<std::string> folder_names(const std::string& folder) {
+  std::vector<std::string> names;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(folder, error)) {
+    if (entry.is_directory()) names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 }  // namespace
 
 ModelRepository::ModelRepository(std::string folder, ServeConfig defaults, InferenceServer& server)
@@ -101,12 +112,7 @@ Refusal ModelRepository::load_now(const std::string& name) {
 }
 
 void ModelRepository::load_all() {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(folder_)) {
-    if (entry.is_directory()) names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  for (const auto& name : names) {
+  for (const auto& name : folder_names(folder_)) {
     if (const auto refusal = load_now(name); refusal.status != 0) {
       throw std::invalid_argument("model repository '" + folder_ + "': " + refusal.message);
     }
@@ -114,12 +120,7 @@ void ModelRepository::load_all() {
 }
 
 std::vector<RepositoryControl::Entry> ModelRepository::index() const {
-  std::vector<std::string> names;
-  std::error_code error;
-  for (const auto& entry : fs::directory_iterator(folder_, error)) {
-    if (entry.is_directory()) names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
+  const auto names = folder_names(folder_);
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<Entry> entries;
   for (const auto& name : names) {
