@@ -1,5 +1,6 @@
 #include <attnzoo/preprocess/audio/features.h>
 
+#include <attnzoo/preprocess/audio/finite_samples.h>
 #include <attnzoo/preprocess/audio/resample.h>
 
 #include <c10/util/Exception.h>
@@ -58,14 +59,7 @@ torch::Tensor waveform_features(const torch::Tensor& samples, int64_t sample_rat
                     samples.scalar_type(), " ", samples.sizes());
   if (sample_rate == extractor.options().sample_rate) return extractor(samples, source);
   // soxr would spread a NaN over the filter's length: it is reported at the input's rate.
-  const auto finite = torch::isfinite(samples);
-  if (!finite.all().item<bool>()) {
-    const int64_t at = torch::nonzero(finite.logical_not())[0][0].item<int64_t>();
-    std::ostringstream what;
-    what << source << ": NaN or infinite sample at sample " << at << " ("
-         << double(at) / double(sample_rate) << " s)";
-    throw AudioError(what.str());
-  }
+  check_finite_samples(samples, 0, double(sample_rate), source);
   return extractor(resample(samples.to(torch::kFloat), double(sample_rate),
                             double(extractor.options().sample_rate)),
                    source);

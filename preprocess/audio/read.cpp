@@ -1,5 +1,7 @@
 #include <attnzoo/preprocess/audio/read.h>
 
+#include <attnzoo/preprocess/audio/finite_samples.h>
+
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
 
@@ -431,9 +433,8 @@ struct AudioReader::Impl {
       mono = interleaved.mean(1);
     }
     // Float encodings can hold NaN and infinities; every feature of the frame would be NaN.
-    const auto finite = torch::isfinite(interleaved).all(1);
-    if (!finite.all().item<bool>()) {
-      const int64_t at = first + torch::nonzero(finite.logical_not())[0][0].item<int64_t>();
+    if (const auto element = first_non_finite(interleaved)) {
+      const int64_t at = first + *element / info.channels;
       std::ostringstream what;
       what << "NaN or infinite sample at frame " << at << " (" << double(at) / info.sample_rate
            << " s)";

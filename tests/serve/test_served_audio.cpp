@@ -232,7 +232,7 @@ TEST(ServedSpeechEncoder, ABatchOfLengthsEqualsEachAlone) {
   auto nan = torch::zeros({1, 16000});
   nan[0][100] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_THAT(prepare_error(served, request_of(waveform_input(nan))),
-              HasSubstr("input 'waveform'[0]: holds NaN or infinite samples"));
+              HasSubstr("input 'waveform'[0]: NaN or infinite sample at sample 100 "));
   EXPECT_THAT(prepare_error(served, request_of(waveform_input(torch::zeros({1, 64000})))),
               HasSubstr("more than max_audio_seconds"));
   EXPECT_THAT(prepare_error(served, request_of(waveform_input(torch::zeros({1, 100})))),
