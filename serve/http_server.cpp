@@ -109,6 +109,10 @@ HttpRequest request_of(const http::request<http::string_body>& message) {
 
 // How long a connection that waits for a request stays open once the server stops accepting.
 constexpr std::chrono::milliseconds kLastBytesWait{200};
+// Room for a body's bytes in the connection's read buffer: beast reads at most the buffer's free
+// capacity at a time and empties the buffer into the body as it goes, so that without room a body
+// came in reads of 512 bytes (264 recvmsg calls and 30 timer settings for a 134 KB waveform).
+constexpr std::size_t kBodyReadBytes = 64 * 1024;
 
 // A WebSocket connection handed to a StreamHandler: accept the upgrade, then read a message,
 // let the handler reply, write the reply, again, until either side closes.
@@ -290,6 +294,7 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
   }
 
   void read_body() {
+    if (parser_->content_length().value_or(0) > buffer_.size()) buffer_.reserve(kBodyReadBytes);
     http::async_read(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
