@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -31,6 +32,18 @@ namespace {
 // Independent partial sums: lets the compiler keep them in vector registers without reordering
 // a single accumulator (which it may not do for floating point).
 constexpr int64_t kLanes = 16;
+
+// kLanes partial sums as two vectors of half of them (GCC's and Clang's vector extension): the
+// compilers left the same sums over an array of kLanes floats scalar.
+using Half = float __attribute__((vector_size(kLanes / 2 * sizeof(float))));
+
+// Lane j of the kLanes (lo's, then hi's) added in order, as the array of partial sums was.
+inline __attribute__((always_inline)) float lanes_sum(const Half& lo, const Half& hi) {
+  float total = 0.0f;
+  for (int64_t j = 0; j < kLanes / 2; ++j) total += lo[j];
+  for (int64_t j = 0; j < kLanes / 2; ++j) total += hi[j];
+  return total;
+}
 
 // What one call normalises: rows of `cols` contiguous elements.
 template <typename T>
@@ -58,66 +71,70 @@ inline T narrow_to(float v) {
 // Rows [begin, end). `row` holds the widened sum of the current row (float32, cols elements).
 template <typename T>
 inline __attribute__((always_inline)) void normalize_rows(const RowsView<T>& v, int64_t begin,
-                                                          int64_t end, float* row) {
+                                                          int64_t end, float* __restrict row) {
   const int64_t n = v.cols;
   const int64_t whole = n - n % kLanes;
+  const T* __restrict weight = v.weight;
+  const T* __restrict bias = v.bias;
   for (int64_t r = begin; r < end; ++r) {
-    const T* x = v.x + r * n;
-    const T* res = v.residual + r * n;
-    T* s = v.sum + r * n;
-    T* out = v.normed + r * n;
+    const T* __restrict x = v.x + r * n;
+    const T* __restrict res = v.residual + r * n;
+    T* __restrict s = v.sum + r * n;
+    T* __restrict out = v.normed + r * n;
 
-    // The sum's elements are summed relative to its first: a row far from zero (mean 1000,
-    // spread 1) then adds numbers of its spread, not of its mean.
-    const float pivot = widen(narrow_to<T>(widen(x[0]) + widen(res[0])));
-    float acc[kLanes] = {};
-    for (int64_t i = 0; i < whole; i += kLanes) {
-      for (int64_t j = 0; j < kLanes; ++j) {
-        const T rounded = narrow_to<T>(widen(x[i + j]) + widen(res[i + j]));
-        s[i + j] = rounded;
-        row[i + j] = widen(rounded);
-        acc[j] += row[i + j] - pivot;
-      }
-    }
-    float total = 0.0f;
-    for (int64_t i = whole; i < n; ++i) {
+    // The sum, rounded to T, and its widened copy in `row` for the passes below.
+    for (int64_t i = 0; i < n; ++i) {
       const T rounded = narrow_to<T>(widen(x[i]) + widen(res[i]));
       s[i] = rounded;
       row[i] = widen(rounded);
-      total += row[i] - pivot;
     }
-    for (int64_t j = 0; j < kLanes; ++j) total += acc[j];
+    // The sum's elements are summed relative to its first: a row far from zero (mean 1000,
+    // spread 1) then adds numbers of its spread, not of its mean.
+    const float pivot = row[0];
+    Half lo = {}, hi = {}, a, b;
+    for (int64_t i = 0; i < whole; i += kLanes) {
+      std::memcpy(&a, row + i, sizeof a);
+      std::memcpy(&b, row + i + kLanes / 2, sizeof b);
+      lo += a - pivot;
+      hi += b - pivot;
+    }
+    float total = 0.0f;
+    for (int64_t i = whole; i < n; ++i) total += row[i] - pivot;
+    total += lanes_sum(lo, hi);
     const float mean = pivot + total / static_cast<float>(n);
 
-    float sq[kLanes] = {};
+    lo = Half{};
+    hi = Half{};
     for (int64_t i = 0; i < whole; i += kLanes) {
-      for (int64_t j = 0; j < kLanes; ++j) {
-        const float d = row[i + j] - mean;
-        sq[j] += d * d;
-      }
+      std::memcpy(&a, row + i, sizeof a);
+      std::memcpy(&b, row + i + kLanes / 2, sizeof b);
+      a -= mean;
+      b -= mean;
+      lo += a * a;
+      hi += b * b;
     }
     float squares = 0.0f;
     for (int64_t i = whole; i < n; ++i) {
       const float d = row[i] - mean;
       squares += d * d;
     }
-    for (int64_t j = 0; j < kLanes; ++j) squares += sq[j];
+    squares += lanes_sum(lo, hi);
     const float rstd = 1.0f / std::sqrt(squares / static_cast<float>(n) + v.eps);
     v.mean[r] = mean;
     v.rstd[r] = rstd;
 
     // Four loops rather than a branch per element, so that each vectorises.
-    if (v.weight && v.bias) {
+    if (weight && bias) {
       for (int64_t i = 0; i < n; ++i) {
-        out[i] = narrow_to<T>((row[i] - mean) * rstd * widen(v.weight[i]) + widen(v.bias[i]));
+        out[i] = narrow_to<T>((row[i] - mean) * rstd * widen(weight[i]) + widen(bias[i]));
       }
-    } else if (v.weight) {
+    } else if (weight) {
       for (int64_t i = 0; i < n; ++i) {
-        out[i] = narrow_to<T>((row[i] - mean) * rstd * widen(v.weight[i]));
+        out[i] = narrow_to<T>((row[i] - mean) * rstd * widen(weight[i]));
       }
-    } else if (v.bias) {
+    } else if (bias) {
       for (int64_t i = 0; i < n; ++i) {
-        out[i] = narrow_to<T>((row[i] - mean) * rstd + widen(v.bias[i]));
+        out[i] = narrow_to<T>((row[i] - mean) * rstd + widen(bias[i]));
       }
     } else {
       for (int64_t i = 0; i < n; ++i) out[i] = narrow_to<T>((row[i] - mean) * rstd);
