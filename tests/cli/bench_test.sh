@@ -138,6 +138,21 @@ assert len(j["times_ms"]) == 3 and j["median_ms"] == statistics.median(j["times_
 assert j["min_ms"] == min(j["times_ms"]) and j["threads"] == 1, j
 PY
     [ -s "$out/m.safetensors" ] || { echo "FAIL: no output file"; exit 1; }
+    # The op profile: a depth-2 ViT runs 2 x 4 linears (qkv, proj, fc1, fc2) and 2 attentions
+    # a forward; the table and the JSON say so.
+    run 0 bench model --model vit_tiny_patch16_224 --set architecture.depth=2 --iterations 1 \
+      --warmup 1 --threads 1 --profile-ops 3 --json "$out/p.json"
+    expect stdout '^ops of 3 profiled forwards \([0-9.]+ ms each; self time, per forward\):$'
+    expect stdout '^  \(outside any op\) +0\.0 +[0-9.-]+ +[0-9.-]+%$'
+    python3 - "$out/p.json" <<'PY' || exit 1
+import json, sys
+ops = {o["op"]: o for o in json.load(open(sys.argv[1]))["ops"]}
+linear = ops.get("mkldnn::_linear_pointwise") or ops.get("aten::linear")  # no oneDNN: LibTorch's
+assert linear and linear["calls_per_forward"] == 8, ops.keys()
+attention = [o for name, o in ops.items() if "scaled_dot_product" in name]
+assert attention and all(o["calls_per_forward"] == 2 for o in attention), attention
+assert all(o["self_ms_per_forward"] >= 0 for o in ops.values()), ops
+PY
     run 0 bench model --model conformer_s --set architecture.num_layers=1 --seconds 1 \
       --iterations 1 --warmup 0 --batch 2 --json "$out/c.json"
     expect stdout '^conformer_s batch 2 fp32 cpu threads [0-9]+: median'

@@ -1,5 +1,6 @@
 #include "tools/cli/bench_model.h"
 
+#include "tools/bench/op_profile.h"
 #include "tools/bench/timing.h"
 #include "tools/cli/bench_machine.h"
 
@@ -60,6 +61,39 @@ int run_model_bench(const ModelBenchOptions& o) {
               config.inference.quantize == Quantization::kInt8 ? " int8" : "", o.device.c_str(),
               graph ? " (CUDA graph)" : "", torch::get_num_threads(), med, best,
               static_cast<long long>(o.iterations));
+  // The op profile after the timed calls, so that the callbacks do not slow those.
+  nlohmann::json ops = nlohmann::json::array();
+  if (o.profile_ops > 0) {
+    std::vector<bench::OpTime> rows;
+    double profiled_ms = 0.0;
+    {
+      bench::OpProfile profile;
+      const bench::Stopwatch watch;
+      for (int64_t i = 0; i < o.profile_ops; ++i) {
+        output = forward();
+        sync();
+      }
+      profiled_ms = watch.elapsed_ms();
+      rows = profile.rows();
+    }
+    const double per = 1.0 / static_cast<double>(o.profile_ops);
+    double in_ops_ms = 0.0;
+    for (const auto& row : rows) in_ops_ms += row.self_ms;
+    std::printf("ops of %lld profiled forwards (%.3f ms each; self time, per forward):\n",
+                static_cast<long long>(o.profile_ops), profiled_ms * per);
+    std::printf("  %-44s %8s %10s %7s\n", "op", "calls", "ms", "share");
+    const auto print_row = [&](const std::string& op, double calls, double ms) {
+      std::printf("  %-44s %8.1f %10.3f %6.1f%%\n", op.c_str(), calls, ms,
+                  100.0 * ms / (profiled_ms * per));
+    };
+    for (const auto& row : rows) {
+      print_row(row.op, static_cast<double>(row.calls) * per, row.self_ms * per);
+      ops.push_back({{"op", row.op},
+                     {"calls_per_forward", static_cast<double>(row.calls) * per},
+                     {"self_ms_per_forward", row.self_ms * per}});
+    }
+    print_row("(outside any op)", 0.0, (profiled_ms - in_ops_ms) * per);
+  }
   if (!o.json.empty()) {
     nlohmann::json j = {{"model", config.name},
                         {"batch", o.batch},
@@ -72,6 +106,7 @@ int run_model_bench(const ModelBenchOptions& o) {
                         {"median_ms", med},
                         {"min_ms", best},
                         {"machine", machine_json(device)}};
+    if (o.profile_ops > 0) j["ops"] = ops;
     j["machine"]["load_average_1min"] = json_number(load_average());
     io::write_file_atomically(o.json, j.dump(1) + "\n");
   }

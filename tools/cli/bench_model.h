@@ -25,6 +25,7 @@ struct ModelBenchOptions {
   bool cuda_graph = false;  // CUDA: time replays of the forward recorded as a CUDA graph
   std::string json;         // every timed call and the summary
   std::string output;       // safetensors with the input and the output of the last call
+  int64_t profile_ops = 0;  // > 0: that many more forwards with each op's self time recorded
 };
 
 int run_model_bench(const ModelBenchOptions& options);

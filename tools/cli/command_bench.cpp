@@ -104,6 +104,11 @@ Command add_bench_command(CLI::App& app) {
   model->add_option("--json", m->json, "write every timed call and the summary to this file");
   model->add_option("--output", m->output,
                     "write the input and the last output to this safetensors file");
+  model
+      ->add_option("--profile-ops", m->profile_ops,
+                   "after the timed calls, this many forwards with the self time of each "
+                   "LibTorch op recorded: a table of ops, calls and ms per forward")
+      ->check(CLI::Range(int64_t{0}, int64_t{100000}));
 
   auto f = std::make_shared<FeatureBenchOptions>();
   auto* features = bench->add_subcommand(
