@@ -89,6 +89,7 @@ ImageClassifier::ImageClassifier(ImageClassifier&&) noexcept = default;
 ImageClassifier& ImageClassifier::operator=(ImageClassifier&&) noexcept = default;
 
 const ModelConfig& ImageClassifier::config() const { return state_->config; }
+c10::ScalarType ImageClassifier::dtype() const { return state_->dtype; }
 const std::vector<std::string>& ImageClassifier::labels() const { return state_->labels; }
 const std::string& ImageClassifier::weights_description() const { return state_->weights; }
 

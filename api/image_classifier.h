@@ -76,6 +76,9 @@ class ImageClassifier {
   torch::Tensor preprocess(const cv::Mat& rgb) const;
 
   const ModelConfig& config() const;
+  // The dtype the model runs in: the options' dtype, else the config's inference.dtype resolved
+  // (api/inference_dtype.h).
+  c10::ScalarType dtype() const;
   const std::vector<std::string>& labels() const;  // one per class; empty if none configured
   const std::string& weights_description() const;  // e.g. "vit.safetensors (timm layout, detected)"
 

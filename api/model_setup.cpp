@@ -1,5 +1,7 @@
 #include <attnzoo/api/model_setup.h>
 
+#include <attnzoo/api/inference_dtype.h>
+
 #include <attnzoo/core/dtype_device.h>
 
 #include <c10/util/Exception.h>
@@ -19,10 +21,11 @@ ModelSetup model_setup(const std::string& who, const std::string& model,
   TORCH_CHECK_VALUE(options.threads >= 0, who, ": threads must be >= 0, got ", options.threads);
   ModelSetup setup;
   check_device(who + ": device", options.device);
-  check_dtype(who + ": dtype", options.dtype);
+  if (options.dtype) check_dtype(who + ": dtype", *options.dtype);
   setup.device = options.device;
-  setup.dtype = options.dtype;
   setup.config = resolve_model_config(model, with_quantize(options.overrides, options.quantize));
+  setup.dtype = options.dtype ? *options.dtype
+                              : resolve_inference_dtype(setup.config.inference.dtype, setup.device);
   setup.family = &model_family(setup.config.family);
   const InputKind takes = setup.family->input_kind();
   TORCH_CHECK_VALUE(takes == input, who, ": ", setup.config.source, " is a ", setup.config.family,

@@ -114,6 +114,7 @@ SpeechEncoder::SpeechEncoder(SpeechEncoder&&) noexcept = default;
 SpeechEncoder& SpeechEncoder::operator=(SpeechEncoder&&) noexcept = default;
 
 const ModelConfig& SpeechEncoder::config() const { return state_->config; }
+c10::ScalarType SpeechEncoder::dtype() const { return state_->dtype; }
 const std::string& SpeechEncoder::weights_description() const { return state_->weights; }
 int64_t SpeechEncoder::min_feature_frames() const { return state_->min_frames; }
 double SpeechEncoder::frame_period_ms() const { return state_->frame_ms; }

@@ -164,6 +164,9 @@ class SpeechEncoder {
                                  double reverse_weight) const;
 
   const ModelConfig& config() const;
+  // The dtype the model runs in: the options' dtype, else the config's inference.dtype resolved
+  // (api/inference_dtype.h).
+  c10::ScalarType dtype() const;
   const std::string& weights_description() const;
   // The fewest feature frames the subsampling turns into one encoder frame.
   int64_t min_feature_frames() const;

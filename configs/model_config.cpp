@@ -77,6 +77,9 @@ ModelConfig read_document(const Document& document, const std::vector<std::strin
     auto inference = root.map("inference", true);
     config.inference.quantize = inference.enumeration("quantize", Quantization::kNone,
                                                       {Quantization::kNone, Quantization::kInt8});
+    config.inference.dtype = inference.enumeration("dtype", InferenceDtype::kFp32,
+                                                   {InferenceDtype::kFp32, InferenceDtype::kBf16,
+                                                    InferenceDtype::kFp16, InferenceDtype::kAuto});
     inference.finish();
   }
   root.finish();

@@ -82,9 +82,29 @@ constexpr const char* to_string(Quantization quantization) {
   return quantization == Quantization::kInt8 ? "int8" : "none";
 }
 
+// The dtype a model runs in where its caller names none (ModelOptions::dtype unset, the CLI's
+// --dtype absent): float32, bfloat16, float16, or auto: bfloat16 on a CPU with AVX512-BF16 or
+// AMX, float32 on other CPUs and on CUDA (api/inference_dtype.h).
+enum class InferenceDtype { kFp32, kBf16, kFp16, kAuto };
+// "fp32" | "bf16" | "fp16" | "auto": the values of a config's inference.dtype.
+constexpr const char* to_string(InferenceDtype dtype) {
+  switch (dtype) {
+    case InferenceDtype::kBf16:
+      return "bf16";
+    case InferenceDtype::kFp16:
+      return "fp16";
+    case InferenceDtype::kAuto:
+      return "auto";
+    case InferenceDtype::kFp32:
+      break;
+  }
+  return "fp32";
+}
+
 // `inference:`: how the model runs when it serves predictions.
 struct InferenceConfig {
   Quantization quantize = Quantization::kNone;
+  InferenceDtype dtype = InferenceDtype::kFp32;
 };
 
 // `decoding:` of a model with a CTC head: its token table, how the table's tokens make text, and

@@ -25,9 +25,11 @@ struct ModelOptions {
   std::string weights;
   std::string format;  // checkpoint layout; empty: the config's, else detected
   std::string key;     // the state dict of a PyTorch training checkpoint; empty: found
-  std::vector<std::string> overrides;   // key.path=value, as the CLI's --set
-  c10::Device device = c10::kCPU;       // CPU or CUDA (parse_device reads "cpu", "cuda:1", ...)
-  c10::ScalarType dtype = c10::kFloat;  // float, bfloat16 or half (parse_dtype: "fp32", ...)
+  std::vector<std::string> overrides;  // key.path=value, as the CLI's --set
+  c10::Device device = c10::kCPU;      // CPU or CUDA (parse_device reads "cpu", "cuda:1", ...)
+  // float, bfloat16 or half (parse_dtype: "fp32", ...); unset: the config's inference.dtype
+  // (float32 unless it says otherwise; auto: api/inference_dtype.h).
+  std::optional<c10::ScalarType> dtype;
   // int8 runs on the CPU in float or bfloat16 (layers/int8_inference.h); unset: the config's
   // inference.quantize.
   std::optional<Quantization> quantize;

@@ -2,6 +2,7 @@
 
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/configs/yaml_reader.h>
+#include <attnzoo/core/dtype_device.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -57,7 +58,15 @@ ServedModelConfig read_model(MapReader entry, const std::string& source,
   m.options.format = entry.string("format", "");
   m.options.key = entry.string("key", "");
   m.options.device = entry.device("device", "cpu");
-  m.options.dtype = entry.dtype("dtype", "fp32");
+  // Absent: the model config's inference.dtype; auto resolves where the model loads.
+  if (entry.has("dtype")) {
+    const auto dtype = entry.choice("dtype", std::nullopt, {"fp32", "bf16", "fp16", "auto"});
+    if (dtype == "auto") {
+      m.options.overrides.push_back("inference.dtype=auto");
+    } else {
+      m.options.dtype = parse_dtype("dtype", dtype);
+    }
+  }
   m.max_batch_size = entry.integer("max_batch_size", m.max_batch_size, 1, 4096);
   if (entry.has("dynamic_batching")) {
     auto batching = entry.map("dynamic_batching", false);

@@ -65,6 +65,7 @@ CtcEvalResult evaluate_ctc(ZooModel& model, const LabelledDataset& dataset,
   EpochLoader loader(dataset, example_loader(model.config, nullptr),
                      evaluation_loader_options(batch_size, workers, /*pad=*/true), 0);
   const auto device = model.module->parameters().front().device();
+  const auto dtype = model.module->parameters().front().scalar_type();
   CtcEvalResult r;
   double loss_sum = 0.0;
   torch::NoGradGuard no_grad;
@@ -79,8 +80,8 @@ CtcEvalResult evaluate_ctc(ZooModel& model, const LabelledDataset& dataset,
   while (auto batch = loader.next()) {
     torch::Tensor log_probs, lengths, encoded;
     for (const auto& [name, value] :
-         model.forward({batch->inputs.to(device), batch->lengths.to(device)})) {
-      if (name == "logits") log_probs = value;
+         model.forward({batch->inputs.to(device, dtype), batch->lengths.to(device)})) {
+      if (name == "logits") log_probs = value.to(torch::kFloat);  // the loss in float32
       if (name == "lengths") lengths = value;
       if (name == "encoded") encoded = value;
     }

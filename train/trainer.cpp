@@ -146,8 +146,13 @@ LabelledDataset load_dataset(const TrainDataConfig& data, const std::string& whi
 }
 
 torch::Tensor classify_batch(ZooModel& model, const Batch& batch) {
-  const auto device = model.module->parameters().front().device();
-  ModelInput input{batch.inputs.to(device), {}};
+  const auto parameter = model.module->parameters().front();
+  // Inputs in the model's dtype: a model moved to bfloat16 for evaluation takes bfloat16.
+  ModelInput input{batch.inputs.to(parameter.device(), batch.inputs.is_floating_point()
+                                                           ? parameter.scalar_type()
+                                                           : batch.inputs.scalar_type()),
+                   {}};
+  const auto device = parameter.device();
   if (batch.lengths.defined()) input.lengths = batch.lengths.to(device);
   return model.classify(input);
 }

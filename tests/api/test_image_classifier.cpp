@@ -1,6 +1,7 @@
 // attnzoo::ImageClassifier against timm (make_classifier_reference.py: timm's eval transform and
 // softmax on the same images and weights), its labels, batching, thread safety and errors.
 #include <attnzoo/api/image_classifier.h>
+#include <attnzoo/api/inference_dtype.h>
 #include "common/test_util.h"
 
 #include <attnzoo/io/safetensors.h>
@@ -150,6 +151,23 @@ TEST(ImageClassifier, Bfloat16StaysCloseToFloat32) {
   const auto timm = io::load_safetensors(kRef + "/probabilities.safetensors");
   const auto top = bf16.classify(kRef + "/a.png", 1);
   EXPECT_NEAR(top[0].probability, timm.tensors["a.png"].max().item<double>(), 0.05);
+}
+
+TEST(ImageClassifier, DtypeComesFromTheConfigUnlessTheOptionsNameOne) {
+  EXPECT_EQ(ImageClassifier(kYaml, with_weights()).dtype(), torch::kFloat);  // the default
+  auto options = with_weights();
+  options.overrides.push_back("inference.dtype=bf16");
+  const ImageClassifier from_config(kYaml, options);
+  EXPECT_EQ(from_config.dtype(), torch::kBFloat16);
+  const auto timm = io::load_safetensors(kRef + "/probabilities.safetensors");
+  const auto top = from_config.classify(kRef + "/a.png", 1);
+  EXPECT_NEAR(top[0].probability, timm.tensors["a.png"].max().item<double>(), 0.05);
+  options.dtype = torch::kFloat;  // the caller's choice wins
+  EXPECT_EQ(ImageClassifier(kYaml, options).dtype(), torch::kFloat);
+  auto automatic = with_weights();
+  automatic.overrides.push_back("inference.dtype=auto");
+  EXPECT_EQ(ImageClassifier(kYaml, automatic).dtype(),
+            resolve_inference_dtype(InferenceDtype::kAuto, torch::kCPU));
 }
 
 TEST(ImageClassifier, Int8StaysCloseToFloat32AndRefusesWhatItCannotRun) {

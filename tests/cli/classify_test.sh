@@ -19,6 +19,17 @@ case "$case_name" in
     expect stdout "^$ref/b.jpg \([0-9.]+ ms\)$"
     expect stdout '^ +[0-9]+\.[0-9]{2}% +[0-6]  (red|green|blue|cyan|magenta|yellow|grey cat)$'
     lines stdout 9
+    # --dtype auto: bf16 where the kernel lists avx512_bf16 or amx_bf16 for this CPU, else fp32;
+    # the config's inference.dtype where no --dtype is given.
+    auto=fp32
+    grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo && auto=bf16
+    run 0 classify --model "$yaml" --weights "$w" --topk 1 --dtype auto "$ref/a.png"
+    expect stdout "^vit_micro_classifier .*, cpu, $auto\$"
+    run 0 classify --model "$yaml" --weights "$w" --topk 1 --set inference.dtype=bf16 "$ref/a.png"
+    expect stdout '^vit_micro_classifier .*, cpu, bf16$'
+    run 0 classify --model "$yaml" --weights "$w" --topk 1 --set inference.dtype=bf16 \
+      --dtype fp32 "$ref/a.png"
+    expect stdout '^vit_micro_classifier .*, cpu, fp32$'
     ;;
   classify_json)
     # Bad images get an error entry, the others are classified; exit status 1.

@@ -5,8 +5,9 @@
 # (docs/training/results.json): `attnzoo eval` must reproduce each accuracy within 0.5 points,
 # and the recognizer's word error rate, offline and in chunks of 16, within 0.5 points; with
 # inference.quantize=int8, within 0.2 points (vit_digits) and 0.5 (conformer_kws) of the fp32
-# figure, and the logits of the shipped samples within 0.05 of fp32's. The recognizer's beam
-# search on its real outputs against flashlight-text's (torchaudio's ctc_decoder). DATA_DIR holds
+# figure; in bfloat16, all three within 0.2 points of it; and the logits of the shipped samples
+# within 0.05 of fp32's. The recognizer's beam search on its real outputs against
+# flashlight-text's (torchaudio's ctc_decoder). DATA_DIR holds
 # the test sets, made by tools/data/ (a CTest fixture; tools/setup.sh makes the same ones).
 set -u
 # shellcheck source=lib.sh
@@ -62,8 +63,9 @@ PY
 
 # check_wer KEY: the word error rate of $out/stdout (attnzoo eval --json) within 0.5 points of the
 # report's conformer_digits_ctc KEY (test_wer, test_wer_chunk16)
+# check_wer KEY [POINTS]: the WER of $out/stdout within POINTS (0.5) points of the report's KEY
 check_wer() {
-  "$py" - "$out/stdout" "$root/docs/training/results.json" "$1" <<'PY' || exit 1
+  "$py" - "$out/stdout" "$root/docs/training/results.json" "$1" "${2:-0.5}" <<'PY' || exit 1
 import json
 import sys
 
@@ -73,7 +75,8 @@ key = sys.argv[3]
 print(f"conformer_digits_ctc: eval WER {100 * got['wer']:.2f}% ({got['word_counts']}), "
       f"report {key} {100 * report[key]:.2f}% ({got['examples']} utterances)")
 assert got["examples"] == report["test_examples"], (got["examples"], report["test_examples"])
-assert abs(got["wer"] - report[key]) <= 0.005 + 1e-9, "more than 0.5 points from the report"
+points = float(sys.argv[4])
+assert abs(got["wer"] - report[key]) <= points / 100 + 1e-9, f"more than {points} points from the report"
 PY
 }
 
@@ -81,6 +84,12 @@ case "$case_name" in
   shipped_asr_eval)
     run 0 eval --model "$asr" --weights "$asr_w" --data "$data/digit_strings/test.txt" --json
     check_wer test_wer
+    ;;
+  shipped_asr_eval_bf16)
+    # bfloat16 inference: within 0.2 points of the fp32 figure (the report's).
+    run 0 eval --model "$asr" --weights "$asr_w" --data "$data/digit_strings/test.txt" --json \
+      --dtype bf16
+    check_wer test_wer 0.2
     ;;
   shipped_asr_eval_chunk16)
     # The offline view of streaming in chunks of 16 with all history (the live final equals it).
@@ -171,6 +180,16 @@ PY
     run 0 eval --model "$vit" --weights "$vit_w" --data "$data/digits/test.txt" --json \
       --set inference.quantize=int8
     check_accuracy vit_digits 0.2
+    ;;
+  shipped_digits_eval_bf16)
+    run 0 eval --model "$vit" --weights "$vit_w" --data "$data/digits/test.txt" --json --dtype bf16
+    check_accuracy vit_digits 0.2
+    ;;
+  shipped_keywords_eval_bf16)
+    # Through the config's inference.dtype, as a model YAML or `--set` chooses it.
+    run 0 eval --model "$kws" --weights "$kws_w" --data "$data/keywords/test.txt" --json \
+      --set inference.dtype=bf16
+    check_accuracy conformer_kws 0.2
     ;;
   shipped_keywords_eval_int8)
     run 0 eval --model "$kws" --weights "$kws_w" --data "$data/keywords/test.txt" --json \

@@ -254,6 +254,9 @@ TEST(ModelConfigErrors, UnknownNames) {
   expect_error(
       parse_error(with(kTinyConfig, "format: timm", "format: timm\ninference:\n  quantize: int4")),
       "inference.quantize", 22, 13, "expected one of none, int8, got 'int4'");
+  expect_error(
+      parse_error(with(kTinyConfig, "format: timm", "format: timm\ninference:\n  dtype: int8")),
+      "inference.dtype", 22, 10, "expected one of fp32, bf16, fp16, auto, got 'int8'");
 }
 
 TEST(ModelConfig, InferenceQuantize) {
@@ -266,6 +269,19 @@ TEST(ModelConfig, InferenceQuantize) {
   EXPECT_EQ(
       parse_model_config(kTinyConfig, "tiny.yaml", {"inference.quantize=int8"}).inference.quantize,
       Quantization::kInt8);
+}
+
+TEST(ModelConfig, InferenceDtype) {
+  EXPECT_EQ(parse_model_config(kTinyConfig, "tiny.yaml").inference.dtype, InferenceDtype::kFp32);
+  for (const auto dtype : {InferenceDtype::kFp32, InferenceDtype::kBf16, InferenceDtype::kFp16,
+                           InferenceDtype::kAuto}) {
+    const std::string yaml = std::string("format: timm\ninference:\n  dtype: ") + to_string(dtype);
+    EXPECT_EQ(
+        parse_model_config(with(kTinyConfig, "format: timm", yaml), "tiny.yaml").inference.dtype,
+        dtype);
+  }
+  EXPECT_EQ(parse_model_config(kTinyConfig, "tiny.yaml", {"inference.dtype=auto"}).inference.dtype,
+            InferenceDtype::kAuto);
 }
 
 TEST(ModelConfigErrors, InconsistentValues) {

@@ -79,8 +79,8 @@ models:
   EXPECT_EQ(c.models[1].options.device, c10::Device("cuda:1"));
   EXPECT_EQ(c.models[1].options.dtype, c10::kBFloat16);
   EXPECT_EQ(c.models[0].options.device, c10::Device(c10::kCPU));
-  EXPECT_EQ(c.models[0].options.dtype, c10::kFloat);
-  EXPECT_FALSE(c.models[1].task.has_value());  // from the model config
+  EXPECT_FALSE(c.models[0].options.dtype.has_value());  // the model config's inference.dtype
+  EXPECT_FALSE(c.models[1].task.has_value());           // from the model config
   EXPECT_DOUBLE_EQ(c.models[1].max_audio_seconds, 60.0);
   EXPECT_EQ(c.models[1].max_streams, 16);
   EXPECT_EQ(c.models[1].stream_chunk, 0);

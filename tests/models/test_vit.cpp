@@ -63,6 +63,24 @@ TEST(ViT, MatchesTimmVitTiny) {
   check_against_timm("vit_tiny", ViTOptions().embed_dim(192).depth(12).num_heads(3));
 }
 
+// bfloat16 inference against timm's float32 logits: within 3% of the logits' scale (measured:
+// 1.1%; one bfloat16 rounding is 0.4% and twelve blocks compound it), and the same top class.
+TEST(ViT, Bfloat16MatchesTimmWithinItsRounding) {
+  const auto ref = reference("vit_tiny");
+  VisionTransformer model(ViTOptions().embed_dim(192).depth(12).num_heads(3));
+  model->eval();
+  load_state_dict(*model, ref.weights.tensors, {{}, {}, "vit_tiny"});
+  model->to(torch::kBFloat16);
+  torch::NoGradGuard no_grad;
+  const auto logits = model(ref.io.tensors["pixels"].to(torch::kBFloat16)).to(torch::kFloat);
+  const auto& expected = ref.io.tensors["logits"];
+  const double scale = expected.abs().max().item<double>();
+  const double error = max_abs_diff(logits, expected);
+  EXPECT_LE(error, 0.03 * scale);
+  EXPECT_GT(error, 0.0);  // bfloat16 ran: not float32 again
+  EXPECT_TRUE(torch::equal(logits.argmax(-1), expected.argmax(-1)));
+}
+
 TEST(ViT, MatchesTimmWithRegistersNoEmbedClassAvgPoolQkNormLayerScale) {
   check_against_timm("vit_options", vit_options_model());
 }

@@ -4,6 +4,7 @@
 #include "tools/bench/timing.h"
 #include "tools/cli/bench_machine.h"
 
+#include <attnzoo/api/inference_dtype.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/core/dtype_device.h>
 #include <attnzoo/io/atomic_file.h>
@@ -31,7 +32,8 @@ int run_model_bench(const ModelBenchOptions& o) {
   const auto config = resolve_model_config(o.model, o.overrides);
   torch::manual_seed(0);
   auto model = build_model(config);
-  const auto dtype = parse_dtype("--dtype", o.dtype, /*accept_fp64=*/true);
+  const auto dtype = o.dtype == "auto" ? resolve_inference_dtype(InferenceDtype::kAuto, device)
+                                       : parse_dtype("--dtype", o.dtype, /*accept_fp64=*/true);
   model.module->eval();
   model.module->to(device, dtype);
 
@@ -57,7 +59,7 @@ int run_model_bench(const ModelBenchOptions& o) {
   const double med = timings.median();
   const double best = timings.min();
   std::printf("%s batch %lld %s%s %s%s threads %d: median %.3f ms, min %.3f ms over %lld calls\n",
-              config.name.c_str(), static_cast<long long>(o.batch), o.dtype.c_str(),
+              config.name.c_str(), static_cast<long long>(o.batch), dtype_name(dtype),
               config.inference.quantize == Quantization::kInt8 ? " int8" : "", o.device.c_str(),
               graph ? " (CUDA graph)" : "", torch::get_num_threads(), med, best,
               static_cast<long long>(o.iterations));
@@ -97,7 +99,7 @@ int run_model_bench(const ModelBenchOptions& o) {
   if (!o.json.empty()) {
     nlohmann::json j = {{"model", config.name},
                         {"batch", o.batch},
-                        {"dtype", o.dtype},
+                        {"dtype", dtype_name(dtype)},
                         {"device", o.device},
                         {"cuda_graph", o.cuda_graph},
                         {"threads", torch::get_num_threads()},

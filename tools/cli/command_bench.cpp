@@ -93,8 +93,10 @@ Command add_bench_command(CLI::App& app) {
   model->add_option("--threads", m->threads, "CPU threads (0: LibTorch's default)")
       ->check(CLI::Range(int64_t{0}, int64_t{1024}))
       ->capture_default_str();
-  model->add_option("--dtype", m->dtype, "fp32, bf16 or fp16")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+  model
+      ->add_option("--dtype", m->dtype,
+                   "fp32, bf16, fp16, or auto: bf16 on a CPU with AVX512-BF16 or AMX, else fp32")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "auto"}))
       ->capture_default_str();
   model->add_option("--device", m->device, "cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}))

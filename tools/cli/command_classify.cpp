@@ -65,10 +65,10 @@ void print_result(const Classified& r, const char* key, bool json) {
 }
 
 void print_header(const ClassifyOptions& options, const ModelConfig& config,
-                  const std::string& weights) {
+                  const std::string& weights, c10::ScalarType dtype) {
   if (options.json) return;
   std::cout << config.name << " (" << config.source << "), " << weights << ", "
-            << options.classifier.device << ", " << dtype_name(options.classifier.dtype) << "\n";
+            << options.classifier.device << ", " << dtype_name(dtype) << "\n";
 }
 
 int report_failures(int failed, size_t total, const char* what) {
@@ -92,7 +92,8 @@ int run_audio(const ClassifyOptions& options) {
   o.threads = options.classifier.threads;
   o.batch_size = options.classifier.batch_size;
   const AudioClassifier classifier(options.model, o);
-  print_header(options, classifier.config(), classifier.weights_description());
+  print_header(options, classifier.config(), classifier.weights_description(),
+               classifier.encoder().dtype());
   int failed = 0;
   const auto batch = static_cast<size_t>(o.batch_size);
   for (size_t start = 0; start < options.inputs.size(); start += batch) {
@@ -110,7 +111,7 @@ int run_classify(ClassifyOptions options) {
     return run_audio(options);
   }
   const ImageClassifier classifier(options.model, options.classifier);
-  print_header(options, classifier.config(), classifier.weights_description());
+  print_header(options, classifier.config(), classifier.weights_description(), classifier.dtype());
   int failed = 0;
   const auto batch = static_cast<size_t>(options.classifier.batch_size);
   for (size_t start = 0; start < options.inputs.size(); start += batch) {

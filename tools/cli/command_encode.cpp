@@ -53,7 +53,7 @@ int run_encode(EncodeOptions options) {
   const auto& config = encoder.config();
   if (!options.json) {
     std::cout << config.name << " (" << config.source << "), " << encoder.weights_description()
-              << ", " << options.encoder.device << ", " << dtype_name(options.encoder.dtype);
+              << ", " << options.encoder.device << ", " << dtype_name(encoder.dtype());
     if (options.encoder.stream_chunk > 0) {
       std::cout << ", streaming in chunks of " << options.encoder.stream_chunk << " encoder frames";
     }

@@ -7,6 +7,7 @@
 #include "tools/cli/plot.h"
 
 #include <attnzoo/api/ctc_search.h>
+#include <attnzoo/api/inference_dtype.h>
 #include <attnzoo/api/model_tokenizer.h>
 #include <attnzoo/configs/registry.h>
 #include <attnzoo/configs/train_config.h>
@@ -130,15 +131,25 @@ struct EvalOptions {
   int64_t batch_size = 64;
   int64_t workers = 2;
   std::string device = "cpu";
+  std::string dtype;  // fp32, bf16, fp16 or auto; empty: the config's inference.dtype
   bool json = false;
 };
+
+// The model on --device in --dtype (else the config's inference.dtype), as the task APIs load it.
+void place_for_eval(ZooModel& model, const EvalOptions& o) {
+  const torch::Device device(o.device);
+  const auto dtype = o.dtype.empty() ? resolve_inference_dtype(model.config.inference.dtype, device)
+                     : o.dtype == "auto" ? resolve_inference_dtype(InferenceDtype::kAuto, device)
+                                         : parse_dtype("--dtype", o.dtype);
+  model.module->to(device, dtype);
+}
 
 // A CTC model on a transcript list: its search's word and character error rates and CTC loss,
 // and with --json each utterance's reference and hypothesis.
 int run_eval_ctc(ZooModel& model, const std::string& format, const EvalOptions& o) {
   const auto tokenizer = model_tokenizer(model.config);
   const auto dataset = transcript_list_dataset(o.data, tokenizer);
-  model.module->to(torch::Device(o.device));
+  place_for_eval(model, o);
   const bool bar = isatty(fileno(stderr)) != 0;
   const auto search = ctc_search_settings(model.config, tokenizer.units());
   const auto r = evaluate_ctc(model, dataset, tokenizer, search, o.batch_size, o.workers,
@@ -235,7 +246,7 @@ int run_eval(EvalOptions o) {
                 " model, which takes " + input_kind_name(model.family().input_kind()));
   }
   const torch::Device device(o.device);
-  model.module->to(device);
+  place_for_eval(model, o);
   const bool bar = isatty(fileno(stderr)) != 0;
   const auto result =
       evaluate(model, dataset, o.batch_size, o.workers, device, [&](int64_t done, int64_t total) {
@@ -315,6 +326,10 @@ Command add_eval_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{256}))
       ->capture_default_str();
   sub->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
+  sub->add_option("--dtype", o->dtype,
+                  "fp32, bf16, fp16, or auto: bf16 on a CPU with AVX512-BF16 or AMX, else fp32 "
+                  "(default: the config's inference.dtype, fp32 unless it says otherwise)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "auto"}));
   sub->add_flag("--json", o->json,
                 "one JSON object: accuracy, loss, confusion matrix; for a CTC model wer, cer, "
                 "loss, the edit counts and each utterance's reference and hypothesis");

@@ -3,6 +3,7 @@
 // into one-line errors.
 #pragma once
 
+#include <attnzoo/api/inference_dtype.h>
 #include <attnzoo/configs/model_family.h>
 #include <attnzoo/configs/model_options.h>
 #include <attnzoo/core/dtype_device.h>
@@ -55,7 +56,8 @@ inline void add_model_options(CLI::App* sub, std::string& model, ModelOptions& o
                     formats);
 }
 
-// --device (cpu or cuda) and --dtype (fp32, bf16 or fp16) into a task API's options.
+// --device (cpu or cuda) and --dtype (fp32, bf16, fp16 or auto) into a task API's options; no
+// --dtype leaves the choice to the config's inference.dtype (fp32 unless it says otherwise).
 inline void add_device_options(CLI::App* sub, ModelOptions& options) {
   sub->add_option_function<std::string>(
          "--device", [&options](const std::string& name) { options.device = c10::Device(name); },
@@ -64,10 +66,15 @@ inline void add_device_options(CLI::App* sub, ModelOptions& options) {
       ->default_str("cpu");
   sub->add_option_function<std::string>(
          "--dtype",
-         [&options](const std::string& name) { options.dtype = parse_dtype("--dtype", name); },
-         "fp32, bf16 or fp16")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
-      ->default_str("fp32");
+         [&options](const std::string& name) {
+           // CLI11 runs the callbacks in the order the options are declared: --device is known.
+           options.dtype = name == "auto"
+                               ? resolve_inference_dtype(InferenceDtype::kAuto, options.device)
+                               : parse_dtype("--dtype", name);
+         },
+         "fp32, bf16, fp16, or auto: bf16 on a CPU with AVX512-BF16 or AMX, else fp32 "
+         "(default: the config's inference.dtype, fp32 unless it says otherwise)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "auto"}));
 }
 
 Command add_version_command(CLI::App& app);
