@@ -504,7 +504,12 @@ torch::Tensor ConformerStream::finish() {
 torch::Tensor ConformerEncoderImpl::ctc_log_probs(const torch::Tensor& encoded) {
   TORCH_CHECK_VALUE(!ctc.is_empty(),
                     "ConformerEncoder: no CTC head (vocab_size is 0, or ctc_head false)");
-  return torch::log_softmax(ctc(encoded), -1);
+  const auto logits = ctc(encoded);
+  // A bfloat16 or half model's normalisation in float32: in bfloat16 the log-probabilities of a
+  // confident frame rounded above 0, and a path's score with them.
+  const auto dtype =
+      at::isReducedFloatingType(logits.scalar_type()) ? torch::kFloat : logits.scalar_type();
+  return torch::log_softmax(logits, -1, dtype);
 }
 
 torch::Tensor ConformerEncoderImpl::classify(const torch::Tensor& encoded,

@@ -827,6 +827,14 @@ TEST(ConformerEncoder, CtcHeadAndUtteranceEmbedding) {
                                                      encoded, model->ctc->weight, model->ctc->bias),
                                                  -1)),
       1e-6);
+  // A bfloat16 model's log-probabilities are normalised in float32: they sum to 1 to float32's
+  // precision, not bfloat16's, and none is above 0.
+  model->to(torch::kBFloat16);
+  const auto reduced = model->ctc_log_probs(encoded.to(torch::kBFloat16));
+  EXPECT_EQ(reduced.scalar_type(), torch::kFloat);
+  EXPECT_LE(max_abs_diff(reduced.exp().sum(-1), torch::ones({2, encoded.size(1)})), 1e-5);
+  EXPECT_LE(reduced.max().item<double>(), 0.0);
+  model->to(torch::kFloat);
   const auto embedding = ConformerEncoderImpl::utterance_embedding(encoded, out_lengths);
   EXPECT_LE(max_abs_diff(embedding[0], encoded[0].narrow(0, 0, 6).mean(0)), 1e-6);
   EXPECT_LE(max_abs_diff(embedding[1], encoded[1].narrow(0, 0, 2).mean(0)), 1e-6);
