@@ -1,5 +1,7 @@
 #include <attnzoo/api/inference_dtype.h>
 
+#include <attnzoo/core/dtype_device.h>
+
 #include <ATen/cpu/Utils.h>
 
 #include <string>
@@ -38,6 +40,12 @@ c10::ScalarType resolve_inference_dtype(InferenceDtype dtype, c10::Device device
 
 c10::ScalarType resolve_inference_dtype(InferenceDtype dtype, c10::Device device) {
   return resolve_inference_dtype(dtype, device, cpu_bf16_support());
+}
+
+c10::ScalarType parse_inference_dtype(const std::string& who, const std::string& name,
+                                      c10::Device device, bool accept_fp64) {
+  return name == "auto" ? resolve_inference_dtype(InferenceDtype::kAuto, device)
+                        : parse_dtype(who, name, accept_fp64);
 }
 
 }  // namespace attnzoo

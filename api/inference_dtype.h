@@ -11,6 +11,8 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include <string>
+
 namespace attnzoo {
 
 // What the CPU offers bfloat16 matrix products (as LibTorch's cpuinfo reads it).
@@ -25,5 +27,10 @@ c10::ScalarType resolve_inference_dtype(InferenceDtype dtype, c10::Device device
                                         const CpuBf16Support& cpu);
 // The same on this process's CPU.
 c10::ScalarType resolve_inference_dtype(InferenceDtype dtype, c10::Device device);
+
+// A flag's or key's value: "auto" resolved on `device`, else parse_dtype(who, name, accept_fp64)
+// ("fp32", "bf16", "fp16", and "fp64" where accepted; c10::ValueError naming `who` otherwise).
+c10::ScalarType parse_inference_dtype(const std::string& who, const std::string& name,
+                                      c10::Device device, bool accept_fp64 = false);
 
 }  // namespace attnzoo

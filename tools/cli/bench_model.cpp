@@ -32,8 +32,7 @@ int run_model_bench(const ModelBenchOptions& o) {
   const auto config = resolve_model_config(o.model, o.overrides);
   torch::manual_seed(0);
   auto model = build_model(config);
-  const auto dtype = o.dtype == "auto" ? resolve_inference_dtype(InferenceDtype::kAuto, device)
-                                       : parse_dtype("--dtype", o.dtype, /*accept_fp64=*/true);
+  const auto dtype = parse_inference_dtype("--dtype", o.dtype, device, /*accept_fp64=*/true);
   model.module->eval();
   model.module->to(device, dtype);
 

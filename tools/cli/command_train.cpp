@@ -139,8 +139,7 @@ struct EvalOptions {
 void place_for_eval(ZooModel& model, const EvalOptions& o) {
   const torch::Device device(o.device);
   const auto dtype = o.dtype.empty() ? resolve_inference_dtype(model.config.inference.dtype, device)
-                     : o.dtype == "auto" ? resolve_inference_dtype(InferenceDtype::kAuto, device)
-                                         : parse_dtype("--dtype", o.dtype);
+                                     : parse_inference_dtype("--dtype", o.dtype, device);
   model.module->to(device, dtype);
 }
 

@@ -68,9 +68,7 @@ inline void add_device_options(CLI::App* sub, ModelOptions& options) {
          "--dtype",
          [&options](const std::string& name) {
            // CLI11 runs the callbacks in the order the options are declared: --device is known.
-           options.dtype = name == "auto"
-                               ? resolve_inference_dtype(InferenceDtype::kAuto, options.device)
-                               : parse_dtype("--dtype", name);
+           options.dtype = parse_inference_dtype("--dtype", name, options.device);
          },
          "fp32, bf16, fp16, or auto: bf16 on a CPU with AVX512-BF16 or AMX, else fp32 "
          "(default: the config's inference.dtype, fp32 unless it says otherwise)")
