@@ -1,8 +1,8 @@
+#include <attnzoo/kernels/cpu_parallel.h>
 #include <attnzoo/layers/attention_mask.h>  // shape_string
 #include <attnzoo/layers/cpu_features.h>
 #include <attnzoo/layers/quantized_linear.h>
 
-#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -21,7 +21,7 @@ void quantize_rows(const torch::Tensor& x, torch::Tensor& q, torch::Tensor& scal
   const float* in = x.data_ptr<float>();
   int8_t* out = q.data_ptr<int8_t>();
   float* r = scales.data_ptr<float>();
-  at::parallel_for(0, m, 16, [&](int64_t begin, int64_t end) {
+  attnzoo::kernels::parallel_for(0, m, 16, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const float* xr = in + row * k;
       // Both loops are written so that the compiler vectorises them. The largest magnitude as
@@ -85,7 +85,7 @@ void dequantize(const torch::Tensor& acc, const torch::Tensor& row_scales,
   const float* s = col_scales.data_ptr<float>();
   const float* b = bias.defined() ? bias.data_ptr<float>() : nullptr;
   float* out = y.data_ptr<float>();
-  at::parallel_for(0, m, 16, [&](int64_t begin, int64_t end) {
+  attnzoo::kernels::parallel_for(0, m, 16, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const Acc* ar = a + row * n;
       float* yr = out + row * n;

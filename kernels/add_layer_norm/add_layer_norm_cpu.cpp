@@ -13,9 +13,9 @@
 // written for the compiler to vectorise, once for AVX2 + FMA and once for the baseline, picked at
 // run time by what the processor supports.
 #include <attnzoo/kernels/add_layer_norm/add_layer_norm_op.h>
+#include <attnzoo/kernels/cpu_parallel.h>
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>
 
@@ -166,7 +166,7 @@ void run_rows(const RowsView<T>& v, int64_t rows) {
   // About 16K elements a task: a ViT-B row block of 197 x 768 splits across two threads, a
   // Conformer-S frame of 144 values does not get a thread of its own.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / v.cols);
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  kernels::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     std::vector<float> row(static_cast<size_t>(v.cols));
 #ifdef ATTNZOO_ADD_LAYER_NORM_AVX2
     if (has_avx2_fma()) {

@@ -1,10 +1,10 @@
+#include <attnzoo/kernels/cpu_parallel.h>
 #include <attnzoo/preprocess/audio/fbank.h>
 
 #include <attnzoo/core/splitmix64.h>
 #include <attnzoo/preprocess/audio/finite_samples.h>
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
 
@@ -92,7 +92,7 @@ torch::Tensor prepare_frames(const torch::Tensor& frames, const torch::Tensor& w
   const double* x = frames.const_data_ptr<double>();
   const double* w = window.const_data_ptr<double>();
   double* y = out.mutable_data_ptr<double>();
-  at::parallel_for(0, n, 16, [&](int64_t begin, int64_t end) {
+  attnzoo::kernels::parallel_for(0, n, 16, [&](int64_t begin, int64_t end) {
     for (int64_t m = begin; m < end; ++m) {
       const double* in = x + m * row;
       double* frame = y + m * fft_size;
@@ -122,7 +122,7 @@ torch::Tensor power_spectrum(const torch::Tensor& spectrum, int64_t bins) {
   auto out = torch::empty({n, bins}, torch::kDouble);
   const auto* x = spectrum.const_data_ptr<c10::complex<double>>();
   double* y = out.mutable_data_ptr<double>();
-  at::parallel_for(0, n, 16, [&](int64_t begin, int64_t end) {
+  attnzoo::kernels::parallel_for(0, n, 16, [&](int64_t begin, int64_t end) {
     for (int64_t m = begin; m < end; ++m) {
       for (int64_t k = 0; k < bins; ++k) {
         const auto z = x[m * width + k];
