@@ -55,18 +55,25 @@ std::tuple<torch::Tensor, torch::Tensor> add_layer_norm(
 // softmax_j(scale q[b, i, h] . k[b, j, h] + bias[b, h, i, j]) v[b, j, h] over the visible keys:
 // j < key_lengths[b] (when given) and, with `causal`, j <= i (top-left) or j <= i + S - L
 // (bottom_right). A row without a visible key gives zeros (lse -inf). scale: 1/sqrt(E) by default.
-// On CUDA, bf16 and fp16 with E <= 128 run the fused kernel (E padded up to 32, 64, 96, 128); the
-// rest, and every CPU tensor, the LibTorch reference. Differentiable in q, k, v and bias, through
-// flash_attention_backward. The bias is q's dtype or float32; the kernel adds it in float32, so a
-// finite bias stays finite (a row masked by -1e9 gets float32 math's average, not zeros; its
-// gradients, though, are not float32 math's: kernels/README.md).
-// q: [B, L, H, E], k, v: [B, S, H, E], key_lengths: int [B], bias: [1|B, 1|H, L, S]
+// On CUDA, bf16 and fp16 with E <= 128 run the fused kernel (E padded up to 32, 64, 96, 128); on
+// the CPU, float32 and bfloat16 run the CPU kernel (flash_attn/flash_attn_cpu.cpp) where the
+// processor has AVX2 + FMA; the rest the LibTorch reference. Differentiable in q, k, v and bias,
+// through flash_attention_backward. The bias is q's dtype or float32; the kernel adds it in
+// float32, so a finite bias stays finite (a row masked by -1e9 gets float32 math's average, not
+// zeros; its gradients, though, are not float32 math's: kernels/README.md). q: [B, L, H, E], k, v:
+// [B, S, H, E], key_lengths: int [B], bias: [1|B, 1|H, L, S]
 //   -> out [B, L, H, E] (q's dtype), lse [B, H, L] (float32)
 std::tuple<torch::Tensor, torch::Tensor> flash_attention(
     const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
     const std::optional<torch::Tensor>& key_lengths = std::nullopt,
     const std::optional<torch::Tensor>& bias = std::nullopt, bool causal = false,
     bool bottom_right = false, std::optional<double> scale = std::nullopt);
+
+// The float32 lanes of the vector registers flash_attention's CPU kernel uses on this processor:
+// 16 (AVX-512), 8 (AVX2 + FMA), or 0 where float32 and bfloat16 CPU calls take the LibTorch
+// reference. ATTNZOO_FLASH_CPU_ISA=avx2 or =reference in the environment (read at each call)
+// lowers it, to compare the paths on one machine.
+int64_t flash_attention_cpu_vector_width();
 
 // The gradients of flash_attention's out given d_out, from its out and lse (what autograd calls;
 // exposed for tests and custom backward passes). On CUDA, bf16 and fp16 with E <= 128 run the fused

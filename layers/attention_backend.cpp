@@ -91,7 +91,7 @@ const AttentionBackend& select_attention_backend(const std::string& requested,
   if (requested == "auto") {
     std::ostringstream reasons;
     for (const auto* b : r.by_priority) {
-      if (!b->chosen_by_auto()) continue;
+      if (!b->chosen_by_auto(problem)) continue;
       const std::string why = b->unsupported_reason(problem);
       if (why.empty()) return *b;
       reasons << "\n  " << b->name() << ": " << why;

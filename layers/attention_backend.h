@@ -65,8 +65,8 @@ class AttentionBackend {
   // chooses exact backends; approximations and restricted patterns (linear, block_local) are used
   // only when asked for by name.
   virtual bool exact() const { return true; }
-  // Whether "auto" may choose it (when it supports the problem). Exact backends by default.
-  virtual bool chosen_by_auto() const { return exact(); }
+  // Whether "auto" may choose it for `problem` (when it supports it). Exact backends by default.
+  virtual bool chosen_by_auto(const AttentionProblem& /*problem*/) const { return exact(); }
   // Empty when the backend computes `problem` exactly; otherwise why not (shown to users who
   // asked for this backend by name).
   virtual std::string unsupported_reason(const AttentionProblem& problem) const = 0;

@@ -1,17 +1,19 @@
-// The `flash` backend: attnzoo's own fused attention kernel (kernels/flash_attn, FlashAttention-2's
-// algorithm: O(L + S) memory, the log-sum-exp kept for the backward pass). It reads q, k and v by
-// strides, so the views of the fused QKV projection that the layer hands over go in without a
-// copy; its output [B, L, H, E] is already the layout the output projection wants.
+// The `flash` backend: attnzoo's own fused attention kernels (kernels/flash_attn,
+// FlashAttention-2's algorithm: O(L + S) memory, the log-sum-exp kept for the backward pass). They
+// read q, k and v by strides, so the views of the fused QKV projection that the layer hands over go
+// in without a copy; the output [B, L, H, E] is already the layout the output projection wants.
 //
-// The kernel takes key lengths and causal masks natively and one additive bias [1|B, 1|H, L, S];
+// The kernels take key lengths and causal masks natively and one additive bias [1|B, 1|H, L, S];
 // the other masks become -inf in that bias: a key-padding mask [B, S] as a bias [B, 1, 1, S]
 // broadcast along L by a zero stride (no [L, S] copy), a boolean attn_mask merged with the
 // problem's own bias. A query that sees no key gets zeros, as on every backend.
 //
-// It runs on CUDA when the kernels are built, for bf16 and fp16 with head dims up to 128 and no
-// dropout. `auto` prefers it there only with ATTNZOO_FLASH_AUTO=1 in the environment
-// (FlashAttention::chosen_by_auto; tools/device_check.sh sets it); asked for by name, it always
-// runs.
+// On CUDA (when the kernels are built) it runs bf16 and fp16 with head dims up to 128; on the CPU
+// float32 and bfloat16 where the processor has AVX2 + FMA (the CPU kernel, flash_attn_cpu.cpp).
+// `auto` prefers it on CUDA only with ATTNZOO_FLASH_AUTO=1 in the environment
+// (tools/device_check.sh sets it), and never on the CPU, where it runs at the speed of LibTorch's
+// sdpa, not faster (docs/benchmarks.md). Asked for by name, it runs whenever it supports the
+// problem. No dropout; gradients through the op's autograd formula.
 #include <attnzoo/kernels/ops.h>
 #include <attnzoo/layers/attention_backend.h>
 
@@ -26,22 +28,31 @@ class FlashAttention final : public AttentionBackend {
  public:
   std::string name() const override { return "flash"; }
   int priority() const override { return 20; }  // ahead of sdpa (10)
-  bool chosen_by_auto() const override {
+  bool chosen_by_auto(const AttentionProblem& p) const override {
     const char* opt_in = std::getenv("ATTNZOO_FLASH_AUTO");
-    return opt_in != nullptr && std::string(opt_in) == "1";
+    return p.query.is_cuda() && opt_in != nullptr && std::string(opt_in) == "1";
   }
 
   std::string unsupported_reason(const AttentionProblem& p) const override {
     if (p.need_weights) return "it does not return attention weights (need_weights); use math";
-    if (!ATTNZOO_WITH_CUDA) return "the CUDA kernels are not built (ATTNZOO_CUDA=OFF)";
-    if (!p.query.is_cuda()) {
-      return "it runs on CUDA tensors, got " + p.query.device().str() + " (use sdpa on the CPU)";
-    }
     const auto dtype = p.query.scalar_type();
-    if (dtype != torch::kHalf && dtype != torch::kBFloat16) {
-      return std::string("it takes float16 and bfloat16, got ") + c10::toString(dtype);
+    if (p.query.is_cpu()) {
+      if (kernels::flash_attention_cpu_vector_width() == 0) {
+        return "its CPU kernel needs AVX2 + FMA, which this processor lacks";
+      }
+      if (dtype != torch::kFloat && dtype != torch::kBFloat16) {
+        return std::string("on the CPU it takes float32 and bfloat16, got ") + c10::toString(dtype);
+      }
+    } else {
+      if (!ATTNZOO_WITH_CUDA) return "the CUDA kernels are not built (ATTNZOO_CUDA=OFF)";
+      if (!p.query.is_cuda()) {
+        return "it runs on CPU and CUDA tensors, got " + p.query.device().str();
+      }
+      if (dtype != torch::kHalf && dtype != torch::kBFloat16) {
+        return std::string("on CUDA it takes float16 and bfloat16, got ") + c10::toString(dtype);
+      }
     }
-    if (p.query.size(3) > kMaxHeadDim) {
+    if (p.query.is_cuda() && p.query.size(3) > kMaxHeadDim) {
       return "head_dim " + std::to_string(p.query.size(3)) + " > " + std::to_string(kMaxHeadDim);
     }
     if (p.value.size(3) != p.query.size(3)) {

@@ -1,10 +1,10 @@
-// attnzoo::flash_attention: on CPU (the LibTorch reference) against attention written out in
-// float64 with every mask kind, the log-sum-exp, rows without a visible key, gradients against
-// autograd through the float64 expression, and the input checks; with a GPU, the fused kernel
-// against float64 by FlashAttention's rule (error at most twice LibTorch's own at the same
-// precision), with poisoned outputs and awkward sizes. The same for
-// attnzoo::flash_attention_backward (the fused backward kernel on CUDA), directly and through
-// autograd.
+// attnzoo::flash_attention: on CPU (the LibTorch reference in float64, the CPU kernel in float32
+// and bfloat16 on each of its paths) against attention written out in float64 with every mask kind,
+// the log-sum-exp, rows without a visible key, gradients against autograd through the float64
+// expression, and the input checks; with a GPU, the fused kernel against float64 by
+// FlashAttention's rule (error at most twice LibTorch's own at the same precision), with poisoned
+// outputs and awkward sizes. The same for attnzoo::flash_attention_backward (the fused backward
+// kernel on CUDA), directly and through autograd.
 #include <attnzoo/kernels/ops.h>
 #include "common/test_util.h"
 
@@ -16,10 +16,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace test_flash_attention {
 
@@ -397,6 +399,122 @@ TEST(FlashAttention, InputChecksNameTheArgument) {
                 flash_attention(q, q, q, std::nullopt, torch::randn({2, 3, 5, 5}, torch::kFloat64));
               }),
               HasSubstr("bias must have q's dtype"));
+}
+
+// --- CPU kernel ------------------------------------------------------------------------------
+
+// Sets ATTNZOO_FLASH_CPU_ISA for the lifetime of the guard (the op reads it at each call).
+class CpuIsa {
+ public:
+  explicit CpuIsa(const char* isa) { setenv("ATTNZOO_FLASH_CPU_ISA", isa, 1); }
+  ~CpuIsa() { unsetenv("ATTNZOO_FLASH_CPU_ISA"); }
+  CpuIsa(const CpuIsa&) = delete;
+  CpuIsa& operator=(const CpuIsa&) = delete;
+};
+
+// The kernel's paths this processor runs: {"avx512", "avx2"}, {"avx2"} or none.
+std::vector<std::string> cpu_kernel_paths() {
+  std::vector<std::string> paths;
+  const int64_t width = attnzoo::kernels::flash_attention_cpu_vector_width();
+  if (width >= 16) paths.push_back("avx512");
+  if (width >= 8) paths.push_back("avx2");
+  return paths;
+}
+
+// Sizes around the kernel's tiles: 6 queries a tile, keys in groups of 16 (AVX-512) or 8 (AVX2)
+// and blocks of 256, head dims that are not a multiple of the vector width or of the output
+// chunk (64 or 16 columns).
+std::vector<Case> cpu_kernel_cases() {
+  return {
+      {1, 1, 1, 1, 4},
+      {2, 7, 7, 3, 8},
+      {2, 197, 197, 3, 64},
+      {1, 300, 300, 2, 64},                                  // two key blocks
+      {2, 37, 513, 2, 36, /*lengths=*/true, /*bias=*/true},  // three, cross-attention
+      {2, 13, 29, 2, 80, false, false, /*causal=*/true, /*bottom_right=*/true},
+      {2, 40, 17, 2, 12, true, true, true, true},  // rows without a key
+      {3, 70, 70, 4, 128, true, true, false, false, /*broadcast_bias=*/true},
+      {2, 9, 300, 3, 100, false, true, false, false, false, /*head_broadcast_bias=*/true},
+      {1, 600, 600, 1, 24, false, false, true},  // causal over three blocks
+  };
+}
+
+// The kernel's max error against float64 is at most twice that of LibTorch's attention in the
+// same dtype (the op's reference path) plus two units in the last place of the largest output;
+// lse within float32 rounding of the float64 one. Each path of the kernel, float32 and bfloat16.
+TEST(FlashAttention, CpuKernelIsAsAccurateAsLibTorch) {
+  const auto paths = cpu_kernel_paths();
+  if (paths.empty()) GTEST_SKIP() << "the CPU has no AVX2 + FMA: the CPU kernel is untested";
+  for (const auto& path : paths) {
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      for (const auto& c : cpu_kernel_cases()) {
+        const auto in = make_inputs(c, torch::dtype(dtype), 5);
+        const auto [expected, expected_lse] =
+            float64_attention(in, c, 1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+        torch::Tensor theirs;
+        {
+          CpuIsa reference("reference");
+          theirs = std::get<0>(
+              flash_attention(in.q, in.k, in.v, in.lengths, in.bias, c.causal, c.bottom_right));
+        }
+        CpuIsa isa(path.c_str());
+        const auto [out, lse] =
+            flash_attention(in.q, in.k, in.v, in.lengths, in.bias, c.causal, c.bottom_right);
+        const std::string what = path + " " + c10::toString(dtype) + " " + describe(c);
+        ASSERT_EQ(out.sizes(), expected.sizes()) << what;
+        ASSERT_EQ(out.scalar_type(), dtype) << what;
+        EXPECT_TRUE(torch::isfinite(out).all().item<bool>()) << what;
+        const double ours = (out.to(torch::kFloat64) - expected).abs().max().item<double>();
+        const double libtorch = (theirs.to(torch::kFloat64) - expected).abs().max().item<double>();
+        const double ulp =
+            2 * attnzoo::testing::epsilon(dtype) * expected.abs().max().item<double>();
+        EXPECT_LE(ours, 2 * libtorch + ulp) << what << ": LibTorch's error " << libtorch;
+        const auto finite = torch::isfinite(expected_lse);
+        EXPECT_TRUE(torch::equal(torch::isfinite(lse), finite)) << what;
+        if (finite.any().item<bool>()) {
+          EXPECT_LE((lse.to(torch::kFloat64) - expected_lse)
+                        .masked_select(finite)
+                        .abs()
+                        .max()
+                        .item<double>(),
+                    dtype == torch::kFloat32 ? 1e-5 : 0.05)
+              << what;
+        }
+      }
+    }
+  }
+}
+
+// The kernel is what runs: its sums go in another order than LibTorch's products, so its
+// float32 output differs from the reference's in the last bits somewhere.
+TEST(FlashAttention, CpuKernelIsNotTheReference) {
+  if (cpu_kernel_paths().empty()) GTEST_SKIP() << "the CPU has no AVX2 + FMA";
+  const Case c{1, 197, 197, 3, 64};
+  const auto in = make_inputs(c, torch::dtype(torch::kFloat32), 6);
+  torch::Tensor reference;
+  {
+    CpuIsa isa("reference");
+    reference = std::get<0>(flash_attention(in.q, in.k, in.v));
+  }
+  const auto ours = std::get<0>(flash_attention(in.q, in.k, in.v));
+  EXPECT_FALSE(torch::equal(ours, reference));
+  EXPECT_LE((ours - reference).abs().max().item<double>(), 1e-5);
+}
+
+// Keys past a length hold NaN and infinities in the padding of a batch: no row sees them.
+TEST(FlashAttention, CpuKernelIgnoresPaddingPastTheLength) {
+  for (const auto& path : cpu_kernel_paths()) {
+    const Case c{2, 50, 300, 2, 64, /*lengths=*/true};
+    auto in = make_inputs(c, torch::dtype(torch::kFloat32), 7);
+    in.lengths = torch::tensor({300, 270}, torch::kLong);
+    CpuIsa isa(path.c_str());
+    const auto clean = std::get<0>(flash_attention(in.q, in.k, in.v, in.lengths));
+    auto k = in.k.clone(), v = in.v.clone();
+    k[1].slice(0, 270).fill_(std::numeric_limits<float>::quiet_NaN());
+    v[1].slice(0, 270).fill_(std::numeric_limits<float>::infinity());
+    const auto poisoned = std::get<0>(flash_attention(in.q, k, v, in.lengths));
+    EXPECT_TRUE(torch::equal(clean, poisoned)) << path;
+  }
 }
 
 // --- CUDA ------------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 // The `flash` backend: how it turns every mask kind into the kernel's inputs (key lengths, causal,
-// one additive bias), checked on the CPU, where attnzoo::flash_attention runs its LibTorch
-// reference, against `math` in float64, values and gradients; where `auto` takes it and where it
-// refuses; and, on a GPU, the fused kernel through the layer within twice LibTorch's own error.
+// one additive bias), checked on the CPU in float64, where attnzoo::flash_attention runs its
+// LibTorch reference, against `math`, values and gradients; the CPU kernel (float32 and bfloat16)
+// through the backend with every mask kind; where `auto` takes it and where it refuses; and, on a
+// GPU, the fused kernel through the layer within twice LibTorch's own error.
 #include "attention_test_util.h"
+
+#include <attnzoo/kernels/ops.h>
 
 #include <gmock/gmock.h>
 
@@ -27,8 +30,8 @@ AttentionProblem scaled_problem_of(const testing::Qkv& t, const AttentionMask& m
   return p;
 }
 
-// The backend's run() called directly: on CPU tensors it exercises the mask translation through
-// the op's reference implementation (select_attention_backend refuses the CPU, see below).
+// The backend's run() on float64 CPU tensors: the mask translation through the op's reference
+// implementation.
 TEST(FlashBackend, EveryMaskKindEqualsMathOnTheReference) {
   torch::manual_seed(11);
   const auto flash = make_flash_attention_backend();
@@ -80,14 +83,66 @@ TEST(FlashBackend, GradientsEqualMathOnTheReference) {
   }
 }
 
+// The CPU kernel through the backend, every mask kind, float32 and bfloat16, against float64
+// math: within twice the error of `math` in the same dtype, plus two units in the last place.
+TEST(FlashBackend, CpuKernelThroughTheBackendWithinTwiceMathsError) {
+  if (kernels::flash_attention_cpu_vector_width() == 0) {
+    GTEST_SKIP() << "the CPU has no AVX2 + FMA: the CPU kernel is untested";
+  }
+  torch::manual_seed(14);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    for (const auto& [b, h, l, s, e] : std::vector<std::array<int64_t, 5>>{
+             {2, 3, 197, 197, 64}, {2, 2, 30, 300, 36}, {1, 2, 9, 5, 8}}) {
+      const auto t = testing::random_qkv(b, h, l, s, e, torch::kDouble);
+      for (const auto& [name, mask] : testing::all_mask_cases(b, h, l, s, torch::kDouble)) {
+        const auto expected = testing::run_backend(t, mask, "math").output;
+        AttentionMask m = mask;
+        if (mask.bias().defined()) m.bias(mask.bias().to(dtype));
+        const testing::Qkv low{t.q.to(dtype), t.k.to(dtype), t.v.to(dtype)};
+        const double math_error =
+            max_abs_diff(testing::run_backend(low, m, "math").output, expected);
+        const auto got = testing::run_backend(low, m, "flash").output;
+        ASSERT_EQ(got.scalar_type(), dtype) << name;
+        const double eps = dtype == torch::kFloat ? std::ldexp(1.0, -23) : std::ldexp(1.0, -7);
+        const double ulp = 2 * eps * expected.abs().max().item<double>();
+        EXPECT_LE(max_abs_diff(got, expected), 2 * math_error + ulp)
+            << c10::toString(dtype) << " " << name << " L=" << l << " S=" << s << ": math's error "
+            << math_error;
+      }
+    }
+  }
+}
+
 TEST(FlashBackend, AutoTakesItOnlyWhereTheKernelRuns) {
   const auto t = testing::random_qkv(1, 2, 4, 4, 8);
   auto p = scaled_problem_of(t, AttentionMask());
-  // The CPU: sdpa; asked by name, flash says why not.
+  // The CPU: sdpa, also when opted in (the CPU kernel is no faster than sdpa there); asked by
+  // name, flash runs float32 where the CPU kernel does and says why not for float64.
   EXPECT_EQ(select_attention_backend("auto", p).name(), "sdpa");
-  EXPECT_THAT(testing::error_of([&] { select_attention_backend("flash", p); }),
-              ::testing::HasSubstr(ATTNZOO_WITH_CUDA ? "it runs on CUDA tensors, got cpu"
-                                                     : "the CUDA kernels are not built"));
+  {
+    const char* was = std::getenv("ATTNZOO_FLASH_AUTO");
+    const std::string kept = was ? was : "";
+    setenv("ATTNZOO_FLASH_AUTO", "1", 1);
+    EXPECT_EQ(select_attention_backend("auto", p).name(), "sdpa");
+    if (was) {
+      setenv("ATTNZOO_FLASH_AUTO", kept.c_str(), 1);
+    } else {
+      unsetenv("ATTNZOO_FLASH_AUTO");
+    }
+  }
+  if (kernels::flash_attention_cpu_vector_width() > 0) {
+    EXPECT_EQ(select_attention_backend("flash", p).name(), "flash");
+  } else {
+    EXPECT_THAT(testing::error_of([&] { select_attention_backend("flash", p); }),
+                ::testing::HasSubstr("its CPU kernel needs AVX2 + FMA"));
+  }
+  const auto t64 = testing::random_qkv(1, 2, 4, 4, 8, torch::kDouble);
+  EXPECT_THAT(testing::error_of([&] {
+                select_attention_backend("flash", scaled_problem_of(t64, AttentionMask()));
+              }),
+              ::testing::HasSubstr(kernels::flash_attention_cpu_vector_width() > 0
+                                       ? "on the CPU it takes float32 and bfloat16, got Double"
+                                       : "its CPU kernel needs AVX2 + FMA"));
   EXPECT_EQ(attention_backend_names().front(), "flash");
   if (!torch::cuda::is_available() || !ATTNZOO_WITH_CUDA) return;
   const testing::Qkv cuda{t.q.cuda().to(torch::kBFloat16), t.k.cuda().to(torch::kBFloat16),
