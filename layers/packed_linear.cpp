@@ -6,6 +6,7 @@
 #include <c10/core/InferenceMode.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <optional>
@@ -57,6 +58,23 @@ bool recording(const torch::Tensor& x, const torch::Tensor& weight) {
 
 void PackedLinear::set_enabled(bool enabled) { g_enabled = enabled; }
 
+namespace {
+
+// ATTNZOO_INT8_FALLBACK=0 runs every int8 call in int8, e.g. to measure int8's accuracy alone.
+std::atomic<bool> g_int8_fallback{[] {
+  const char* value = std::getenv("ATTNZOO_INT8_FALLBACK");
+  return value == nullptr || std::string(value) != "0";
+}()};
+
+}  // namespace
+
+void PackedLinear::set_int8_fallback(bool enabled) { g_int8_fallback = enabled; }
+
+bool PackedLinear::int8_pays(int64_t rows, int64_t in_features, int64_t out_features) {
+  return !g_int8_fallback || std::min(in_features, out_features) >= kInt8MinWidth ||
+         rows <= kInt8MaxNarrowRows;
+}
+
 bool PackedLinear::applies(const torch::Tensor& x, const torch::Tensor& weight) {
   if (!g_enabled || !at::hasMKLDNN() || !at::globalContext().userEnabledMkldnn()) return false;
   const auto& ops = onednn_ops();
@@ -80,26 +98,31 @@ void PackedLinear::remember(const torch::Tensor& weight) const {
   dtype_ = weight.scalar_type();
 }
 
+// The two caches (an int8 layer keeps both: int8_pays sends some calls to the float path) belong
+// to one weight; another weight empties both.
+void PackedLinear::forget_other_weight(const torch::Tensor& weight) const {
+  if (cached(weight)) return;
+  packed_ = torch::Tensor();
+  quantized_ = {};
+  remember(weight);
+}
+
 torch::Tensor PackedLinear::packed(const torch::Tensor& weight) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!packed_.defined() || !cached(weight)) {
+  forget_other_weight(weight);
+  if (!packed_.defined()) {
     torch::NoGradGuard no_grad;
     std::vector<c10::IValue> stack{weight.detach().contiguous(), c10::IValue()};
     onednn_ops().reorder->callBoxed(&stack);
     packed_ = stack.at(0).toTensor();
-    quantized_ = {};
-    remember(weight);
   }
   return packed_;
 }
 
 Int8Weight PackedLinear::quantized(const torch::Tensor& weight) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!quantized_.weight_t.defined() || !cached(weight)) {
-    quantized_ = quantize_weight_int8(weight);
-    packed_ = torch::Tensor();
-    remember(weight);
-  }
+  forget_other_weight(weight);
+  if (!quantized_.weight_t.defined()) quantized_ = quantize_weight_int8(weight);
   return quantized_;
 }
 
@@ -116,7 +139,10 @@ torch::Tensor PackedLinear::operator()(const torch::nn::Linear& linear, const to
                       "int8 inference (inference.quantize: int8) takes a float32 or bfloat16 "
                       "model, got input ",
                       x.scalar_type(), " and weight ", weight.scalar_type());
-    return apply_activation(int8_linear(x, quantized(weight), linear->bias), activation);
+    const int64_t rows = x.size(-1) == 0 ? 0 : x.numel() / x.size(-1);
+    if (int8_pays(rows, weight.size(1), weight.size(0))) {
+      return apply_activation(int8_linear(x, quantized(weight), linear->bias), activation);
+    }
   }
   if (!applies(x, weight))
     return apply_activation(torch::linear(x, weight, linear->bias), activation);

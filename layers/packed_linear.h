@@ -11,7 +11,8 @@
 // results equal those up to the matrix product's summation order (~1e-6 relative).
 //
 // With set_int8(true), the same calls run int8_linear (layers/quantized_linear.h) instead:
-// dynamic quantization, the weight per output channel, the activations per row.
+// dynamic quantization, the weight per output channel, the activations per row; except where int8
+// does not pay (int8_pays below), which takes the float path as if int8 were off.
 //
 // The reordered (or quantized) weight is cached per PackedLinear and rebuilt when the weight
 // changes (another storage, dtype or an in-place update: its version counter); the cache is
@@ -24,6 +25,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/types.h>
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 
@@ -54,10 +56,26 @@ class PackedLinear {
   void set_int8(bool on) { int8_ = on; }
   bool int8() const { return int8_; }
 
+  // Whether an int8 layer runs a call of `rows` rows in int8. int8_linear adds two passes over the
+  // activations (quantizing the rows, scaling the product back) to a faster product; on a layer
+  // narrower than kInt8MinWidth (its input or its output) over more than kInt8MaxNarrowRows rows,
+  // the passes cost what the product saves or more, so such calls take the float path and int8
+  // never makes a model slower than float32. Measured per layer against the float path, 2
+  // threads, on a 2-core AVX-512 VNNI Xeon (docs/benchmarks.md): at 197 rows every ViT-Ti layer
+  // (width 192) gains, 0.54-0.87 of the float time; at 1500-1576 rows the 192- and 144-wide ones
+  // range from 0.78 to 1.38, and every layer 256 or more wide gains (0.50-0.85).
+  static constexpr int64_t kInt8MinWidth = 256;
+  static constexpr int64_t kInt8MaxNarrowRows = 512;
+  static bool int8_pays(int64_t rows, int64_t in_features, int64_t out_features);
+  // Turns that fallback off (every int8 call in int8, e.g. to measure int8's accuracy alone) or
+  // on again, process-wide; on by default, off when the environment has ATTNZOO_INT8_FALLBACK=0.
+  static void set_int8_fallback(bool enabled);
+
  private:
   // Whether `weight` is the one the cache was built from.
   bool cached(const torch::Tensor& weight) const;
   void remember(const torch::Tensor& weight) const;
+  void forget_other_weight(const torch::Tensor& weight) const;
   torch::Tensor packed(const torch::Tensor& weight) const;
   Int8Weight quantized(const torch::Tensor& weight) const;
 

@@ -1,7 +1,8 @@
 // int8_linear (dynamic quantization: weights per output channel, activations per row) against the
 // float product: exact on integer data that needs no rounding, within the rounding bound
 // elsewhere, rows independent of each other's range; PackedLinear's int8 switch (requantizing
-// after a weight update, the float path for autograd, refusals); attention, MLP and feed-forward
+// after a weight update, the float path for autograd and for narrow layers over many rows,
+// refusals); attention, MLP and feed-forward
 // layers switched at once by set_int8_inference.
 #include "common/test_util.h"
 
@@ -164,6 +165,44 @@ struct Blocks : torch::nn::Module {
   Mlp mlp;
   ConformerFeedForward feed_forward;
 };
+
+// A narrow layer runs many rows in float (int8 would be slower there), few rows in int8; a wide
+// one runs every call in int8. Alternating between the two paths keeps both caches: the results
+// stay the same call after call, and a weight update still reaches both.
+TEST(Int8Linear, NarrowLayersTakeTheFloatPathOnManyRows) {
+  torch::manual_seed(5);
+  EXPECT_TRUE(PackedLinear::int8_pays(PackedLinear::kInt8MaxNarrowRows, 192, 576));
+  EXPECT_FALSE(PackedLinear::int8_pays(PackedLinear::kInt8MaxNarrowRows + 1, 192, 576));
+  EXPECT_FALSE(PackedLinear::int8_pays(1576, 768, 192));
+  EXPECT_TRUE(PackedLinear::int8_pays(1576, 256, 1024));
+  torch::NoGradGuard no_grad;
+  torch::nn::Linear narrow(192, 576), wide(256, 256);
+  PackedLinear narrow_int8, narrow_float, wide_int8;
+  narrow_int8.set_int8(true);
+  wide_int8.set_int8(true);
+  const auto few = torch::randn({2, 100, 192});   // 200 rows
+  const auto many = torch::randn({3, 400, 192});  // 1200 rows
+  const auto int8_of = [](const torch::nn::Linear& l, const torch::Tensor& x) {
+    return int8_linear(x, quantize_weight_int8(l->weight), l->bias);
+  };
+  for (int pass = 0; pass < 2; ++pass) {
+    EXPECT_EQ(max_abs_diff(narrow_int8(narrow, few), int8_of(narrow, few)), 0.0) << pass;
+    const auto floats = narrow_int8(narrow, many);
+    EXPECT_EQ(max_abs_diff(floats, narrow_float(narrow, many)), 0.0) << pass;
+    EXPECT_GT(max_abs_diff(floats, int8_of(narrow, many)), 0.0) << pass;
+  }
+  narrow->weight.mul_(-1.0);
+  EXPECT_EQ(max_abs_diff(narrow_int8(narrow, few), int8_of(narrow, few)), 0.0);
+  EXPECT_EQ(max_abs_diff(narrow_int8(narrow, many), narrow_float(narrow, many)), 0.0);
+  const auto x = torch::randn({1200, 256});
+  EXPECT_EQ(max_abs_diff(wide_int8(wide, x), int8_of(wide, x)), 0.0);
+  // Without the fallback, every call in int8.
+  PackedLinear::set_int8_fallback(false);
+  EXPECT_TRUE(PackedLinear::int8_pays(100000, 8, 8));
+  const auto all_int8 = narrow_int8(narrow, many);
+  PackedLinear::set_int8_fallback(true);
+  EXPECT_EQ(max_abs_diff(all_int8, int8_of(narrow, many)), 0.0);
+}
 
 TEST(Int8Linear, AWholeModelSwitchedStaysCloseToFloat) {
   torch::manual_seed(4);

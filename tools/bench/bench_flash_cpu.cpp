@@ -9,6 +9,7 @@
 #include <attnzoo/io/atomic_file.h>
 #include <attnzoo/kernels/ops.h>
 
+#include "tools/bench/count_argument.h"
 #include "tools/bench/timing.h"
 
 #include <nlohmann/json.hpp>
@@ -28,16 +29,6 @@ struct Shape {
   int64_t batch, len, heads, dim;
 };
 
-int64_t parse_count(const char* flag, const char* value) {
-  char* end = nullptr;
-  const long long n = std::strtoll(value, &end, 10);
-  if (end == value || *end != '\0' || n < 1) {
-    std::fprintf(stderr, "bench_flash_cpu: %s takes a positive integer, got '%s'\n", flag, value);
-    std::exit(2);
-  }
-  return n;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -46,11 +37,11 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (i + 1 < argc && arg == "--threads") {
-      threads = parse_count("--threads", argv[++i]);
+      threads = attnzoo::bench::count_argument("bench_flash_cpu", "--threads", argv[++i]);
     } else if (i + 1 < argc && arg == "--rounds") {
-      rounds = parse_count("--rounds", argv[++i]);
+      rounds = attnzoo::bench::count_argument("bench_flash_cpu", "--rounds", argv[++i]);
     } else if (i + 1 < argc && arg == "--iterations") {
-      iterations = parse_count("--iterations", argv[++i]);
+      iterations = attnzoo::bench::count_argument("bench_flash_cpu", "--iterations", argv[++i]);
     } else if (i + 1 < argc && arg == "--json") {
       json_path = argv[++i];
     } else {
