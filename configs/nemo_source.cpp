@@ -206,20 +206,33 @@ YAML::Node features(const detail::SourceYaml& c, int64_t feat_in) {
            std::to_string(bins) + " bins, but encoder.feat_in is " + std::to_string(feat_in));
   }
   out["num_mel_bins"] = bins;
-  // Window and hop in seconds, or in samples (n_window_size, n_window_stride).
-  const auto milliseconds = [&](const char* seconds_key, const char* samples_key, double fallback) {
+  // Window and hop in seconds, or in samples (n_window_size, n_window_stride), within what the
+  // frontend takes (features.frame_length_ms, frame_shift_ms: up to 1 s, the hop no longer than
+  // the window), so that the config written here is one the reader accepts.
+  std::string window_key, hop_key;
+  const auto milliseconds = [&](const char* seconds_key, const char* samples_key, double fallback,
+                                std::string& key) {
+    double ms;
     if (c.has(p + "." + samples_key)) {
-      return 1000.0 * static_cast<double>(c.integer(p + "." + samples_key, 0, 1, 1 << 20)) /
-             static_cast<double>(rate);
+      key = p + "." + samples_key;
+      ms = 1000.0 * static_cast<double>(c.integer(key, 0, 1, 1 << 20)) / static_cast<double>(rate);
+    } else {
+      key = p + "." + seconds_key;
+      const double seconds = c.number(key, fallback);
+      if (!(seconds > 0.0)) c.fail(key, "must be > 0");
+      ms = 1000.0 * seconds;
     }
-    const double seconds = c.number(p + "." + seconds_key, fallback);
-    if (!(seconds > 0.0)) c.fail(p + "." + seconds_key, "must be > 0");
-    return 1000.0 * seconds;
+    if (!(ms <= 1000.0)) c.fail(key, "must be at most 1 s (" + detail::number_text(ms) + " ms)");
+    return ms;
   };
-  const double window_ms = milliseconds("window_size", "n_window_size", 0.02);
+  const double window_ms = milliseconds("window_size", "n_window_size", 0.02, window_key);
+  const double hop_ms = milliseconds("window_stride", "n_window_stride", 0.01, hop_key);
+  if (hop_ms > window_ms) {
+    c.fail(hop_key, "the hop (" + detail::number_text(hop_ms) + " ms) is longer than the window (" +
+                        window_key + ", " + detail::number_text(window_ms) + " ms)");
+  }
   out["frame_length_ms"] = detail::number_text(window_ms);
-  out["frame_shift_ms"] =
-      detail::number_text(milliseconds("window_stride", "n_window_stride", 0.01));
+  out["frame_shift_ms"] = detail::number_text(hop_ms);
   static const std::map<std::string, std::string> kWindows = {{"hann", "hanning"},
                                                               {"hamming", "hamming"},
                                                               {"blackman", "blackman"},
@@ -283,7 +296,13 @@ YAML::Node features(const detail::SourceYaml& c, int64_t feat_in) {
     c.fail(p + ".normalize",
            "'" + normalize + "' is not supported (per_feature, all_features, NA)");
   }
-  out["exact_pad"] = c.boolean(p + ".exact_pad", false);
+  const bool exact_pad = c.boolean(p + ".exact_pad", false);
+  const auto hop_samples = static_cast<int64_t>(static_cast<double>(rate) * 0.001 * hop_ms);
+  if (exact_pad && hop_samples % 2 != 0) {
+    c.fail(p + ".exact_pad", "needs an even hop (NeMo refuses an odd one); " + hop_key + " gives " +
+                                 std::to_string(hop_samples) + " samples");
+  }
+  out["exact_pad"] = exact_pad;
   c.require_number(p + ".frame_splicing", 1.0, "attnzoo does not splice frames");
   c.require_flag(p + ".stft_conv", false, "the convolutional STFT of old NeMo releases");
   return out;

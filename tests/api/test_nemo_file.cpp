@@ -506,6 +506,17 @@ TEST(NemoFile, RefusesWhatItDoesNotRunNamingTheKey) {
        "preprocessor.n_fft: 256 is shorter than the window of 400 samples"},
       {"resolver", "sample_rate: 16000\ntrain_ds", "sample_rate: ${oc.env:RATE}\ntrain_ds",
        "oc.env"},
+      // The frontend's limits, checked where the NeMo key is known (the fuzzer found a hop of
+      // 1.01 s written through to a config the reader then refused).
+      {"long_hop", "window_stride: 0.01", "window_stride: 1.01",
+       "preprocessor.window_stride: must be at most 1 s (1010.0 ms)"},
+      {"hop_over_window", "window_stride: 0.01", "window_stride: 0.03",
+       "preprocessor.window_stride: the hop (30.0 ms) is longer than the window "
+       "(preprocessor.window_size, 25.0 ms)"},
+      {"odd_hop", "window_stride: 0.01",
+       "window_stride: 0.01\n  n_window_stride: 161\n  "
+       "exact_pad: true",
+       "preprocessor.exact_pad: needs an even hop"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.label);
