@@ -75,6 +75,12 @@ std::tuple<torch::Tensor, torch::Tensor> flash_attention(
 // lowers it, to compare the paths on one machine.
 int64_t flash_attention_cpu_vector_width();
 
+// Whether bfloat16 CPU calls of flash_attention take the processor's AVX512-BF16 dot products
+// (the probabilities rounded to bfloat16 for the value product, as LibTorch's bfloat16 attention
+// does) rather than float32 arithmetic. ATTNZOO_FLASH_CPU_ISA set to anything but avx512bf16
+// (avx512, avx2, reference) turns them off.
+bool flash_attention_cpu_bfloat16_products();
+
 // The gradients of flash_attention's out given d_out, from its out and lse (what autograd calls;
 // exposed for tests and custom backward passes). On CUDA, bf16 and fp16 with E <= 128 run the fused
 // backward kernel (FlashAttention-2's: no [L, S] matrix in memory); the rest the LibTorch

@@ -11,9 +11,12 @@
 // On CUDA (when the kernels are built) it runs bf16 and fp16 with head dims up to 128; on the CPU
 // float32 and bfloat16 where the processor has AVX2 + FMA (the CPU kernel, flash_attn_cpu.cpp).
 // `auto` prefers it on CUDA only with ATTNZOO_FLASH_AUTO=1 in the environment
-// (tools/device_check.sh sets it), and never on the CPU, where it runs at the speed of LibTorch's
-// sdpa, not faster (docs/benchmarks.md). Asked for by name, it runs whenever it supports the
-// problem. No dropout; gradients through the op's autograd formula.
+// (tools/device_check.sh sets it). On the CPU `auto` takes it for bfloat16 inference where the
+// processor has AVX512-BF16, whose dot products make it about twice as fast as LibTorch's sdpa
+// there; in float32, and wherever gradients are recorded (its CPU backward is the LibTorch
+// reference, with the [L, S] matrix in memory), sdpa stays (docs/benchmarks.md). Asked for by
+// name, it runs whenever it supports the problem. No dropout; gradients through the op's autograd
+// formula.
 #include <attnzoo/kernels/ops.h>
 #include <attnzoo/layers/attention_backend.h>
 
@@ -29,6 +32,13 @@ class FlashAttention final : public AttentionBackend {
   std::string name() const override { return "flash"; }
   int priority() const override { return 20; }  // ahead of sdpa (10)
   bool chosen_by_auto(const AttentionProblem& p) const override {
+    if (p.query.is_cpu()) {
+      const bool records_gradients =
+          torch::GradMode::is_enabled() &&
+          (p.query.requires_grad() || p.key.requires_grad() || p.value.requires_grad());
+      return p.query.scalar_type() == torch::kBFloat16 && !records_gradients &&
+             kernels::flash_attention_cpu_bfloat16_products();
+    }
     const char* opt_in = std::getenv("ATTNZOO_FLASH_AUTO");
     return p.query.is_cuda() && opt_in != nullptr && std::string(opt_in) == "1";
   }

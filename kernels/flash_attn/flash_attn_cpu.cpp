@@ -21,14 +21,22 @@
 // Keys a row cannot see (key_lengths, causal) are a suffix of the row, so blocks past every row's
 // last visible key are skipped, and the masks cost no reads.
 //
-// Arithmetic in float32 throughout (bfloat16 inputs are widened when packed), exp by a degree-6
-// polynomial after range reduction (relative error about 2e-7, as float32's own). The kernel is
-// written once with the compilers' vector extension and compiled twice, for AVX-512 (W = 16) and
-// for AVX2 + FMA (W = 8), picked at run time by what the processor supports.
+// Arithmetic in float32 (bfloat16 inputs are widened when packed), exp by a degree-6 polynomial
+// after range reduction (relative error about 2e-7, as float32's own). The kernel is written once
+// with the compilers' vector extension and compiled twice, for AVX-512 (W = 16) and for AVX2 + FMA
+// (W = 8), picked at run time by what the processor supports.
 //
-// Speed: on a 2-core AVX-512 Xeon it runs at the speed of LibTorch's sdpa (its CPU flash kernel
-// over MKL's products), within the machine's noise at ViT sizes and at 1500 keys
-// (docs/benchmarks.md), so the `flash` backend is not the CPU's default.
+// bfloat16 inputs on a processor with AVX512-BF16 take its dot products instead (vdpbf16ps: per
+// float32 lane, the sum of the products of two pairs of bfloat16, at twice the rate of float32
+// FMAs): k and v are packed as bfloat16 pairs along the product's sum (k as [S/16][E/2][16][2],
+// v as [S/2][E_pad][2]), the scores are scaled in float32 after the product (q is not rounded
+// again), and the probabilities are rounded to bfloat16 for the value product, as LibTorch's own
+// bfloat16 attention does; the softmax, its sums and the output stay float32.
+//
+// Speed against LibTorch's sdpa (its CPU flash kernel over MKL's products), docs/benchmarks.md:
+// in float32 0.8 to 1.15 of its time by machine and shape, whole models unchanged, so sdpa stays
+// the CPU's float32 default; in bfloat16 with AVX512-BF16 about half its time, so the `flash`
+// backend's `auto` takes it for bfloat16 inference there.
 #include <attnzoo/kernels/cpu_parallel.h>
 #include <attnzoo/kernels/flash_attn/flash_attn_op.h>
 #include <attnzoo/kernels/ops.h>
@@ -37,6 +45,11 @@
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ATTNZOO_FLASH_CPU_KERNELS 1
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -193,6 +206,80 @@ inline __attribute__((always_inline)) void values_rows(const float* p, int64_t l
   for (; c0 < ev; c0 += W) values_tile<W, kR, 1>(p, ld, v, ldv, ev, keys, o, c0);
 }
 
+#ifdef ATTNZOO_FLASH_CPU_KERNELS
+// The products of the bfloat16 path, for AVX512-BF16. They are functions of their own, called
+// once per tile and key block, because a function that inlines them must itself be compiled for
+// AVX512-BF16, and the tile code around them is compiled for AVX-512 and AVX2 alike.
+#define ATTNZOO_AVX512_BF16 \
+  __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+
+// s[r, j] = scale · Σ_c q[r, c]·k[j, c] for the keys of `groups` packed groups (an even count),
+// kR rows. q: kR x e2 bfloat16 pairs (q[r, 2c], q[r, 2c + 1]) in 32 bits each, kp: [groups][e2]
+// [16 keys][2], s: kR x ld.
+template <int kR>
+ATTNZOO_AVX512_BF16 void scores_tile_bf16(const uint32_t* q, int64_t e2, const uint16_t* kp,
+                                          int64_t groups, float scale, float* s, int64_t ld) {
+  for (int64_t g = 0; g < groups; g += 2) {
+    const uint16_t* k0 = kp + g * e2 * 32;
+    const uint16_t* k1 = k0 + e2 * 32;
+    __m512 acc[kR][2];
+    ATTNZOO_UNROLL for (int r = 0; r < kR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < e2; ++c) {
+      const auto a = (__m512bh)_mm512_loadu_si512(k0 + c * 32);
+      const auto b = (__m512bh)_mm512_loadu_si512(k1 + c * 32);
+      ATTNZOO_UNROLL for (int r = 0; r < kR; ++r) {
+        const auto qv = (__m512bh)_mm512_set1_epi32(static_cast<int>(q[r * e2 + c]));
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], qv, a);
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], qv, b);
+      }
+    }
+    const __m512 factor = _mm512_set1_ps(scale);
+    ATTNZOO_UNROLL for (int r = 0; r < kR; ++r) {
+      _mm512_storeu_ps(s + r * ld + g * 16, _mm512_mul_ps(acc[r][0], factor));
+      _mm512_storeu_ps(s + r * ld + g * 16 + 16, _mm512_mul_ps(acc[r][1], factor));
+    }
+  }
+}
+
+// o[r, c0 : c0 + kV·16] += Σ_j p[r, j]·v[j, c0 : c0 + kV·16] over the key pairs jp < pairs, kR
+// rows. p: kR x ldp bfloat16 pairs (p[r, 2jp], p[r, 2jp + 1]) in 32 bits each, v: [pairs][ev][2],
+// o: kR x ev.
+template <int kR, int kV>
+ATTNZOO_AVX512_BF16 inline void values_tile_bf16(const uint32_t* p, int64_t ldp, const uint16_t* v,
+                                                 int64_t ev, int64_t pairs, float* o, int64_t c0) {
+  __m512 acc[kR][kV];
+  ATTNZOO_UNROLL for (int r = 0; r < kR; ++r) {
+    ATTNZOO_UNROLL for (int t = 0; t < kV; ++t) acc[r][t] =
+        _mm512_loadu_ps(o + r * ev + c0 + t * 16);
+  }
+  for (int64_t jp = 0; jp < pairs; ++jp) {
+    __m512bh vv[kV];
+    ATTNZOO_UNROLL for (int t = 0; t < kV; ++t) {
+      vv[t] = (__m512bh)_mm512_loadu_si512(v + (jp * ev + c0 + t * 16) * 2);
+    }
+    ATTNZOO_UNROLL for (int r = 0; r < kR; ++r) {
+      const auto pv = (__m512bh)_mm512_set1_epi32(static_cast<int>(p[r * ldp + jp]));
+      ATTNZOO_UNROLL for (int t = 0; t < kV; ++t) acc[r][t] =
+          _mm512_dpbf16_ps(acc[r][t], pv, vv[t]);
+    }
+  }
+  ATTNZOO_UNROLL for (int r = 0; r < kR; ++r) {
+    ATTNZOO_UNROLL for (int t = 0; t < kV; ++t)
+        _mm512_storeu_ps(o + r * ev + c0 + t * 16, acc[r][t]);
+  }
+}
+
+template <int kR>
+ATTNZOO_AVX512_BF16 void values_rows_bf16(const uint32_t* p, int64_t ldp, const uint16_t* v,
+                                          int64_t ev, int64_t pairs, float* o) {
+  int64_t c0 = 0;
+  for (; c0 + 64 <= ev; c0 += 64) values_tile_bf16<kR, 4>(p, ldp, v, ev, pairs, o, c0);
+  for (; c0 < ev; c0 += 16) values_tile_bf16<kR, 1>(p, ldp, v, ev, pairs, o, c0);
+}
+#endif
+
+inline uint16_t bits(c10::BFloat16 x) { return x.x; }
+
 inline float widen(float x) { return x; }
 inline float widen(c10::BFloat16 x) { return static_cast<float>(x); }
 
@@ -223,14 +310,24 @@ inline int64_t visible_keys(const Problem<T>& P, int64_t b, int64_t i) {
   return n;
 }
 
-// The scratch of one thread: the tile's scaled queries, scores / probabilities and outputs.
+// The scratch of one thread: the tile's scaled queries, scores / probabilities and outputs; for
+// the bfloat16 products, the queries and the probabilities as bfloat16 pairs.
 struct TileScratch {
   std::vector<float> q, s, o;
+  std::vector<uint32_t> q_pairs, p_pairs;
   TileScratch(int64_t e, int64_t e_pad)
       : q(static_cast<size_t>(kRows * e)),
         s(static_cast<size_t>(kRows * kKeyBlock)),
-        o(static_cast<size_t>(kRows * e_pad)) {}
+        o(static_cast<size_t>(kRows * e_pad)),
+        q_pairs(static_cast<size_t>(kRows * ((e + 1) / 2))),
+        p_pairs(static_cast<size_t>(kRows * kKeyBlock / 2)) {}
 };
+
+// The elements of packed k per key: e float32, or e rounded up to even bfloat16 (pairs).
+template <bool kDot>
+inline int64_t packed_k_width(int64_t e) {
+  return kDot ? (e + 1) / 2 * 2 : e;
+}
 
 // Group g (keys [g·W, g·W + W)) of (b, h)'s k and v in the kernel's layouts: kg [E][W] and the
 // W rows of vg [W][E_pad]; keys past key_lengths[b] and S, and the padding, as zeros.
@@ -257,20 +354,52 @@ inline void pack_group(const Problem<T>& P, int64_t b, int64_t h, int64_t g, flo
   }
 }
 
+// Group g (keys [16g, 16g + 16)) of (b, h)'s k and v as bfloat16 pairs: kg [E/2][16][2] and the
+// 8 key pairs of vg [8][E_pad][2]; keys past key_lengths[b] and S, and the padding, as zeros.
+template <typename T>
+inline void pack_group_pairs(const Problem<T>& P, int64_t b, int64_t h, int64_t g, uint16_t* kg,
+                             uint16_t* vg) {
+  const int64_t e = P.e, ev = P.e_pad, e2 = (e + 1) / 2;
+  int64_t keys = P.k_len;
+  if (P.key_lengths != nullptr) keys = std::clamp<int64_t>(P.key_lengths[b], 0, keys);
+  const int64_t first = g * 16;
+  const int64_t valid = std::clamp<int64_t>(keys - first, 0, 16);
+  const auto& ks = P.k_strides;
+  const auto& vs = P.v_strides;
+  std::fill(kg, kg + e2 * 32, uint16_t{0});
+  std::fill(vg, vg + 16 * ev, uint16_t{0});
+  for (int64_t t = 0; t < valid; ++t) {
+    const T* krow = P.k + b * ks[0] + (first + t) * ks[1] + h * ks[2];
+    for (int64_t c = 0; c < e; ++c) kg[((c / 2) * 16 + t) * 2 + c % 2] = bits(krow[c * ks[3]]);
+    const T* vrow = P.v + b * vs[0] + (first + t) * vs[1] + h * vs[2];
+    uint16_t* vout = vg + (t / 2) * ev * 2 + t % 2;
+    for (int64_t c = 0; c < e; ++c) vout[c * 2] = bits(vrow[c * vs[3]]);
+  }
+}
+
 // Queries [i0, i0 + kR) of (b, h), whose packed k and v are kp [S_pad / W][E][W] and
-// vp [S_pad][E_pad].
-template <int W, int kR, typename T>
+// vp [S_pad][E_pad], or with kDot (bfloat16 products, W = 16) kp [S_pad / 16][E / 2][16][2] and
+// vp [S_pad / 2][E_pad][2].
+template <int W, int kR, bool kDot, typename T, typename Packed>
 inline __attribute__((always_inline)) void attend_tile(const Problem<T>& P, int64_t b, int64_t h,
-                                                       int64_t i0, const float* kp, const float* vp,
-                                                       TileScratch& scratch) {
+                                                       int64_t i0, const Packed* kp,
+                                                       const Packed* vp, TileScratch& scratch) {
   using F = typename Lanes<W>::F;
-  const int64_t e = P.e, ev = P.e_pad;
+  const int64_t e = P.e, ev = P.e_pad, e2 = (e + 1) / 2;
   float* q = scratch.q.data();
   float* s = scratch.s.data();
   float* o = scratch.o.data();
+  uint32_t* q_pairs = scratch.q_pairs.data();
   for (int r = 0; r < kR; ++r) {
     const T* row = P.q + b * P.q_strides[0] + (i0 + r) * P.q_strides[1] + h * P.q_strides[2];
-    for (int64_t c = 0; c < e; ++c) q[r * e + c] = widen(row[c * P.q_strides[3]]) * P.scale;
+    if constexpr (kDot) {
+      for (int64_t c = 0; c < e2; ++c) {
+        const uint32_t high = 2 * c + 1 < e ? bits(row[(2 * c + 1) * P.q_strides[3]]) : 0;
+        q_pairs[r * e2 + c] = bits(row[2 * c * P.q_strides[3]]) | high << 16;
+      }
+    } else {
+      for (int64_t c = 0; c < e; ++c) q[r * e + c] = widen(row[c * P.q_strides[3]]) * P.scale;
+    }
   }
   std::fill(o, o + kR * ev, 0.0f);
   float m[kR], l[kR];
@@ -288,7 +417,13 @@ inline __attribute__((always_inline)) void attend_tile(const Problem<T>& P, int6
   for (int64_t j0 = 0; j0 < last; j0 += kKeyBlock) {
     const int64_t keys = std::min(kKeyBlock, last - j0);
     const int64_t padded = (keys + 2 * W - 1) / (2 * W) * (2 * W);
-    scores_tile<W, kR>(q, e, kp + j0 * e, padded / W, s, kKeyBlock);
+    if constexpr (kDot) {
+#ifdef ATTNZOO_FLASH_CPU_KERNELS
+      scores_tile_bf16<kR>(q_pairs, e2, kp + j0 * 2 * e2, padded / W, P.scale, s, kKeyBlock);
+#endif
+    } else {
+      scores_tile<W, kR>(q, e, kp + j0 * e, padded / W, s, kKeyBlock);
+    }
     for (int r = 0; r < kR; ++r) {
       float* sr = s + r * kKeyBlock;
       const int64_t n = std::clamp<int64_t>(visible[r] - j0, 0, keys);
@@ -343,7 +478,26 @@ inline __attribute__((always_inline)) void attend_tile(const Problem<T>& P, int6
       l[r] = l[r] * alpha + block_sum;
       m[r] = m_new;
     }
-    values_rows<W, kR>(s, kKeyBlock, vp + j0 * ev, ev, ev, keys, o);
+    if constexpr (kDot) {
+#ifdef ATTNZOO_FLASH_CPU_KERNELS
+      // The probabilities as bfloat16 pairs, W at a time (padded is a multiple of 2W), rounded
+      // to nearest even (they are finite).
+      using U = typename Lanes<W>::I;
+      using Half = uint16_t __attribute__((vector_size(W * sizeof(uint16_t))));
+      uint32_t* p_pairs = scratch.p_pairs.data();
+      for (int r = 0; r < kR; ++r) {
+        for (int64_t j = 0; j < padded; j += W) {
+          const U u = (U)load<W>(s + r * kKeyBlock + j);
+          const U rounded = (U)(((u + 0x7fff + ((u >> 16) & 1)) >> 16) & 0xffff);
+          const Half half = __builtin_convertvector(rounded, Half);
+          std::memcpy(p_pairs + r * (kKeyBlock / 2) + j / 2, &half, sizeof half);
+        }
+      }
+      values_rows_bf16<kR>(p_pairs, kKeyBlock / 2, vp + j0 * ev, ev, (keys + 1) / 2, o);
+#endif
+    } else {
+      values_rows<W, kR>(s, kKeyBlock, vp + j0 * ev, ev, ev, keys, o);
+    }
   }
   for (int r = 0; r < kR; ++r) {
     const int64_t i = i0 + r;
@@ -360,28 +514,28 @@ inline __attribute__((always_inline)) void attend_tile(const Problem<T>& P, int6
   }
 }
 
-template <int W, typename T>
+template <int W, bool kDot, typename T, typename Packed>
 inline __attribute__((always_inline)) void attend_rows(const Problem<T>& P, int64_t b, int64_t h,
-                                                       int64_t i0, const float* kp, const float* vp,
-                                                       TileScratch& scratch) {
+                                                       int64_t i0, const Packed* kp,
+                                                       const Packed* vp, TileScratch& scratch) {
   switch (std::min<int64_t>(kRows, P.q_len - i0)) {
     case 6:
-      attend_tile<W, 6>(P, b, h, i0, kp, vp, scratch);
+      attend_tile<W, 6, kDot>(P, b, h, i0, kp, vp, scratch);
       break;
     case 5:
-      attend_tile<W, 5>(P, b, h, i0, kp, vp, scratch);
+      attend_tile<W, 5, kDot>(P, b, h, i0, kp, vp, scratch);
       break;
     case 4:
-      attend_tile<W, 4>(P, b, h, i0, kp, vp, scratch);
+      attend_tile<W, 4, kDot>(P, b, h, i0, kp, vp, scratch);
       break;
     case 3:
-      attend_tile<W, 3>(P, b, h, i0, kp, vp, scratch);
+      attend_tile<W, 3, kDot>(P, b, h, i0, kp, vp, scratch);
       break;
     case 2:
-      attend_tile<W, 2>(P, b, h, i0, kp, vp, scratch);
+      attend_tile<W, 2, kDot>(P, b, h, i0, kp, vp, scratch);
       break;
     default:
-      attend_tile<W, 1>(P, b, h, i0, kp, vp, scratch);
+      attend_tile<W, 1, kDot>(P, b, h, i0, kp, vp, scratch);
       break;
   }
 }
@@ -394,49 +548,59 @@ static_assert(kRows == 6, "attend_rows dispatches tiles of 1 to 6 rows");
 //     thread's scratch, where they stay in cache for all its query tiles (many heads).
 enum class Split { kTiles, kHeads };
 
-template <int W, typename T>
+// The packed k and v of group g (keys [g·W, g·W + W)) of (b, h), in the layout of the products.
+template <int W, bool kDot, typename T, typename Packed>
+inline void pack(const Problem<T>& P, int64_t b, int64_t h, int64_t g, Packed* kp, Packed* vp) {
+  const int64_t kw = packed_k_width<kDot>(P.e);
+  if constexpr (kDot) {
+    static_assert(W == 16, "the bfloat16 products work on 16 lanes");
+    pack_group_pairs(P, b, h, g, kp + g * W * kw, vp + g * W * P.e_pad);
+  } else {
+    pack_group<W>(P, b, h, g, kp + g * W * kw, vp + g * W * P.e_pad);
+  }
+}
+
+template <int W, bool kDot, typename T, typename Packed>
 inline __attribute__((always_inline)) void attend_tasks(const Problem<T>& P, Split split,
-                                                        const float* packed_k,
-                                                        const float* packed_v, int64_t begin,
+                                                        const Packed* packed_k,
+                                                        const Packed* packed_v, int64_t begin,
                                                         int64_t end) {
   TileScratch scratch(P.e, P.e_pad);
   const int64_t tiles = (P.q_len + kRows - 1) / kRows;
   const int64_t groups = P.s_pad / W;
+  const int64_t kw = packed_k_width<kDot>(P.e);
   if (split == Split::kTiles) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / tiles;
-      const float* kp = packed_k + bh * P.s_pad * P.e;
-      const float* vp = packed_v + bh * P.s_pad * P.e_pad;
-      attend_rows<W>(P, bh / P.heads, bh % P.heads, (task % tiles) * kRows, kp, vp, scratch);
+      const Packed* kp = packed_k + bh * P.s_pad * kw;
+      const Packed* vp = packed_v + bh * P.s_pad * P.e_pad;
+      attend_rows<W, kDot>(P, bh / P.heads, bh % P.heads, (task % tiles) * kRows, kp, vp, scratch);
     }
     return;
   }
-  std::vector<float> kp(static_cast<size_t>(P.s_pad * P.e)),
+  std::vector<Packed> kp(static_cast<size_t>(P.s_pad * kw)),
       vp(static_cast<size_t>(P.s_pad * P.e_pad));
   for (int64_t bh = begin; bh < end; ++bh) {
     const int64_t b = bh / P.heads, h = bh % P.heads;
-    for (int64_t g = 0; g < groups; ++g) {
-      pack_group<W>(P, b, h, g, kp.data() + g * P.e * W, vp.data() + g * W * P.e_pad);
-    }
+    for (int64_t g = 0; g < groups; ++g) pack<W, kDot>(P, b, h, g, kp.data(), vp.data());
     for (int64_t t = 0; t < tiles; ++t)
-      attend_rows<W>(P, b, h, t * kRows, kp.data(), vp.data(), scratch);
+      attend_rows<W, kDot>(P, b, h, t * kRows, kp.data(), vp.data(), scratch);
   }
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define ATTNZOO_FLASH_CPU_KERNELS 1
-template <typename T>
+#ifdef ATTNZOO_FLASH_CPU_KERNELS
+template <bool kDot, typename T, typename Packed>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))) void attend_avx512(
-    const Problem<T>& P, Split split, const float* packed_k, const float* packed_v, int64_t begin,
+    const Problem<T>& P, Split split, const Packed* packed_k, const Packed* packed_v, int64_t begin,
     int64_t end) {
-  attend_tasks<16>(P, split, packed_k, packed_v, begin, end);
+  attend_tasks<16, kDot>(P, split, packed_k, packed_v, begin, end);
 }
 
 template <typename T>
 __attribute__((target("avx2,fma"))) void attend_avx2(const Problem<T>& P, Split split,
                                                      const float* packed_k, const float* packed_v,
                                                      int64_t begin, int64_t end) {
-  attend_tasks<8>(P, split, packed_k, packed_v, begin, end);
+  attend_tasks<8, false>(P, split, packed_k, packed_v, begin, end);
 }
 
 bool has_avx512() {
@@ -449,9 +613,15 @@ bool has_avx2_fma() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has;
 }
+
+bool has_avx512_bf16() {
+  static const bool has = has_avx512() && __builtin_cpu_supports("avx512bf16");
+  return has;
+}
 #endif
 
-template <typename T>
+// kDot: the bfloat16 products (T = bfloat16, w = 16); Packed: the element of packed k and v.
+template <typename T, bool kDot = false>
 std::tuple<at::Tensor, at::Tensor> flash_attention_cpu_typed(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const std::optional<at::Tensor>& key_lengths_arg, const std::optional<at::Tensor>& bias_arg,
@@ -496,11 +666,14 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cpu_typed(
   P.causal_offset = bottom_right ? k_len - q_len : 0;
   P.scale = static_cast<float>(scale);
 
-  const auto attend = [&](Split split, const float* packed_k, const float* packed_v, int64_t begin,
-                          int64_t end) {
+  using Packed = std::conditional_t<kDot, uint16_t, float>;
+  const auto attend = [&](Split split, const Packed* packed_k, const Packed* packed_v,
+                          int64_t begin, int64_t end) {
 #ifdef ATTNZOO_FLASH_CPU_KERNELS
-    if (w == 16) {
-      attend_avx512<T>(P, split, packed_k, packed_v, begin, end);
+    if constexpr (kDot) {
+      attend_avx512<true>(P, split, packed_k, packed_v, begin, end);
+    } else if (w == 16) {
+      attend_avx512<false>(P, split, packed_k, packed_v, begin, end);
     } else {
       attend_avx2<T>(P, split, packed_k, packed_v, begin, end);
     }
@@ -513,19 +686,23 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cpu_typed(
     });
     return {out, lse};
   }
-  auto packed = at::empty({pairs * s_pad * (e + e_pad)}, q.options().dtype(at::kFloat));
-  float* kp = packed.mutable_data_ptr<float>();
-  float* vp = kp + pairs * s_pad * e;
+  // k and v of every (batch, head) packed, group by group: float32, or bfloat16 as 16-bit
+  // integers (the bits, moved and never computed with).
+  const int64_t kw = packed_k_width<kDot>(e);
+  auto packed =
+      at::empty({pairs * s_pad * (kw + e_pad)}, q.options().dtype(kDot ? at::kShort : at::kFloat));
+  Packed* kp = reinterpret_cast<Packed*>(packed.mutable_data_ptr());
+  Packed* vp = kp + pairs * s_pad * kw;
   const int64_t groups = s_pad / w;
   kernels::parallel_for(0, pairs * groups, 8, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / groups, g = task % groups;
-      float* kg = kp + (bh * groups + g) * e * w;
-      float* vg = vp + (bh * s_pad + g * w) * e_pad;
+      Packed* kb = kp + bh * s_pad * kw;
+      Packed* vb = vp + bh * s_pad * e_pad;
       if (w == 16) {
-        pack_group<16>(P, bh / heads, bh % heads, g, kg, vg);
-      } else {
-        pack_group<8>(P, bh / heads, bh % heads, g, kg, vg);
+        pack<16, kDot>(P, bh / heads, bh % heads, g, kb, vb);
+      } else if constexpr (!kDot) {
+        pack<8, false>(P, bh / heads, bh % heads, g, kb, vb);
       }
     }
   });
@@ -552,6 +729,10 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cpu(const at::Tensor& q, cons
     return flash_attention_cpu_typed<float>(q, k, v, key_lengths, bias, causal, bottom_right, scale,
                                             w);
   }
+  if (flash_attention_cpu_bfloat16_products()) {
+    return flash_attention_cpu_typed<c10::BFloat16, true>(q, k, v, key_lengths, bias, causal,
+                                                          bottom_right, scale, w);
+  }
   return flash_attention_cpu_typed<c10::BFloat16>(q, k, v, key_lengths, bias, causal, bottom_right,
                                                   scale, w);
 }
@@ -567,6 +748,15 @@ int64_t flash_attention_cpu_vector_width() {
   if (isa != nullptr && std::strcmp(isa, "avx2") == 0) return std::min<int64_t>(width, 8);
   if (isa != nullptr && std::strcmp(isa, "reference") == 0) return 0;
   return width;
+}
+
+bool flash_attention_cpu_bfloat16_products() {
+  bool has = false;
+#ifdef ATTNZOO_FLASH_CPU_KERNELS
+  has = has_avx512_bf16();
+#endif
+  const char* isa = std::getenv("ATTNZOO_FLASH_CPU_ISA");
+  return has && (isa == nullptr || std::strcmp(isa, "avx512bf16") == 0);
 }
 
 }  // namespace attnzoo::kernels

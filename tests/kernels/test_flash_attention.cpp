@@ -412,9 +412,11 @@ class CpuIsa {
   CpuIsa& operator=(const CpuIsa&) = delete;
 };
 
-// The kernel's paths this processor runs: {"avx512", "avx2"}, {"avx2"} or none.
+// The kernel's paths this processor runs: {"avx512bf16", "avx512", "avx2"} (avx512bf16: the
+// bfloat16 products, float32 calls there as in avx512), {"avx512", "avx2"}, {"avx2"} or none.
 std::vector<std::string> cpu_kernel_paths() {
   std::vector<std::string> paths;
+  if (attnzoo::kernels::flash_attention_cpu_bfloat16_products()) paths.push_back("avx512bf16");
   const int64_t width = attnzoo::kernels::flash_attention_cpu_vector_width();
   if (width >= 16) paths.push_back("avx512");
   if (width >= 8) paths.push_back("avx2");
@@ -501,19 +503,43 @@ TEST(FlashAttention, CpuKernelIsNotTheReference) {
   EXPECT_LE((ours - reference).abs().max().item<double>(), 1e-5);
 }
 
+// bfloat16 calls take the AVX512-BF16 products where the processor has them: their probabilities
+// are rounded to bfloat16 for the value product, so the output differs from the float32
+// arithmetic's of the avx512 path somewhere, by a few bfloat16 units at most.
+TEST(FlashAttention, CpuKernelTakesTheBfloat16ProductsWhereTheCpuHasThem) {
+  if (!attnzoo::kernels::flash_attention_cpu_bfloat16_products()) {
+    GTEST_SKIP() << "the CPU has no AVX512-BF16";
+  }
+  const Case c{2, 197, 197, 3, 64};
+  const auto in = make_inputs(c, torch::dtype(torch::kBFloat16), 8);
+  const auto products = std::get<0>(flash_attention(in.q, in.k, in.v));
+  torch::Tensor widened;
+  {
+    CpuIsa isa("avx512");
+    EXPECT_FALSE(attnzoo::kernels::flash_attention_cpu_bfloat16_products());
+    widened = std::get<0>(flash_attention(in.q, in.k, in.v));
+  }
+  EXPECT_FALSE(torch::equal(products, widened));
+  const double largest = widened.abs().max().item<double>();
+  EXPECT_LE((products.to(torch::kFloat64) - widened.to(torch::kFloat64)).abs().max().item<double>(),
+            4 * attnzoo::testing::epsilon(torch::kBFloat16) * largest);
+}
+
 // Keys past a length hold NaN and infinities in the padding of a batch: no row sees them.
 TEST(FlashAttention, CpuKernelIgnoresPaddingPastTheLength) {
   for (const auto& path : cpu_kernel_paths()) {
-    const Case c{2, 50, 300, 2, 64, /*lengths=*/true};
-    auto in = make_inputs(c, torch::dtype(torch::kFloat32), 7);
-    in.lengths = torch::tensor({300, 270}, torch::kLong);
-    CpuIsa isa(path.c_str());
-    const auto clean = std::get<0>(flash_attention(in.q, in.k, in.v, in.lengths));
-    auto k = in.k.clone(), v = in.v.clone();
-    k[1].slice(0, 270).fill_(std::numeric_limits<float>::quiet_NaN());
-    v[1].slice(0, 270).fill_(std::numeric_limits<float>::infinity());
-    const auto poisoned = std::get<0>(flash_attention(in.q, k, v, in.lengths));
-    EXPECT_TRUE(torch::equal(clean, poisoned)) << path;
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      const Case c{2, 50, 300, 2, 64, /*lengths=*/true};
+      auto in = make_inputs(c, torch::dtype(dtype), 7);
+      in.lengths = torch::tensor({300, 270}, torch::kLong);
+      CpuIsa isa(path.c_str());
+      const auto clean = std::get<0>(flash_attention(in.q, in.k, in.v, in.lengths));
+      auto k = in.k.clone(), v = in.v.clone();
+      k[1].slice(0, 270).fill_(std::numeric_limits<float>::quiet_NaN());
+      v[1].slice(0, 270).fill_(std::numeric_limits<float>::infinity());
+      const auto poisoned = std::get<0>(flash_attention(in.q, k, v, in.lengths));
+      EXPECT_TRUE(torch::equal(clean, poisoned)) << path << " " << c10::toString(dtype);
+    }
   }
 }
 

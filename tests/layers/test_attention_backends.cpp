@@ -191,7 +191,8 @@ TEST_F(Backends, PaddedKeysDoNotChangeTheResult) {
   }
 }
 
-// On the CPU: flash (first in the order) is taken by name only, see test_attention_flash.cpp.
+// On the CPU, float32: flash (first in the order) is taken by name only; bfloat16, see
+// test_attention_flash.cpp.
 TEST_F(Backends, AutoPicksSdpaButMathForWeights) {
   auto p = testing::problem_of(random_qkv(1, 1, 2, 2, 4));
   EXPECT_EQ(select_attention_backend("auto", p).name(), "sdpa");

@@ -116,8 +116,8 @@ TEST(FlashBackend, CpuKernelThroughTheBackendWithinTwiceMathsError) {
 TEST(FlashBackend, AutoTakesItOnlyWhereTheKernelRuns) {
   const auto t = testing::random_qkv(1, 2, 4, 4, 8);
   auto p = scaled_problem_of(t, AttentionMask());
-  // The CPU: sdpa, also when opted in (the CPU kernel is no faster than sdpa there); asked by
-  // name, flash runs float32 where the CPU kernel does and says why not for float64.
+  // The CPU, float32: sdpa, also when opted in (the CPU kernel is no faster than sdpa there);
+  // asked by name, flash runs float32 where the CPU kernel does and says why not for float64.
   EXPECT_EQ(select_attention_backend("auto", p).name(), "sdpa");
   {
     const char* was = std::getenv("ATTNZOO_FLASH_AUTO");
@@ -129,6 +129,23 @@ TEST(FlashBackend, AutoTakesItOnlyWhereTheKernelRuns) {
     } else {
       unsetenv("ATTNZOO_FLASH_AUTO");
     }
+  }
+  // bfloat16 inference: flash where the CPU has AVX512-BF16 products, else sdpa; sdpa again
+  // where gradients are recorded (the CPU backward is the reference's) or weights are asked for.
+  {
+    const testing::Qkv low{t.q.to(torch::kBFloat16), t.k.to(torch::kBFloat16),
+                           t.v.to(torch::kBFloat16)};
+    auto b = scaled_problem_of(low, AttentionMask());
+    const bool products = kernels::flash_attention_cpu_bfloat16_products();
+    EXPECT_EQ(select_attention_backend("auto", b).name(), products ? "flash" : "sdpa");
+    b.query = b.query.detach().requires_grad_();
+    EXPECT_EQ(select_attention_backend("auto", b).name(), "sdpa");
+    {
+      torch::NoGradGuard inference;
+      EXPECT_EQ(select_attention_backend("auto", b).name(), products ? "flash" : "sdpa");
+    }
+    b.need_weights = true;
+    EXPECT_EQ(select_attention_backend("auto", b).name(), "math");
   }
   if (kernels::flash_attention_cpu_vector_width() > 0) {
     EXPECT_EQ(select_attention_backend("flash", p).name(), "flash");
