@@ -10,7 +10,8 @@ subsampling (25 per second). Our full encoders (conv2d x4 subsampling, relative 
 timed too, for the real-time factor (RTF = time / audio duration).
 
 usage: tools/bench/bench_conformer_cpu.py [--models conformer_s,conformer_m] [--seconds 10,60] [--espnet]
-                                    [--threads N] [--rounds 5] [--iterations 5] [--json FILE]
+                                    [--dtypes fp32,bf16] [--threads N] [--rounds 5]
+                                    [--iterations 5] [--json FILE]
 Run from the repository root after tools/setup.sh (uses build/bin/attnzoo and the venv's packages).
 
 With --espnet the whole encoder is also timed against ESPnet's own `Encoder` (the pinned espnet
@@ -18,8 +19,13 @@ package, eager PyTorch): conv2d x4 subsampling, rel_pos / rel_selfattn, macaron 
 convolution module, final LayerNorm, at the model's sizes with kernel 31 (ESPnet needs it odd).
 Before timing, the script checks that the two are the same computation: ESPnet's weights, written
 in its layout, go through `attnzoo forward` on 3 s of input and the outputs are compared.
+
+--dtypes fp32,bf16 measures each case once per dtype, every runner in it: bf16 is attnzoo's
+`--dtype bf16`, and torchaudio's and ESPnet's modules and inputs cast to torch.bfloat16 (the
+whole computation in bfloat16, as ours; not autocast, which keeps some ops in float32).
 """
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -38,8 +44,11 @@ from bench_common import alternate, attnzoo_times, python_times
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def conformer_times(binary, model, overrides, frames, threads, iterations, warmup):
-    extra = ["--frames", str(frames)]
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def conformer_times(binary, model, overrides, frames, threads, iterations, warmup, dtype):
+    extra = ["--frames", str(frames), "--dtype", dtype]
     for o in overrides:
         extra += ["--set", o]
     return attnzoo_times(binary, model, iterations, warmup, threads, extra)
@@ -108,16 +117,22 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--espnet", action="store_true",
                         help="also time the whole encoder against ESPnet's Encoder")
+    parser.add_argument("--dtypes", default="fp32",
+                        help="comma-separated, of fp32 and bf16: each case is run in each")
     parser.add_argument("--binary", default=str(ROOT / "build" / "bin" / "attnzoo"))
     parser.add_argument("--json")
     args = parser.parse_args()
+    args.dtypes = args.dtypes.split(",")
+    for dtype in args.dtypes:
+        if dtype not in DTYPES:
+            parser.error(f"--dtypes: {dtype!r} is not one of {', '.join(DTYPES)}")
     torch.set_num_threads(args.threads)
     results = {"threads": args.threads, "rounds": args.rounds, "iterations": args.iterations,
                "torch": torch.__version__, "torchaudio": torchaudio.__version__, "cases": []}
     print(f"# threads {args.threads}, {args.rounds} rounds x {args.iterations} calls, "
           f"alternating; medians in ms; torch {torch.__version__}, torchaudio "
           f"{torchaudio.__version__}")
-    header = (f"{'model':12} {'audio':>6} {'frames':>6} {'stack':>9} {'torchaudio':>10} "
+    header = (f"{'model':12} {'dtype':5} {'audio':>6} {'frames':>6} {'stack':>9} {'torchaudio':>10} "
               f"{'ratio':>6} {'full enc.':>9} {'full/stack':>10} {'RTF':>7}")
     if args.espnet:
         header += f" {'ours k31':>9} {'ESPnet':>9} {'ratio':>6}"
@@ -151,40 +166,45 @@ def run_model(name, args, results, folder) -> None:
         print(f"# {name}: ESPnet's weights through attnzoo forward, 3 s: max |diff| {diff:.2e}")
         if diff > 1e-3:
             sys.exit(f"{name}: attnzoo and ESPnet differ by {diff}; not the same computation")
-    for seconds in [int(s) for s in args.seconds.split(",")]:
+    references = {dtype: copy.deepcopy(reference).to(DTYPES[dtype]) for dtype in args.dtypes}
+    espnets = {dtype: None if espnet is None else copy.deepcopy(espnet).to(DTYPES[dtype])
+               for dtype in args.dtypes}
+    for seconds, dtype in [(int(s), t) for s in args.seconds.split(",") for t in args.dtypes]:
         frames = seconds * 25  # after x4 subsampling of 100 frames per second
-        x = torch.randn(1, frames, d)
+        x = torch.randn(1, frames, d).to(DTYPES[dtype])
         lengths = torch.tensor([frames])
-        features = torch.randn(1, seconds * 100, arch["input_dim"])
+        features = torch.randn(1, seconds * 100, arch["input_dim"]).to(DTYPES[dtype])
         mask = torch.ones(1, 1, seconds * 100, dtype=torch.bool)
+        ta, esp = references[dtype], espnets[dtype]
 
         def run_torchaudio():
             with torch.inference_mode():
-                reference(x, lengths)
+                ta(x, lengths)
 
         def run_espnet():
             with torch.inference_mode():
-                espnet(features, mask)
+                esp(features, mask)
 
         runners = {
             "attnzoo": lambda: conformer_times(args.binary, name, stack, frames, args.threads,
-                                               args.iterations, args.warmup),
+                                               args.iterations, args.warmup, dtype),
             "torchaudio": lambda: python_times(run_torchaudio, args.iterations, args.warmup),
             "full": lambda: conformer_times(args.binary, name, [], seconds * 100, args.threads,
-                                            args.iterations, args.warmup),
+                                            args.iterations, args.warmup, dtype),
         }
         if espnet is not None:
             runners["attnzoo_k31"] = lambda: conformer_times(
                 args.binary, str(espnet_yaml), [], seconds * 100, args.threads, args.iterations,
-                args.warmup)
+                args.warmup, dtype)
             runners["espnet"] = lambda: python_times(run_espnet, args.iterations, args.warmup)
         times = alternate(runners, args.rounds)
         med = {k: statistics.median(v) for k, v in times.items()}
-        case = {"model": name, "seconds": seconds, "frames": frames, "median_ms": med,
-                "times_ms": times, "attnzoo_vs_torchaudio": med["attnzoo"] / med["torchaudio"],
+        case = {"model": name, "dtype": dtype, "seconds": seconds, "frames": frames,
+                "median_ms": med, "times_ms": times,
+                "attnzoo_vs_torchaudio": med["attnzoo"] / med["torchaudio"],
                 "full_vs_stack": med["full"] / med["attnzoo"],
                 "rtf_full_encoder": med["full"] / (1000.0 * seconds)}
-        line = (f"{name:12} {seconds:5}s {frames:6} {med['attnzoo']:9.1f} "
+        line = (f"{name:12} {dtype:5} {seconds:5}s {frames:6} {med['attnzoo']:9.1f} "
                 f"{med['torchaudio']:10.1f} {case['attnzoo_vs_torchaudio']:6.3f} "
                 f"{med['full']:9.1f} {case['full_vs_stack']:10.2f} "
                 f"{case['rtf_full_encoder']:7.4f}")
