@@ -81,6 +81,21 @@ int64_t flash_attention_cpu_vector_width();
 // (avx512, avx2, reference) turns them off.
 bool flash_attention_cpu_bfloat16_products();
 
+// Softmax attention with Transformer-XL's relative position term (Dai et al. 2019, section 3.3),
+// the forward pass of flash_attention's CPU kernel with a third product in its tiles:
+//   out_i = Σ_j softmax_j(scale · [q_content_i·k_j + q_position_i·positions_{L−1−i+j}]) · v_j
+// over the keys j < key_lengths[b] (all without). q_content = q + u and q_position = q + v
+// (the content and position biases) [B, L, H, E]; k, v [B, S, H, E]; positions
+// [1|B, L + S − 1, H, E], row r the relative position S − 1 − r; all read by strides, float32 or
+// bfloat16 (AVX512-BF16 products where flash_attention_cpu_bfloat16_products()). A row without a
+// key gets zeros. Returns out [B, L, H, E]. No [L, S] or [L, L + S − 1] matrix is formed. Needs
+// flash_attention_cpu_vector_width() > 0; no gradients (inference).
+torch::Tensor flash_attention_relative_cpu(const torch::Tensor& q_content,
+                                           const torch::Tensor& q_position, const torch::Tensor& k,
+                                           const torch::Tensor& v, const torch::Tensor& positions,
+                                           const std::optional<torch::Tensor>& key_lengths,
+                                           double scale);
+
 // The gradients of flash_attention's out given d_out, from its out and lse (what autograd calls;
 // exposed for tests and custom backward passes). On CUDA, bf16 and fp16 with E <= 128 run the fused
 // backward kernel (FlashAttention-2's: no [L, S] matrix in memory); the rest the LibTorch

@@ -1,3 +1,4 @@
+#include <attnzoo/kernels/ops.h>
 #include <attnzoo/layers/attention_internal.h>
 #include <attnzoo/layers/attention_relative.h>
 #include <attnzoo/layers/attention_tiles.h>
@@ -67,6 +68,22 @@ GlobalKeys global_keys(const std::optional<torch::Tensor>& query,
   g.value = value->to(acc);
   if (excluded) g.excluded = *excluded;
   return g;
+}
+
+// Whether flash_attention_relative_cpu computes the problem's forward pass: float32 or bfloat16
+// on a CPU with the kernel, Transformer-XL's shifted layout, the value's head dim the query's,
+// key lengths as the only exclusion, and none of bias, window, global keys, dropout or an
+// explicit strip size (which asks for the strips).
+bool relative_kernel_applies(const RelativeAttentionProblem& p) {
+  const auto dtype = p.query.scalar_type();
+  const auto& m = p.mask;
+  return (dtype == torch::kFloat || dtype == torch::kBFloat16) &&
+         p.layout == RelativeLayout::kShifted && p.value.size(3) == p.query.size(3) &&
+         p.key.scalar_type() == dtype && p.value.scalar_type() == dtype &&
+         !m.key_padding_mask().defined() && !m.attn_mask().defined() && !m.causal() &&
+         !m.bias().defined() && p.window_left < 0 && p.window_right < 0 &&
+         !(p.global_positions.defined() && p.global_positions.size(0) > 0) && p.dropout_p == 0.0 &&
+         p.strip_rows == 0 && kernels::flash_attention_cpu_vector_width() > 0;
 }
 
 // The keys a strip of queries [i0, i0 + lc) out of L over S keys may see: [first, first + count)
@@ -552,8 +569,22 @@ torch::Tensor relative_position_attention(const RelativeAttentionProblem& proble
         problem.query, problem.key, problem.value, problem.positions, problem.content_bias,
         problem.position_bias, bias, global_query, global_key, global_value, global_excluded, spec);
   }
-  const auto acc = accumulation_type(problem.query.scalar_type());
   const int64_t e = problem.query.size(3);
+  if (relative_kernel_applies(problem)) {
+    // The kernel takes [B, L, H, E] views; q + u and q + v in the inputs' dtype.
+    const auto dtype = problem.query.scalar_type();
+    const auto heads_second = [](const torch::Tensor& t) { return t.transpose(1, 2); };
+    const auto qu = problem.query + problem.content_bias.to(dtype).reshape({1, h, 1, e});
+    const auto qv = problem.query + problem.position_bias.to(dtype).reshape({1, h, 1, e});
+    std::optional<torch::Tensor> lengths;
+    if (problem.mask.key_lengths().defined()) lengths = problem.mask.key_lengths().to(torch::kLong);
+    return kernels::flash_attention_relative_cpu(
+               heads_second(qu), heads_second(qv), heads_second(problem.key),
+               heads_second(problem.value), heads_second(problem.positions.to(dtype)), lengths,
+               problem.scale)
+        .transpose(1, 2);
+  }
+  const auto acc = accumulation_type(problem.query.scalar_type());
   const auto q = problem.query.to(acc);
   const auto qu = (q + problem.content_bias.to(acc).reshape({1, h, 1, e})) * spec.scale;
   const auto qv = (q + problem.position_bias.to(acc).reshape({1, h, 1, e})) * spec.scale;

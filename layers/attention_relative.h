@@ -18,6 +18,12 @@
 // attention) a strip reads only the keys its queries may see, so time too is linear in the length:
 // O(L · (strip + left + right)).
 //
+// Inference in float32 or bfloat16 on a CPU with AVX2 + FMA, in the shifted layout with key
+// lengths as the only mask (a Conformer encoder's self-attention), and no window, global keys or
+// strip_rows: flash_attention_relative_cpu (kernels/ops.h), the CPU flash kernel with the position
+// product inside its tiles (bfloat16 through AVX512-BF16 products where the CPU has them); the
+// rest, and every call that records gradients, takes the strips.
+//
 // Backward: a custom autograd function keeps q, k, v, the positions, the output and the per-row
 // log-sum-exp, and recomputes each strip's probabilities (as FlashAttention-2, Algorithm 2); the
 // shifted position scores' gradient is scattered back through the same strided view. Gradients

@@ -193,7 +193,7 @@ inline __attribute__((always_inline)) void values_tile(const float* p, int64_t l
 }
 
 // The output columns of kR rows in chunks of kChunk vectors (what the registers hold beside the
-// loads), the last chunk narrower.
+// loads), the rest in one narrower chunk (E = 36 at W = 16: one pass of 3 vectors, not 3 of 1).
 template <int W, int kR>
 inline __attribute__((always_inline)) void values_rows(const float* p, int64_t ld, const float* v,
                                                        int64_t ldv, int64_t ev, int64_t keys,
@@ -203,7 +203,19 @@ inline __attribute__((always_inline)) void values_rows(const float* p, int64_t l
   for (; c0 + kChunk * W <= ev; c0 += kChunk * W) {
     values_tile<W, kR, kChunk>(p, ld, v, ldv, ev, keys, o, c0);
   }
-  for (; c0 < ev; c0 += W) values_tile<W, kR, 1>(p, ld, v, ldv, ev, keys, o, c0);
+  switch ((ev - c0) / W) {  // ev is a multiple of W; fewer than kChunk vectors are left
+    case 3:
+      values_tile<W, kR, 3>(p, ld, v, ldv, ev, keys, o, c0);
+      break;
+    case 2:
+      values_tile<W, kR, 2>(p, ld, v, ldv, ev, keys, o, c0);
+      break;
+    case 1:
+      values_tile<W, kR, 1>(p, ld, v, ldv, ev, keys, o, c0);
+      break;
+    default:
+      break;
+  }
 }
 
 #ifdef ATTNZOO_FLASH_CPU_KERNELS
@@ -274,7 +286,19 @@ ATTNZOO_AVX512_BF16 void values_rows_bf16(const uint32_t* p, int64_t ldp, const 
                                           int64_t ev, int64_t pairs, float* o) {
   int64_t c0 = 0;
   for (; c0 + 64 <= ev; c0 += 64) values_tile_bf16<kR, 4>(p, ldp, v, ev, pairs, o, c0);
-  for (; c0 < ev; c0 += 16) values_tile_bf16<kR, 1>(p, ldp, v, ev, pairs, o, c0);
+  switch ((ev - c0) / 16) {  // the rest in one pass
+    case 3:
+      values_tile_bf16<kR, 3>(p, ldp, v, ev, pairs, o, c0);
+      break;
+    case 2:
+      values_tile_bf16<kR, 2>(p, ldp, v, ev, pairs, o, c0);
+      break;
+    case 1:
+      values_tile_bf16<kR, 1>(p, ldp, v, ev, pairs, o, c0);
+      break;
+    default:
+      break;
+  }
 }
 #endif
 
@@ -299,6 +323,14 @@ struct Problem {
   bool causal;
   int64_t causal_offset;  // a query i sees keys j <= i + causal_offset
   float scale;
+  // Transformer-XL's relative term (flash_attention_relative_cpu), else null: query i's score
+  // with key j gains scale · q_pos[i]·pos[L − 1 − i + j]. q_pos [B, L, H, E] and pos
+  // [1|B, pos_len, H, E] by strides (a zero batch stride where shared); packed as k is, over
+  // pos_pad rows (zeros past pos_len), enough for every tile's window.
+  const T* q_pos = nullptr;
+  const T* pos = nullptr;
+  int64_t q_pos_strides[4] = {}, pos_strides[4] = {};
+  int64_t pos_len = 0, pos_pad = 0;
 };
 
 // How many keys (a prefix) query i of batch entry b sees.
@@ -312,21 +344,55 @@ inline int64_t visible_keys(const Problem<T>& P, int64_t b, int64_t i) {
 
 // The scratch of one thread: the tile's scaled queries, scores / probabilities and outputs; for
 // the bfloat16 products, the queries and the probabilities as bfloat16 pairs.
+// With the relative term, the queries of the position product and its scores over the window of
+// positions a tile's rows reach in a key block (kPositionBlock: a block, the kRows − 1 rows of
+// shift and a group's alignment, rounded up to two groups).
+constexpr int64_t kPositionBlock = kKeyBlock + 64;
+
 struct TileScratch {
-  std::vector<float> q, s, o;
-  std::vector<uint32_t> q_pairs, p_pairs;
-  TileScratch(int64_t e, int64_t e_pad)
+  std::vector<float> q, s, o, q_pos, s_pos;
+  std::vector<uint32_t> q_pairs, p_pairs, q_pos_pairs;
+  TileScratch(int64_t e, int64_t e_pad, bool relative)
       : q(static_cast<size_t>(kRows * e)),
         s(static_cast<size_t>(kRows * kKeyBlock)),
         o(static_cast<size_t>(kRows * e_pad)),
+        q_pos(relative ? static_cast<size_t>(kRows * e) : 0),
+        s_pos(relative ? static_cast<size_t>(kRows * kPositionBlock) : 0),
         q_pairs(static_cast<size_t>(kRows * ((e + 1) / 2))),
-        p_pairs(static_cast<size_t>(kRows * kKeyBlock / 2)) {}
+        p_pairs(static_cast<size_t>(kRows * kKeyBlock / 2)),
+        q_pos_pairs(relative ? static_cast<size_t>(kRows * ((e + 1) / 2)) : 0) {}
 };
 
 // The elements of packed k per key: e float32, or e rounded up to even bfloat16 (pairs).
 template <bool kDot>
 inline int64_t packed_k_width(int64_t e) {
   return kDot ? (e + 1) / 2 * 2 : e;
+}
+
+// Rows [first, first + W) of (b, h) of a [B, N, H, E] tensor (by strides) in the score product's
+// layout [E][W]: the W values of each dimension contiguous; rows from `valid` on as zeros.
+template <int W, typename T>
+inline void pack_score_rows(const T* base, const int64_t* st, int64_t b, int64_t h, int64_t first,
+                            int64_t valid, int64_t e, float* out) {
+  for (int64_t t = 0; t < valid; ++t) {
+    const T* row = base + b * st[0] + (first + t) * st[1] + h * st[2];
+    for (int64_t c = 0; c < e; ++c) out[c * W + t] = widen(row[c * st[3]]);
+  }
+  if (valid < W) {
+    for (int64_t c = 0; c < e; ++c) std::fill(out + c * W + valid, out + c * W + W, 0.0f);
+  }
+}
+
+// The same as bfloat16 pairs along E, for the AVX512-BF16 products: [E/2][16][2], an odd E's
+// last pair completed by a zero.
+template <typename T>
+inline void pack_score_row_pairs(const T* base, const int64_t* st, int64_t b, int64_t h,
+                                 int64_t first, int64_t valid, int64_t e, uint16_t* out) {
+  std::fill(out, out + (e + 1) / 2 * 32, uint16_t{0});
+  for (int64_t t = 0; t < valid; ++t) {
+    const T* row = base + b * st[0] + (first + t) * st[1] + h * st[2];
+    for (int64_t c = 0; c < e; ++c) out[((c / 2) * 16 + t) * 2 + c % 2] = bits(row[c * st[3]]);
+  }
 }
 
 // Group g (keys [g·W, g·W + W)) of (b, h)'s k and v in the kernel's layouts: kg [E][W] and the
@@ -338,20 +404,15 @@ inline void pack_group(const Problem<T>& P, int64_t b, int64_t h, int64_t g, flo
   if (P.key_lengths != nullptr) keys = std::clamp<int64_t>(P.key_lengths[b], 0, keys);
   const int64_t first = g * W;
   const int64_t valid = std::clamp<int64_t>(keys - first, 0, W);
-  const auto& ks = P.k_strides;
   const auto& vs = P.v_strides;
+  pack_score_rows<W>(P.k, P.k_strides, b, h, first, valid, e, kg);
   for (int64_t t = 0; t < valid; ++t) {
-    const T* krow = P.k + b * ks[0] + (first + t) * ks[1] + h * ks[2];
-    for (int64_t c = 0; c < e; ++c) kg[c * W + t] = widen(krow[c * ks[3]]);
     const T* vrow = P.v + b * vs[0] + (first + t) * vs[1] + h * vs[2];
     float* vout = vg + t * ev;
     for (int64_t c = 0; c < e; ++c) vout[c] = widen(vrow[c * vs[3]]);
     std::fill(vout + e, vout + ev, 0.0f);
   }
-  if (valid < W) {
-    for (int64_t c = 0; c < e; ++c) std::fill(kg + c * W + valid, kg + c * W + W, 0.0f);
-    std::fill(vg + valid * ev, vg + W * ev, 0.0f);
-  }
+  if (valid < W) std::fill(vg + valid * ev, vg + W * ev, 0.0f);
 }
 
 // Group g (keys [16g, 16g + 16)) of (b, h)'s k and v as bfloat16 pairs: kg [E/2][16][2] and the
@@ -359,18 +420,15 @@ inline void pack_group(const Problem<T>& P, int64_t b, int64_t h, int64_t g, flo
 template <typename T>
 inline void pack_group_pairs(const Problem<T>& P, int64_t b, int64_t h, int64_t g, uint16_t* kg,
                              uint16_t* vg) {
-  const int64_t e = P.e, ev = P.e_pad, e2 = (e + 1) / 2;
+  const int64_t e = P.e, ev = P.e_pad;
   int64_t keys = P.k_len;
   if (P.key_lengths != nullptr) keys = std::clamp<int64_t>(P.key_lengths[b], 0, keys);
   const int64_t first = g * 16;
   const int64_t valid = std::clamp<int64_t>(keys - first, 0, 16);
-  const auto& ks = P.k_strides;
   const auto& vs = P.v_strides;
-  std::fill(kg, kg + e2 * 32, uint16_t{0});
+  pack_score_row_pairs(P.k, P.k_strides, b, h, first, valid, e, kg);
   std::fill(vg, vg + 16 * ev, uint16_t{0});
   for (int64_t t = 0; t < valid; ++t) {
-    const T* krow = P.k + b * ks[0] + (first + t) * ks[1] + h * ks[2];
-    for (int64_t c = 0; c < e; ++c) kg[((c / 2) * 16 + t) * 2 + c % 2] = bits(krow[c * ks[3]]);
     const T* vrow = P.v + b * vs[0] + (first + t) * vs[1] + h * vs[2];
     uint16_t* vout = vg + (t / 2) * ev * 2 + t % 2;
     for (int64_t c = 0; c < e; ++c) vout[c * 2] = bits(vrow[c * vs[3]]);
@@ -380,26 +438,41 @@ inline void pack_group_pairs(const Problem<T>& P, int64_t b, int64_t h, int64_t 
 // Queries [i0, i0 + kR) of (b, h), whose packed k and v are kp [S_pad / W][E][W] and
 // vp [S_pad][E_pad], or with kDot (bfloat16 products, W = 16) kp [S_pad / 16][E / 2][16][2] and
 // vp [S_pad / 2][E_pad][2].
+// Rows [i0, i0 + kR) of (b, h) of the queries `base` [B, L, H, E] (by strides) as the score
+// product takes them: float32 times the scale into q, or bfloat16 pairs into q_pairs (kDot).
+template <int kR, bool kDot, typename T>
+inline void load_queries(const Problem<T>& P, const T* base, const int64_t* st, int64_t b,
+                         int64_t h, int64_t i0, float* q, uint32_t* q_pairs) {
+  const int64_t e = P.e, e2 = (e + 1) / 2;
+  for (int r = 0; r < kR; ++r) {
+    const T* row = base + b * st[0] + (i0 + r) * st[1] + h * st[2];
+    if constexpr (kDot) {
+      for (int64_t c = 0; c < e2; ++c) {
+        const uint32_t high = 2 * c + 1 < e ? bits(row[(2 * c + 1) * st[3]]) : 0;
+        q_pairs[r * e2 + c] = bits(row[2 * c * st[3]]) | high << 16;
+      }
+    } else {
+      for (int64_t c = 0; c < e; ++c) q[r * e + c] = widen(row[c * st[3]]) * P.scale;
+    }
+  }
+}
+
 template <int W, int kR, bool kDot, typename T, typename Packed>
 inline __attribute__((always_inline)) void attend_tile(const Problem<T>& P, int64_t b, int64_t h,
                                                        int64_t i0, const Packed* kp,
-                                                       const Packed* vp, TileScratch& scratch) {
+                                                       const Packed* vp, const Packed* pp,
+                                                       TileScratch& scratch) {
   using F = typename Lanes<W>::F;
-  const int64_t e = P.e, ev = P.e_pad, e2 = (e + 1) / 2;
+  const int64_t e = P.e, ev = P.e_pad, e2 = (e + 1) / 2, kw = packed_k_width<kDot>(e);
   float* q = scratch.q.data();
   float* s = scratch.s.data();
   float* o = scratch.o.data();
   uint32_t* q_pairs = scratch.q_pairs.data();
-  for (int r = 0; r < kR; ++r) {
-    const T* row = P.q + b * P.q_strides[0] + (i0 + r) * P.q_strides[1] + h * P.q_strides[2];
-    if constexpr (kDot) {
-      for (int64_t c = 0; c < e2; ++c) {
-        const uint32_t high = 2 * c + 1 < e ? bits(row[(2 * c + 1) * P.q_strides[3]]) : 0;
-        q_pairs[r * e2 + c] = bits(row[2 * c * P.q_strides[3]]) | high << 16;
-      }
-    } else {
-      for (int64_t c = 0; c < e; ++c) q[r * e + c] = widen(row[c * P.q_strides[3]]) * P.scale;
-    }
+  load_queries<kR, kDot>(P, P.q, P.q_strides, b, h, i0, q, q_pairs);
+  const bool relative = P.pos != nullptr;
+  if (relative) {
+    load_queries<kR, kDot>(P, P.q_pos, P.q_pos_strides, b, h, i0, scratch.q_pos.data(),
+                           scratch.q_pos_pairs.data());
   }
   std::fill(o, o + kR * ev, 0.0f);
   float m[kR], l[kR];
@@ -423,6 +496,27 @@ inline __attribute__((always_inline)) void attend_tile(const Problem<T>& P, int6
 #endif
     } else {
       scores_tile<W, kR>(q, e, kp + j0 * e, padded / W, s, kKeyBlock);
+    }
+    if (relative) {
+      // Row r's key j0 + j has position L − 1 − (i0 + r) + j0 + j = first + (kR − 1 − r) + j:
+      // one product over the window from `first` (down to a group boundary) serves every row.
+      const int64_t first = P.q_len - i0 - kR + j0;
+      const int64_t start = first / W * W, offset = first - start;
+      const int64_t count = (padded + kR - 1 + offset + 2 * W - 1) / (2 * W) * (2 * W);
+      float* sp = scratch.s_pos.data();
+      if constexpr (kDot) {
+#ifdef ATTNZOO_FLASH_CPU_KERNELS
+        scores_tile_bf16<kR>(scratch.q_pos_pairs.data(), e2, pp + start * kw, count / W, P.scale,
+                             sp, kPositionBlock);
+#endif
+      } else {
+        scores_tile<W, kR>(scratch.q_pos.data(), e, pp + start * kw, count / W, sp, kPositionBlock);
+      }
+      for (int r = 0; r < kR; ++r) {
+        float* sr = s + r * kKeyBlock;
+        const float* pr = sp + r * kPositionBlock + offset + (kR - 1 - r);
+        for (int64_t j = 0; j < padded; j += W) store<W>(sr + j, load<W>(sr + j) + load<W>(pr + j));
+      }
     }
     for (int r = 0; r < kR; ++r) {
       float* sr = s + r * kKeyBlock;
@@ -517,25 +611,26 @@ inline __attribute__((always_inline)) void attend_tile(const Problem<T>& P, int6
 template <int W, bool kDot, typename T, typename Packed>
 inline __attribute__((always_inline)) void attend_rows(const Problem<T>& P, int64_t b, int64_t h,
                                                        int64_t i0, const Packed* kp,
-                                                       const Packed* vp, TileScratch& scratch) {
+                                                       const Packed* vp, const Packed* pp,
+                                                       TileScratch& scratch) {
   switch (std::min<int64_t>(kRows, P.q_len - i0)) {
     case 6:
-      attend_tile<W, 6, kDot>(P, b, h, i0, kp, vp, scratch);
+      attend_tile<W, 6, kDot>(P, b, h, i0, kp, vp, pp, scratch);
       break;
     case 5:
-      attend_tile<W, 5, kDot>(P, b, h, i0, kp, vp, scratch);
+      attend_tile<W, 5, kDot>(P, b, h, i0, kp, vp, pp, scratch);
       break;
     case 4:
-      attend_tile<W, 4, kDot>(P, b, h, i0, kp, vp, scratch);
+      attend_tile<W, 4, kDot>(P, b, h, i0, kp, vp, pp, scratch);
       break;
     case 3:
-      attend_tile<W, 3, kDot>(P, b, h, i0, kp, vp, scratch);
+      attend_tile<W, 3, kDot>(P, b, h, i0, kp, vp, pp, scratch);
       break;
     case 2:
-      attend_tile<W, 2, kDot>(P, b, h, i0, kp, vp, scratch);
+      attend_tile<W, 2, kDot>(P, b, h, i0, kp, vp, pp, scratch);
       break;
     default:
-      attend_tile<W, 1, kDot>(P, b, h, i0, kp, vp, scratch);
+      attend_tile<W, 1, kDot>(P, b, h, i0, kp, vp, pp, scratch);
       break;
   }
 }
@@ -560,12 +655,29 @@ inline void pack(const Problem<T>& P, int64_t b, int64_t h, int64_t g, Packed* k
   }
 }
 
+// The packed positions of group g (rows [g·W, g·W + W)) of (b, h), as k is packed; rows past
+// pos_len as zeros.
+template <int W, bool kDot, typename T, typename Packed>
+inline void pack_positions(const Problem<T>& P, int64_t b, int64_t h, int64_t g, Packed* pp) {
+  const int64_t kw = packed_k_width<kDot>(P.e);
+  const int64_t valid = std::clamp<int64_t>(P.pos_len - g * W, 0, W);
+  if constexpr (kDot) {
+    pack_score_row_pairs(P.pos, P.pos_strides, b, h, g * W, valid, P.e, pp + g * W * kw);
+  } else {
+    pack_score_rows<W>(P.pos, P.pos_strides, b, h, g * W, valid, P.e, pp + g * W * kw);
+  }
+}
+
+// packed_k, packed_v, packed_pos: every (batch, head)'s, for kTiles (packed_pos null without the
+// relative term); null for kHeads.
 template <int W, bool kDot, typename T, typename Packed>
 inline __attribute__((always_inline)) void attend_tasks(const Problem<T>& P, Split split,
                                                         const Packed* packed_k,
-                                                        const Packed* packed_v, int64_t begin,
+                                                        const Packed* packed_v,
+                                                        const Packed* packed_pos, int64_t begin,
                                                         int64_t end) {
-  TileScratch scratch(P.e, P.e_pad);
+  const bool relative = P.pos != nullptr;
+  TileScratch scratch(P.e, P.e_pad, relative);
   const int64_t tiles = (P.q_len + kRows - 1) / kRows;
   const int64_t groups = P.s_pad / W;
   const int64_t kw = packed_k_width<kDot>(P.e);
@@ -574,33 +686,40 @@ inline __attribute__((always_inline)) void attend_tasks(const Problem<T>& P, Spl
       const int64_t bh = task / tiles;
       const Packed* kp = packed_k + bh * P.s_pad * kw;
       const Packed* vp = packed_v + bh * P.s_pad * P.e_pad;
-      attend_rows<W, kDot>(P, bh / P.heads, bh % P.heads, (task % tiles) * kRows, kp, vp, scratch);
+      const Packed* pp = relative ? packed_pos + bh * P.pos_pad * kw : nullptr;
+      attend_rows<W, kDot>(P, bh / P.heads, bh % P.heads, (task % tiles) * kRows, kp, vp, pp,
+                           scratch);
     }
     return;
   }
   std::vector<Packed> kp(static_cast<size_t>(P.s_pad * kw)),
-      vp(static_cast<size_t>(P.s_pad * P.e_pad));
+      vp(static_cast<size_t>(P.s_pad * P.e_pad)),
+      pp(relative ? static_cast<size_t>(P.pos_pad * kw) : 0);
   for (int64_t bh = begin; bh < end; ++bh) {
     const int64_t b = bh / P.heads, h = bh % P.heads;
     for (int64_t g = 0; g < groups; ++g) pack<W, kDot>(P, b, h, g, kp.data(), vp.data());
+    if (relative) {
+      for (int64_t g = 0; g < P.pos_pad / W; ++g) pack_positions<W, kDot>(P, b, h, g, pp.data());
+    }
     for (int64_t t = 0; t < tiles; ++t)
-      attend_rows<W, kDot>(P, b, h, t * kRows, kp.data(), vp.data(), scratch);
+      attend_rows<W, kDot>(P, b, h, t * kRows, kp.data(), vp.data(), pp.data(), scratch);
   }
 }
 
 #ifdef ATTNZOO_FLASH_CPU_KERNELS
 template <bool kDot, typename T, typename Packed>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))) void attend_avx512(
-    const Problem<T>& P, Split split, const Packed* packed_k, const Packed* packed_v, int64_t begin,
-    int64_t end) {
-  attend_tasks<16, kDot>(P, split, packed_k, packed_v, begin, end);
+    const Problem<T>& P, Split split, const Packed* packed_k, const Packed* packed_v,
+    const Packed* packed_pos, int64_t begin, int64_t end) {
+  attend_tasks<16, kDot>(P, split, packed_k, packed_v, packed_pos, begin, end);
 }
 
 template <typename T>
 __attribute__((target("avx2,fma"))) void attend_avx2(const Problem<T>& P, Split split,
                                                      const float* packed_k, const float* packed_v,
-                                                     int64_t begin, int64_t end) {
-  attend_tasks<8, false>(P, split, packed_k, packed_v, begin, end);
+                                                     const float* packed_pos, int64_t begin,
+                                                     int64_t end) {
+  attend_tasks<8, false>(P, split, packed_k, packed_v, packed_pos, begin, end);
 }
 
 bool has_avx512() {
@@ -620,12 +739,19 @@ bool has_avx512_bf16() {
 }
 #endif
 
+// Transformer-XL's relative term as flash_attention_relative_cpu takes it: the queries of the
+// position product [B, L, H, E] and the positions [1|B, L + S − 1, H, E].
+struct RelativeTerm {
+  at::Tensor query, positions;
+};
+
 // kDot: the bfloat16 products (T = bfloat16, w = 16); Packed: the element of packed k and v.
 template <typename T, bool kDot = false>
 std::tuple<at::Tensor, at::Tensor> flash_attention_cpu_typed(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const std::optional<at::Tensor>& key_lengths_arg, const std::optional<at::Tensor>& bias_arg,
-    bool causal, bool bottom_right, double scale, int64_t w) {
+    bool causal, bool bottom_right, double scale, int64_t w,
+    const RelativeTerm* relative = nullptr) {
   const int64_t batch = q.size(0), q_len = q.size(1), heads = q.size(2), e = q.size(3);
   const int64_t k_len = k.size(1);
   auto out = at::empty({batch, q_len, heads, e}, q.options());
@@ -665,50 +791,74 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cpu_typed(
   P.causal = causal;
   P.causal_offset = bottom_right ? k_len - q_len : 0;
   P.scale = static_cast<float>(scale);
+  if (relative != nullptr) {
+    const auto& pos = relative->positions;
+    P.q_pos = relative->query.const_data_ptr<T>();
+    P.pos = pos.const_data_ptr<T>();
+    for (int d = 0; d < 4; ++d) {
+      P.q_pos_strides[d] = relative->query.stride(d);
+      P.pos_strides[d] = d == 0 && pos.size(0) == 1 ? 0 : pos.stride(d);
+    }
+    P.pos_len = pos.size(1);
+    // The last tile's window ends before L + s_pad + 2w (attend_tile).
+    P.pos_pad = (q_len + s_pad + 4 * w - 1) / (2 * w) * (2 * w);
+  }
 
   using Packed = std::conditional_t<kDot, uint16_t, float>;
   const auto attend = [&](Split split, const Packed* packed_k, const Packed* packed_v,
-                          int64_t begin, int64_t end) {
+                          const Packed* packed_pos, int64_t begin, int64_t end) {
 #ifdef ATTNZOO_FLASH_CPU_KERNELS
     if constexpr (kDot) {
-      attend_avx512<true>(P, split, packed_k, packed_v, begin, end);
+      attend_avx512<true>(P, split, packed_k, packed_v, packed_pos, begin, end);
     } else if (w == 16) {
-      attend_avx512<false>(P, split, packed_k, packed_v, begin, end);
+      attend_avx512<false>(P, split, packed_k, packed_v, packed_pos, begin, end);
     } else {
-      attend_avx2<T>(P, split, packed_k, packed_v, begin, end);
+      attend_avx2<T>(P, split, packed_k, packed_v, packed_pos, begin, end);
     }
 #endif
   };
   const int64_t pairs = batch * heads;
   if (pairs >= 4 * at::get_num_threads()) {  // at most a quarter of a task's imbalance
     kernels::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
-      attend(Split::kHeads, nullptr, nullptr, begin, end);
+      attend(Split::kHeads, nullptr, nullptr, nullptr, begin, end);
     });
     return {out, lse};
   }
-  // k and v of every (batch, head) packed, group by group: float32, or bfloat16 as 16-bit
-  // integers (the bits, moved and never computed with).
+  // k, v and the positions of every (batch, head) packed, group by group: float32, or bfloat16
+  // as 16-bit integers (the bits, moved and never computed with).
   const int64_t kw = packed_k_width<kDot>(e);
-  auto packed =
-      at::empty({pairs * s_pad * (kw + e_pad)}, q.options().dtype(kDot ? at::kShort : at::kFloat));
+  auto packed = at::empty({pairs * (s_pad * (kw + e_pad) + P.pos_pad * kw)},
+                          q.options().dtype(kDot ? at::kShort : at::kFloat));
   Packed* kp = reinterpret_cast<Packed*>(packed.mutable_data_ptr());
   Packed* vp = kp + pairs * s_pad * kw;
-  const int64_t groups = s_pad / w;
-  kernels::parallel_for(0, pairs * groups, 8, [&](int64_t begin, int64_t end) {
+  Packed* pp = vp + pairs * s_pad * e_pad;
+  const int64_t groups = s_pad / w, pos_groups = P.pos_pad / w;
+  kernels::parallel_for(0, pairs * (groups + pos_groups), 8, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t bh = task / groups, g = task % groups;
+      const int64_t bh = task / (groups + pos_groups), g = task % (groups + pos_groups);
+      const int64_t b = bh / heads, h = bh % heads;
       Packed* kb = kp + bh * s_pad * kw;
       Packed* vb = vp + bh * s_pad * e_pad;
+      Packed* pb = pp + bh * P.pos_pad * kw;
       if (w == 16) {
-        pack<16, kDot>(P, bh / heads, bh % heads, g, kb, vb);
+        if (g < groups) {
+          pack<16, kDot>(P, b, h, g, kb, vb);
+        } else {
+          pack_positions<16, kDot>(P, b, h, g - groups, pb);
+        }
       } else if constexpr (!kDot) {
-        pack<8, false>(P, bh / heads, bh % heads, g, kb, vb);
+        if (g < groups) {
+          pack<8, false>(P, b, h, g, kb, vb);
+        } else {
+          pack_positions<8, false>(P, b, h, g - groups, pb);
+        }
       }
     }
   });
   const int64_t tiles = pairs * ((q_len + kRows - 1) / kRows);
-  kernels::parallel_for(
-      0, tiles, 1, [&](int64_t begin, int64_t end) { attend(Split::kTiles, kp, vp, begin, end); });
+  kernels::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
+    attend(Split::kTiles, kp, vp, relative != nullptr ? pp : nullptr, begin, end);
+  });
   return {out, lse};
 }
 
@@ -738,6 +888,65 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cpu(const at::Tensor& q, cons
 }
 
 }  // namespace
+
+at::Tensor flash_attention_relative_cpu(const at::Tensor& q_content, const at::Tensor& q_position,
+                                        const at::Tensor& k, const at::Tensor& v,
+                                        const at::Tensor& positions,
+                                        const std::optional<at::Tensor>& key_lengths,
+                                        double scale) {
+  const auto sizes = [](const at::Tensor& t) { return c10::str(t.sizes()); };
+  TORCH_CHECK_VALUE(q_content.dim() == 4 && k.dim() == 4 && v.dim() == 4 && positions.dim() == 4,
+                    "flash_attention_relative_cpu: q_content, k, v and positions must be 4-D, got ",
+                    sizes(q_content), ", ", sizes(k), ", ", sizes(v), ", ", sizes(positions));
+  const int64_t batch = q_content.size(0), q_len = q_content.size(1), heads = q_content.size(2),
+                e = q_content.size(3), k_len = k.size(1);
+  TORCH_CHECK_VALUE(q_position.sizes() == q_content.sizes(),
+                    "flash_attention_relative_cpu: q_position must be q_content's [B, L, H, E] = ",
+                    sizes(q_content), ", got ", sizes(q_position));
+  const std::vector<int64_t> kv{batch, k_len, heads, e};
+  TORCH_CHECK_VALUE(
+      k.sizes() == kv && v.sizes() == kv,
+      "flash_attention_relative_cpu: k and v must be [B, S, H, E] with q's B, H, E = ",
+      c10::str(kv), ", got ", sizes(k), " and ", sizes(v));
+  TORCH_CHECK_VALUE((positions.size(0) == 1 || positions.size(0) == batch) &&
+                        positions.size(1) == q_len + k_len - 1 && positions.size(2) == heads &&
+                        positions.size(3) == e,
+                    "flash_attention_relative_cpu: positions must be [1|B, L + S - 1, H, E] = [1|",
+                    batch, ", ", q_len + k_len - 1, ", ", heads, ", ", e, "], got ",
+                    sizes(positions));
+  const auto dtype = q_content.scalar_type();
+  for (const auto* t : {&q_position, &k, &v, &positions}) {
+    TORCH_CHECK_VALUE(t->scalar_type() == dtype && t->device().is_cpu(),
+                      "flash_attention_relative_cpu: every input must be a CPU tensor of "
+                      "q_content's dtype ",
+                      c10::toString(dtype), ", got ", c10::toString(t->scalar_type()), " on ",
+                      t->device().str());
+  }
+  TORCH_CHECK_VALUE(q_content.device().is_cpu() && (dtype == at::kFloat || dtype == at::kBFloat16),
+                    "flash_attention_relative_cpu: takes float32 and bfloat16 CPU tensors, got ",
+                    c10::toString(dtype), " on ", q_content.device().str());
+  if (key_lengths) {
+    TORCH_CHECK_VALUE(key_lengths->dim() == 1 && key_lengths->size(0) == batch &&
+                          !key_lengths->is_floating_point(),
+                      "flash_attention_relative_cpu: key_lengths must be integral [B] = [", batch,
+                      "], got ", sizes(*key_lengths));
+  }
+  const int64_t w = flash_attention_cpu_vector_width();
+  TORCH_CHECK(w > 0,
+              "flash_attention_relative_cpu: needs AVX2 + FMA (or AVX-512), which this "
+              "processor lacks or ATTNZOO_FLASH_CPU_ISA=reference turns off");
+  const RelativeTerm relative{q_position, positions};
+  if (dtype == at::kFloat) {
+    return std::get<0>(flash_attention_cpu_typed<float>(q_content, k, v, key_lengths, std::nullopt,
+                                                        false, false, scale, w, &relative));
+  }
+  if (flash_attention_cpu_bfloat16_products()) {
+    return std::get<0>(flash_attention_cpu_typed<c10::BFloat16, true>(
+        q_content, k, v, key_lengths, std::nullopt, false, false, scale, w, &relative));
+  }
+  return std::get<0>(flash_attention_cpu_typed<c10::BFloat16>(
+      q_content, k, v, key_lengths, std::nullopt, false, false, scale, w, &relative));
+}
 
 int64_t flash_attention_cpu_vector_width() {
   int64_t width = 0;

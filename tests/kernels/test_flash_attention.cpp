@@ -543,6 +543,155 @@ TEST(FlashAttention, CpuKernelIgnoresPaddingPastTheLength) {
   }
 }
 
+// --- CPU kernel with the relative position term ---------------------------------------------
+
+struct RelativeCase {
+  int64_t batch, q_len, k_len, heads, head_dim;
+  bool lengths = false;          // the second entry sees part of the keys (none if q_len < 8)
+  bool shared_positions = true;  // positions [1, P, H, E], else [B, P, H, E]
+};
+
+struct RelativeInputs {
+  torch::Tensor q_content, q_position, k, v, positions;  // [B, L|S|P, H, E]
+  std::optional<torch::Tensor> lengths;
+};
+
+RelativeInputs make_relative_inputs(const RelativeCase& c, torch::Dtype dtype, int64_t seed) {
+  torch::manual_seed(seed);
+  const auto o = torch::dtype(dtype);
+  RelativeInputs in;
+  const auto q = torch::randn({c.batch, c.q_len, c.heads, c.head_dim}, o);
+  in.q_content = q + torch::randn({c.heads, c.head_dim}, o) * 0.5;
+  in.q_position = q + torch::randn({c.heads, c.head_dim}, o) * 0.5;
+  // Scores of a few units: softmaxes neither flat nor one-hot.
+  in.k = torch::randn({c.batch, c.k_len, c.heads, c.head_dim}, o) * 1.5;
+  in.v = torch::randn({c.batch, c.k_len, c.heads, c.head_dim}, o);
+  in.positions =
+      torch::randn({c.shared_positions ? 1 : c.batch, c.q_len + c.k_len - 1, c.heads, c.head_dim},
+                   o) *
+      1.5;
+  if (c.lengths) {
+    std::vector<int64_t> lengths(static_cast<size_t>(c.batch), c.k_len);
+    lengths.back() = c.k_len * 2 / 3;
+    in.lengths = torch::tensor(lengths, torch::kLong);
+  }
+  return in;
+}
+
+// Transformer-XL's score index by index (query i's position score with key j is row L − 1 − i + j
+// of positions), the softmax over the keys within the length, in `compute`: [B, L, H, E].
+torch::Tensor relative_attention_math(const RelativeInputs& in, double scale,
+                                      torch::Dtype compute) {
+  const auto heads_first = [&](const torch::Tensor& t) { return t.to(compute).transpose(1, 2); };
+  const auto qc = heads_first(in.q_content), qp = heads_first(in.q_position);
+  const auto k = heads_first(in.k), v = heads_first(in.v), pos = heads_first(in.positions);
+  const int64_t l = qc.size(2), s = k.size(2);
+  const auto i = torch::arange(l, torch::kLong).view({l, 1});
+  const auto j = torch::arange(s, torch::kLong).view({1, s});
+  const auto rows = (l - 1 - i + j).view({1, 1, l, s});
+  const auto position_scores = torch::matmul(qp, pos.transpose(-2, -1));  // [B, H, L, P]
+  auto scores = (torch::matmul(qc, k.transpose(-2, -1)) +
+                 position_scores.gather(3, rows.expand({qc.size(0), qc.size(1), l, s}))) *
+                scale;
+  if (in.lengths) {
+    const auto excluded = (j.view({1, 1, 1, s}) >= in.lengths->view({-1, 1, 1, 1}));
+    scores = scores.masked_fill(excluded, -std::numeric_limits<double>::infinity());
+  }
+  return torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2);
+}
+
+std::vector<RelativeCase> relative_cases() {
+  return {
+      {1, 1, 1, 1, 4},
+      {2, 7, 7, 2, 8, true},
+      {2, 197, 197, 3, 64, true, false},  // per-entry positions
+      {1, 300, 300, 4, 36},               // two key blocks
+      {2, 37, 513, 2, 36, true},          // a cache: fewer queries than keys, three blocks
+      {2, 13, 29, 2, 13, false, false},   // an odd head dim
+      {1, 600, 600, 1, 24},               // three blocks, a tile's window across groups
+  };
+}
+
+// As flash_attention's kernel: at most twice the error of the same formula in LibTorch ops (in
+// float32 for both dtypes, as the op's reference) against float64, plus two units in the last
+// place of the largest output. Each path, float32 and bfloat16.
+TEST(FlashAttention, CpuRelativeKernelIsAsAccurateAsLibTorch) {
+  const auto paths = cpu_kernel_paths();
+  if (paths.empty()) GTEST_SKIP() << "the CPU has no AVX2 + FMA: the CPU kernel is untested";
+  for (const auto& path : paths) {
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      for (const auto& c : relative_cases()) {
+        const auto in = make_relative_inputs(c, dtype, 11);
+        const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+        const auto expected = relative_attention_math(in, scale, torch::kFloat64);
+        const auto theirs = relative_attention_math(in, scale, torch::kFloat32).to(dtype);
+        CpuIsa isa(path.c_str());
+        const auto out = attnzoo::kernels::flash_attention_relative_cpu(
+            in.q_content, in.q_position, in.k, in.v, in.positions, in.lengths, scale);
+        std::ostringstream what;
+        what << path << " " << c10::toString(dtype) << " B=" << c.batch << " L=" << c.q_len
+             << " S=" << c.k_len << " H=" << c.heads << " E=" << c.head_dim
+             << (c.lengths ? " lengths" : "") << (c.shared_positions ? "" : " per-entry");
+        ASSERT_EQ(out.sizes(), expected.sizes()) << what.str();
+        ASSERT_EQ(out.scalar_type(), dtype) << what.str();
+        const double ours = (out.to(torch::kFloat64) - expected).abs().max().item<double>();
+        const double libtorch = (theirs.to(torch::kFloat64) - expected).abs().max().item<double>();
+        const double ulp =
+            2 * attnzoo::testing::epsilon(dtype) * expected.abs().max().item<double>();
+        EXPECT_LE(ours, 2 * libtorch + ulp) << what.str() << ": LibTorch's error " << libtorch;
+      }
+    }
+  }
+}
+
+// The position term counts: without it (zero positions) the output is another one, and a shift
+// of the positions by one row changes it too (the index L − 1 − i + j, not a neighbour, is read).
+TEST(FlashAttention, CpuRelativeKernelReadsTheShiftedPositionRow) {
+  if (cpu_kernel_paths().empty()) GTEST_SKIP() << "the CPU has no AVX2 + FMA";
+  const RelativeCase c{1, 20, 20, 2, 16};
+  auto in = make_relative_inputs(c, torch::kFloat32, 12);
+  const double scale = 0.25;
+  const auto run = [&](const torch::Tensor& positions) {
+    return attnzoo::kernels::flash_attention_relative_cpu(in.q_content, in.q_position, in.k, in.v,
+                                                          positions, std::nullopt, scale);
+  };
+  const auto expected = relative_attention_math(in, scale, torch::kFloat64);
+  EXPECT_LE((run(in.positions).to(torch::kFloat64) - expected).abs().max().item<double>(), 1e-5);
+  const auto rolled = torch::roll(in.positions, 1, 1);
+  EXPECT_GT((run(rolled).to(torch::kFloat64) - expected).abs().max().item<double>(), 1e-2);
+  EXPECT_GT((run(torch::zeros_like(in.positions)).to(torch::kFloat64) - expected)
+                .abs()
+                .max()
+                .item<double>(),
+            1e-2);
+}
+
+TEST(FlashAttention, CpuRelativeKernelRefusalsNameTheArgument) {
+  const auto in = make_relative_inputs({2, 5, 5, 2, 8}, torch::kFloat32, 13);
+  using attnzoo::kernels::flash_attention_relative_cpu;
+  EXPECT_THAT(error_of<c10::ValueError>([&] {
+                flash_attention_relative_cpu(in.q_content, in.q_position, in.k, in.v,
+                                             in.positions.narrow(1, 0, 8), std::nullopt, 1.0);
+              }),
+              HasSubstr("positions must be [1|B, L + S - 1, H, E] = [1|2, 9, 2, 8]"));
+  EXPECT_THAT(error_of<c10::ValueError>([&] {
+                flash_attention_relative_cpu(in.q_content, in.q_position.narrow(1, 0, 4), in.k,
+                                             in.v, in.positions, std::nullopt, 1.0);
+              }),
+              HasSubstr("q_position must be q_content's"));
+  EXPECT_THAT(error_of<c10::ValueError>([&] {
+                flash_attention_relative_cpu(in.q_content, in.q_position, in.k,
+                                             in.v.to(torch::kFloat64), in.positions, std::nullopt,
+                                             1.0);
+              }),
+              HasSubstr("every input must be a CPU tensor of q_content's dtype"));
+  EXPECT_THAT(error_of<c10::ValueError>([&] {
+                flash_attention_relative_cpu(in.q_content, in.q_position, in.k, in.v, in.positions,
+                                             torch::tensor({1.0, 2.0}), 1.0);
+              }),
+              HasSubstr("key_lengths must be integral [B] = [2]"));
+}
+
 // --- CUDA ------------------------------------------------------------------------------------
 
 // Fills freed blocks of the caching allocator with NaN, so that the outputs the op allocates next

@@ -7,6 +7,7 @@
 #include "layers/attention_test_util.h"
 #include "tools/bench/memory_tracking.h"
 
+#include <attnzoo/kernels/ops.h>
 #include <attnzoo/layers/attention_relative.h>
 
 #include <gtest/gtest.h>
@@ -398,6 +399,36 @@ TEST(RelativeAttention, InferenceAndTrainingPathsAgreeAndFloat32IsClose) {
     *t = t->to(torch::kDouble);
   }
   EXPECT_LE(max_abs_diff(inference.to(torch::kDouble), materialised(d)), 1e-5);
+}
+
+// Inference in float32 and bfloat16 with key lengths takes the CPU kernel
+// (flash_attention_relative_cpu); float64 and an explicit strip size take the strips. Both against
+// the materialised float64 path; the kernel within its dtype's rounding, and not the strips' bits.
+TEST(RelativeAttention, InferenceInFloat32AndBfloat16TakesTheCpuKernel) {
+  if (kernels::flash_attention_cpu_vector_width() == 0) GTEST_SKIP() << "no AVX2 + FMA";
+  torch::manual_seed(8);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    auto p = random_problem(2, 4, 50, 50, 16, RelativeLayout::kShifted, true, dtype);
+    p.value = p.value.narrow(3, 0, 16).contiguous();
+    p.mask = AttentionMask().key_lengths(torch::tensor({50, 31}));
+    auto d = p;
+    for (auto* t : {&d.query, &d.key, &d.value, &d.positions, &d.content_bias, &d.position_bias}) {
+      *t = t->to(torch::kDouble);
+    }
+    const auto expected = materialised(d);
+    const auto kernel = relative_position_attention(p);
+    auto forced = p;
+    forced.strip_rows = 16;
+    const auto strips = relative_position_attention(forced);
+    ASSERT_EQ(kernel.sizes(), expected.sizes());
+    ASSERT_EQ(kernel.scalar_type(), dtype);
+    const double largest = expected.abs().max().item<double>();
+    const double bound = dtype == torch::kFloat ? 1e-5 : 4 * 0.0078125 * largest;
+    EXPECT_LE(max_abs_diff(kernel.to(torch::kDouble), expected), bound);
+    EXPECT_LE(max_abs_diff(strips.to(torch::kDouble), expected), bound);
+    EXPECT_FALSE(torch::equal(kernel, strips));
+  }
 }
 
 TEST(RelativeAttention, FullyMaskedRowsAreZeroAndNanInputsStayVisible) {
