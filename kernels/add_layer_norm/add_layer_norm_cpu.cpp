@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 namespace attnzoo::kernels {
@@ -45,7 +46,10 @@ inline __attribute__((always_inline)) float lanes_sum(const Half& lo, const Half
   return total;
 }
 
-// What one call normalises: rows of `cols` contiguous elements.
+// What one call normalises: rows of `cols` contiguous elements. T: float, or uint16_t for
+// bfloat16, whose bits the loops convert themselves (through c10::BFloat16's conversions, a
+// struct and a NaN branch per element, the compilers left the loops scalar: 3 times slower than
+// float32 and than LibTorch's unfused ops).
 template <typename T>
 struct RowsView {
   const T* x;
@@ -61,11 +65,28 @@ struct RowsView {
 };
 
 inline float widen(float v) { return v; }
-inline float widen(c10::BFloat16 v) { return static_cast<float>(v); }
+
+// bfloat16 bits to float32: the upper half of its bits.
+inline float widen(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float v;
+  std::memcpy(&v, &u, sizeof v);
+  return v;
+}
 
 template <typename T>
 inline T narrow_to(float v) {
-  return static_cast<T>(v);
+  return v;
+}
+
+// float32 to bfloat16 bits as c10::BFloat16 converts (round to nearest even, NaN to 0x7fc0),
+// without a branch.
+template <>
+inline uint16_t narrow_to<uint16_t>(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : rounded);
 }
 
 // Rows [begin, end). `row` holds the widened sum of the current row (float32, cols elements).
@@ -123,21 +144,28 @@ inline __attribute__((always_inline)) void normalize_rows(const RowsView<T>& v, 
     v.mean[r] = mean;
     v.rstd[r] = rstd;
 
-    // Four loops rather than a branch per element, so that each vectorises.
+    // Four loops rather than a branch per element, so that each vectorises. float32 rows are
+    // written to the output; bfloat16 ones back into `row`, then rounded in a loop of their own
+    // (clang left the fused form scalar).
+    float* dst;
+    if constexpr (std::is_same_v<T, float>) {
+      dst = out;
+    } else {
+      dst = row;
+    }
     if (weight && bias) {
       for (int64_t i = 0; i < n; ++i) {
-        out[i] = narrow_to<T>((row[i] - mean) * rstd * widen(weight[i]) + widen(bias[i]));
+        dst[i] = (row[i] - mean) * rstd * widen(weight[i]) + widen(bias[i]);
       }
     } else if (weight) {
-      for (int64_t i = 0; i < n; ++i) {
-        out[i] = narrow_to<T>((row[i] - mean) * rstd * widen(weight[i]));
-      }
+      for (int64_t i = 0; i < n; ++i) dst[i] = (row[i] - mean) * rstd * widen(weight[i]);
     } else if (bias) {
-      for (int64_t i = 0; i < n; ++i) {
-        out[i] = narrow_to<T>((row[i] - mean) * rstd + widen(bias[i]));
-      }
+      for (int64_t i = 0; i < n; ++i) dst[i] = (row[i] - mean) * rstd + widen(bias[i]);
     } else {
-      for (int64_t i = 0; i < n; ++i) out[i] = narrow_to<T>((row[i] - mean) * rstd);
+      for (int64_t i = 0; i < n; ++i) dst[i] = (row[i] - mean) * rstd;
+    }
+    if constexpr (!std::is_same_v<T, float>) {
+      for (int64_t i = 0; i < n; ++i) out[i] = narrow_to<T>(row[i]);
     }
   }
 }
@@ -212,14 +240,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_forwar
   if (rows == 0) {
     return {sum, normed, mean, rstd};
   }
+  // T: the tensors' element type; S: what the loops read it as (bfloat16 as its bits).
   const auto run = [&](auto tag) {
     using T = decltype(tag);
-    RowsView<T> view{x.const_data_ptr<T>(),
-                     residual.const_data_ptr<T>(),
-                     data_or_null<T>(weight),
-                     data_or_null<T>(bias),
-                     sum.mutable_data_ptr<T>(),
-                     normed.mutable_data_ptr<T>(),
+    using S = std::conditional_t<std::is_same_v<T, float>, float, uint16_t>;
+    const auto in = [](const T* p) { return reinterpret_cast<const S*>(p); };
+    const auto out = [](T* p) { return reinterpret_cast<S*>(p); };
+    RowsView<S> view{in(x.const_data_ptr<T>()),
+                     in(residual.const_data_ptr<T>()),
+                     in(data_or_null<T>(weight)),
+                     in(data_or_null<T>(bias)),
+                     out(sum.mutable_data_ptr<T>()),
+                     out(normed.mutable_data_ptr<T>()),
                      mean.mutable_data_ptr<float>(),
                      rstd.mutable_data_ptr<float>(),
                      cols,
