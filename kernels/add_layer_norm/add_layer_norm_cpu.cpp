@@ -13,6 +13,7 @@
 // written for the compiler to vectorise, once for AVX2 + FMA and once for the baseline, picked at
 // run time by what the processor supports.
 #include <attnzoo/kernels/add_layer_norm/add_layer_norm_op.h>
+#include <attnzoo/kernels/common/cpu_vector.h>
 #include <attnzoo/kernels/cpu_parallel.h>
 
 #include <ATen/ATen.h>
@@ -175,17 +176,11 @@ void normalize_rows_baseline(const RowsView<T>& v, int64_t begin, int64_t end, f
   normalize_rows(v, begin, end, row);
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define ATTNZOO_ADD_LAYER_NORM_AVX2 1
+#ifdef ATTNZOO_CPU_X86_KERNELS
 template <typename T>
-__attribute__((target("avx2,fma"))) void normalize_rows_avx2(const RowsView<T>& v, int64_t begin,
-                                                             int64_t end, float* row) {
+ATTNZOO_TARGET_AVX2_FMA void normalize_rows_avx2(const RowsView<T>& v, int64_t begin, int64_t end,
+                                                 float* row) {
   normalize_rows(v, begin, end, row);
-}
-
-bool has_avx2_fma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
 }
 #endif
 
@@ -196,8 +191,8 @@ void run_rows(const RowsView<T>& v, int64_t rows) {
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / v.cols);
   kernels::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     std::vector<float> row(static_cast<size_t>(v.cols));
-#ifdef ATTNZOO_ADD_LAYER_NORM_AVX2
-    if (has_avx2_fma()) {
+#ifdef ATTNZOO_CPU_X86_KERNELS
+    if (cpu::has_avx2_fma()) {
       normalize_rows_avx2(v, begin, end, row.data());
       return;
     }

@@ -37,6 +37,7 @@
 // in float32 0.8 to 1.15 of its time by machine and shape, whole models unchanged, so sdpa stays
 // the CPU's float32 default; in bfloat16 with AVX512-BF16 about half its time, so the `flash`
 // backend's `auto` takes it for bfloat16 inference there.
+#include <attnzoo/kernels/common/cpu_vector.h>
 #include <attnzoo/kernels/cpu_parallel.h>
 #include <attnzoo/kernels/flash_attn/flash_attn_op.h>
 #include <attnzoo/kernels/ops.h>
@@ -68,78 +69,18 @@
 #define ATTNZOO_UNROLL
 #endif
 
-// The vector helpers below are always inlined into the AVX-512 and AVX2 functions, so no call
-// passes a vector across the boundary between code of two instruction sets, which is what
-// -Wpsabi warns of for every helper taking or returning one.
+// The vector helpers (common/cpu_vector.h and below) are always inlined into the AVX-512 and AVX2
+// functions, so no call passes a vector across the boundary between code of two instruction sets,
+// which is what -Wpsabi warns of for every helper taking or returning one.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace attnzoo::kernels {
 namespace {
 
-constexpr int kRows = 6;             // queries per tile: the rows of both register blocks
-constexpr int64_t kKeyBlock = 256;   // keys per online-softmax step (a multiple of 2W)
-constexpr float kExpFloor = -87.0f;  // below it exp() is under float32's smallest normal: 0
+using namespace cpu;  // NOLINT(google-build-using-namespace): the vector helpers
 
-// W float32 lanes (W = 16: one AVX-512 register, W = 8: one AVX2 register), loaded and stored
-// unaligned.
-template <int W>
-struct Lanes {
-  using F = float __attribute__((vector_size(W * sizeof(float)), aligned(sizeof(float))));
-  using I = int32_t __attribute__((vector_size(W * sizeof(int32_t)), aligned(sizeof(float))));
-};
-
-template <int W>
-inline __attribute__((always_inline)) typename Lanes<W>::F load(const float* p) {
-  typename Lanes<W>::F v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-template <int W>
-inline __attribute__((always_inline)) void store(float* p, typename Lanes<W>::F v) {
-  std::memcpy(p, &v, sizeof v);
-}
-
-// x in every lane (x - 0 is x for every float, so the subtraction folds away; x + 0 is not, for
-// x = -0, and would cost an addition).
-template <int W>
-inline __attribute__((always_inline)) typename Lanes<W>::F splat(float x) {
-  return x - typename Lanes<W>::F{};
-}
-
-// Lane by lane: a where `take_a` is all ones, else b.
-template <int W>
-inline __attribute__((always_inline)) typename Lanes<W>::F select(typename Lanes<W>::I take_a,
-                                                                  typename Lanes<W>::F a,
-                                                                  typename Lanes<W>::F b) {
-  using I = typename Lanes<W>::I;
-  using F = typename Lanes<W>::F;
-  return (F)(((I)a & take_a) | ((I)b & ~take_a));
-}
-
-// exp(x) for x <= 0 (scores less their row's maximum); 0 below kExpFloor and for -inf. Range
-// reduction x = n·ln2 + r, |r| <= ln2/2 (ln2 in two parts, so n·ln2 is exact), then a degree-6
-// polynomial of r (the minimax coefficients of Cephes' expf) and 2^n by the exponent bits.
-template <int W>
-inline __attribute__((always_inline)) typename Lanes<W>::F exp_nonpositive(typename Lanes<W>::F x) {
-  using F = typename Lanes<W>::F;
-  using I = typename Lanes<W>::I;
-  const I underflow = (I)(x < splat<W>(kExpFloor));
-  x = select<W>(underflow, splat<W>(kExpFloor), x);
-  constexpr float kRound = 12582912.0f;  // 1.5·2^23: adding and removing it rounds to an integer
-  const F n = (x * 1.44269504088896341f + kRound) - kRound;
-  F r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  F p = splat<W>(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  const I exponent = (__builtin_convertvector(n, I) + 127) << 23;
-  return select<W>(underflow, F{}, p * (F)exponent);
-}
+constexpr int kRows = 6;            // queries per tile: the rows of both register blocks
+constexpr int64_t kKeyBlock = 256;  // keys per online-softmax step (a multiple of 2W)
 
 // s[r, j] = Σ_c q[r, c]·k[j, c] for the keys of `groups` packed groups (an even count), kR rows.
 // q: kR x e (row stride e), kp: [groups][e][W], s: kR x ld.
@@ -708,29 +649,17 @@ inline __attribute__((always_inline)) void attend_tasks(const Problem<T>& P, Spl
 
 #ifdef ATTNZOO_FLASH_CPU_KERNELS
 template <bool kDot, typename T, typename Packed>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))) void attend_avx512(
-    const Problem<T>& P, Split split, const Packed* packed_k, const Packed* packed_v,
-    const Packed* packed_pos, int64_t begin, int64_t end) {
+ATTNZOO_TARGET_AVX512 void attend_avx512(const Problem<T>& P, Split split, const Packed* packed_k,
+                                         const Packed* packed_v, const Packed* packed_pos,
+                                         int64_t begin, int64_t end) {
   attend_tasks<16, kDot>(P, split, packed_k, packed_v, packed_pos, begin, end);
 }
 
 template <typename T>
-__attribute__((target("avx2,fma"))) void attend_avx2(const Problem<T>& P, Split split,
-                                                     const float* packed_k, const float* packed_v,
-                                                     const float* packed_pos, int64_t begin,
-                                                     int64_t end) {
+ATTNZOO_TARGET_AVX2_FMA void attend_avx2(const Problem<T>& P, Split split, const float* packed_k,
+                                         const float* packed_v, const float* packed_pos,
+                                         int64_t begin, int64_t end) {
   attend_tasks<8, false>(P, split, packed_k, packed_v, packed_pos, begin, end);
-}
-
-bool has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  return has;
-}
-
-bool has_avx2_fma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
 }
 
 bool has_avx512_bf16() {
