@@ -96,6 +96,38 @@ torch::Tensor flash_attention_relative_cpu(const torch::Tensor& q_content,
                                            const std::optional<torch::Tensor>& key_lengths,
                                            double scale);
 
+// The passes around the int8 matrix product of the CPU's int8 linear layers
+// (layers/quantized_linear.h), in vector loops for AVX-512, AVX2 + FMA or the baseline by what the
+// processor supports (int8_rows_cpu_vector_width: 16, 8 or 4 float32 lanes; ATTNZOO_INT8_ROWS_ISA
+// =avx2 or =baseline in the environment, read at each call, lowers it). Inference only (no
+// gradients); CPU tensors, rows contiguous.
+//
+// quantize_rows_int8: symmetric per-row quantization, scale_m = max_k |x[m, k]| / 127 (1 for a
+// row of zeros) and values = round(x / scale_m) (ties to even, in [-127, 127]); a row holding NaN
+// or an infinity gets scale NaN and values 0, so that whatever it meets downstream is NaN.
+// x: float32 or bfloat16 [M, K] -> values int8 [M, K], scales float32 [M]
+std::tuple<torch::Tensor, torch::Tensor> quantize_rows_int8(const torch::Tensor& x);
+
+// The product's scale-back: y[m, n] = act(acc[m, n]·row_scales[m]·col_scales[n] + bias[n]) in
+// float32 arithmetic, written as `dtype` (float32, or bfloat16 rounded to nearest even). act:
+// "none", "gelu" (erf; |error| <= 1.2e-7·|x| beyond float32 rounding), "gelu_tanh", "silu",
+// "relu".
+// acc: int32 or float32 [M, N], row_scales [M], col_scales [N], bias [N] float32 -> y [M, N]
+torch::Tensor dequantize_rows_int8(const torch::Tensor& acc, const torch::Tensor& row_scales,
+                                   const torch::Tensor& col_scales,
+                                   const std::optional<torch::Tensor>& bias,
+                                   const std::string& activation, torch::ScalarType dtype);
+
+// quantize_rows_int8 of dequantize_rows_int8's float32 y, without y in memory: the input of the
+// next int8 layer (an MLP's hidden activations), each row held in cache between the two passes.
+//   -> values int8 [M, N], scales float32 [M]
+std::tuple<torch::Tensor, torch::Tensor> requantize_rows_int8(
+    const torch::Tensor& acc, const torch::Tensor& row_scales, const torch::Tensor& col_scales,
+    const std::optional<torch::Tensor>& bias, const std::string& activation);
+
+// The float32 lanes of the int8 row passes on this processor: 16 (AVX-512), 8 (AVX2 + FMA) or 4.
+int64_t int8_rows_cpu_vector_width();
+
 // The gradients of flash_attention's out given d_out, from its out and lse (what autograd calls;
 // exposed for tests and custom backward passes). On CUDA, bf16 and fp16 with E <= 128 run the fused
 // backward kernel (FlashAttention-2's: no [L, S] matrix in memory); the rest the LibTorch

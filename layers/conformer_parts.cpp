@@ -55,6 +55,12 @@ torch::Tensor ConformerFeedForwardImpl::forward(const torch::Tensor& x) {
 
 torch::Tensor ConformerFeedForwardImpl::forward_normed(const torch::Tensor& h) {
   // Swish = SiLU (Ramachandran et al. 2017), as the paper's figure 4.
+  if (!is_training()) {
+    if (auto y = PackedLinear::int8_pair(linear1_packed_, linear1, linear2_packed_, linear2, h,
+                                         Activation::kSilu)) {
+      return *y;
+    }
+  }
   const auto hidden = linear1_packed_(linear1, h, Activation::kSilu);
   return dropout(linear2_packed_(linear2, dropout(hidden)));
 }

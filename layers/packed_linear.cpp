@@ -126,23 +126,42 @@ Int8Weight PackedLinear::quantized(const torch::Tensor& weight) const {
   return quantized_;
 }
 
+bool PackedLinear::runs_int8(const torch::Tensor& x, const torch::Tensor& weight,
+                             int64_t rows) const {
+  if (!int8_ || recording(x, weight)) return false;
+  TORCH_CHECK_VALUE(x.device().is_cpu() && weight.device().is_cpu(),
+                    "int8 inference (inference.quantize: int8) runs on the CPU; this layer's "
+                    "input is on ",
+                    x.device().str(), " and its weight on ", weight.device().str());
+  TORCH_CHECK_VALUE((x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kBFloat16) &&
+                        weight.scalar_type() == x.scalar_type(),
+                    "int8 inference (inference.quantize: int8) takes a float32 or bfloat16 "
+                    "model, got input ",
+                    x.scalar_type(), " and weight ", weight.scalar_type());
+  return int8_pays(rows, weight.size(1), weight.size(0));
+}
+
+std::optional<torch::Tensor> PackedLinear::int8_pair(
+    const PackedLinear& first, const torch::nn::Linear& first_linear, const PackedLinear& second,
+    const torch::nn::Linear& second_linear, const torch::Tensor& x, Activation activation) {
+  const auto& w1 = first_linear->weight;
+  const auto& w2 = second_linear->weight;
+  const int64_t rows = x.size(-1) == 0 ? 0 : x.numel() / x.size(-1);
+  if (!first.runs_int8(x, w1, rows) || !second.runs_int8(x, w2, rows)) return std::nullopt;
+  const auto hidden = int8_linear_to_rows(x, first.quantized(w1), first_linear->bias, activation);
+  auto sizes = x.sizes().vec();
+  sizes.back() = w2.size(0);
+  return int8_linear(hidden, second.quantized(w2), second_linear->bias, Activation::kNone,
+                     x.scalar_type())
+      .view(sizes);
+}
+
 torch::Tensor PackedLinear::operator()(const torch::nn::Linear& linear, const torch::Tensor& x,
                                        Activation activation) const {
   const auto& weight = linear->weight;
-  if (int8_ && !recording(x, weight)) {
-    TORCH_CHECK_VALUE(x.device().is_cpu() && weight.device().is_cpu(),
-                      "int8 inference (inference.quantize: int8) runs on the CPU; this layer's "
-                      "input is on ",
-                      x.device().str(), " and its weight on ", weight.device().str());
-    TORCH_CHECK_VALUE((x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kBFloat16) &&
-                          weight.scalar_type() == x.scalar_type(),
-                      "int8 inference (inference.quantize: int8) takes a float32 or bfloat16 "
-                      "model, got input ",
-                      x.scalar_type(), " and weight ", weight.scalar_type());
-    const int64_t rows = x.size(-1) == 0 ? 0 : x.numel() / x.size(-1);
-    if (int8_pays(rows, weight.size(1), weight.size(0))) {
-      return apply_activation(int8_linear(x, quantized(weight), linear->bias), activation);
-    }
+  const int64_t rows = x.size(-1) == 0 ? 0 : x.numel() / x.size(-1);
+  if (runs_int8(x, weight, rows)) {
+    return int8_linear(x, quantized(weight), linear->bias, activation);
   }
   if (!applies(x, weight))
     return apply_activation(torch::linear(x, weight, linear->bias), activation);

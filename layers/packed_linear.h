@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 namespace attnzoo {
 
@@ -59,19 +60,33 @@ class PackedLinear {
   // Whether an int8 layer runs a call of `rows` rows in int8. int8_linear adds two passes over the
   // activations (quantizing the rows, scaling the product back) to a faster product; on a layer
   // narrower than kInt8MinWidth (its input or its output) over more than kInt8MaxNarrowRows rows,
-  // the passes cost what the product saves or more, so such calls take the float path and int8
-  // never makes a model slower than float32. Measured per layer against the float path, 2
-  // threads, on a 2-core AVX-512 VNNI Xeon (docs/benchmarks.md): at 197 rows every ViT-Ti layer
-  // (width 192) gains, 0.54-0.87 of the float time; at 1500-1576 rows the 192- and 144-wide ones
-  // range from 0.78 to 1.38, and every layer 256 or more wide gains (0.50-0.85).
-  static constexpr int64_t kInt8MinWidth = 256;
+  // they may cost what the product saves, so such calls take the float path. Measured per layer
+  // against the float path (tools/bench/bench_int8_linear, 2 threads, docs/benchmarks.md): on a
+  // 2-core Zen 5 EPYC (AVX-512 VNNI) every layer of ViT-Ti, -S, -B and conformer_s/m gains, 0.29
+  // to 0.95 of the float time, from 197 to 1576 rows; 144 wide (conformer_s) is the narrowest
+  // measured, and narrower layers over many rows stay float.
+  static constexpr int64_t kInt8MinWidth = 144;
   static constexpr int64_t kInt8MaxNarrowRows = 512;
   static bool int8_pays(int64_t rows, int64_t in_features, int64_t out_features);
   // Turns that fallback off (every int8 call in int8, e.g. to measure int8's accuracy alone) or
   // on again, process-wide; on by default, off when the environment has ATTNZOO_INT8_FALLBACK=0.
   static void set_int8_fallback(bool enabled);
 
+  // second(activation(first(x))), both layers through their PackedLinear, where both run this
+  // call in int8: the hidden activations go from the first layer's scale-back to the second
+  // layer's product as int8 rows (int8_linear_to_rows), never as float in memory. nullopt where
+  // either would not (int8 off, autograd recording, int8_pays); the caller then runs the layers
+  // one by one. Errors as operator() gives them.
+  static std::optional<torch::Tensor> int8_pair(const PackedLinear& first,
+                                                const torch::nn::Linear& first_linear,
+                                                const PackedLinear& second,
+                                                const torch::nn::Linear& second_linear,
+                                                const torch::Tensor& x, Activation activation);
+
  private:
+  // Whether this call runs in int8 (int8 on, autograd not recording, int8_pays); an error for an
+  // int8 call on another device or dtype.
+  bool runs_int8(const torch::Tensor& x, const torch::Tensor& weight, int64_t rows) const;
   // Whether `weight` is the one the cache was built from.
   bool cached(const torch::Tensor& weight) const;
   void remember(const torch::Tensor& weight) const;

@@ -1,61 +1,14 @@
-#include <attnzoo/kernels/cpu_parallel.h>
+#include <attnzoo/kernels/ops.h>
 #include <attnzoo/layers/attention_mask.h>  // shape_string
 #include <attnzoo/layers/cpu_features.h>
 #include <attnzoo/layers/quantized_linear.h>
 
 #include <torch/torch.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
+#include <optional>
 
 namespace attnzoo {
 namespace {
-
-constexpr float kRound = 12582912.0f;  // 1.5·2^23
-
-// Rows of x [M, K] float32 -> int8 [M, K] and their scales r_m [M] (1 for an all-zero row).
-void quantize_rows(const torch::Tensor& x, torch::Tensor& q, torch::Tensor& scales) {
-  const int64_t m = x.size(0), k = x.size(1);
-  const float* in = x.data_ptr<float>();
-  int8_t* out = q.data_ptr<int8_t>();
-  float* r = scales.data_ptr<float>();
-  attnzoo::kernels::parallel_for(0, m, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const float* xr = in + row * k;
-      // Both loops are written so that the compiler vectorises them. The largest magnitude as
-      // the largest bit pattern with the sign cleared (non-negative floats order as integers;
-      // an integer maximum vectorises where a float one, with its NaN rules, does not).
-      int32_t amax_bits = 0;
-      for (int64_t j = 0; j < k; ++j) {
-        int32_t bits;
-        std::memcpy(&bits, xr + j, sizeof bits);
-        bits &= 0x7fffffff;
-        amax_bits = amax_bits > bits ? amax_bits : bits;
-      }
-      // A NaN or an infinity (exponent all ones) leaves the row no meaningful scale: its outputs
-      // are NaN.
-      const bool finite = amax_bits < 0x7f800000;
-      float amax;
-      std::memcpy(&amax, &amax_bits, sizeof amax);
-      const float scale = !finite ? NAN : amax > 0.0f ? amax / 127.0f : 1.0f;
-      int8_t* qr = out + row * k;
-      r[row] = scale;
-      if (!finite) {  // NaN times anything stays NaN, whose conversion to an integer is undefined
-        std::memset(qr, 0, static_cast<size_t>(k));
-        continue;
-      }
-      const float inverse = 1.0f / scale;
-      for (int64_t j = 0; j < k; ++j) {
-        // |x·inverse| <= 127: adding and removing 1.5·2^23 rounds it to the nearest integer (ties
-        // to even) in float32's default rounding mode.
-        const float v = xr[j] * inverse;
-        qr[j] = static_cast<int8_t>(static_cast<int32_t>((v + kRound) - kRound));
-      }
-    }
-  });
-}
 
 // Whether the CPU has instructions for int8 dot products (VNNI, AMX), with which LibTorch's
 // integer matrix product goes through oneDNN. Without them it takes a scalar loop, 25 to 65 times
@@ -75,28 +28,40 @@ torch::Tensor integer_product(const torch::Tensor& q, const torch::Tensor& weigh
   return torch::mm(q.to(torch::kFloat), weight_t.to(torch::kFloat));
 }
 
-// y[m, n] = acc[m, n]·r_m·s_n + b[n], float32; acc int32 or float32.
-template <typename Acc>
-void dequantize(const torch::Tensor& acc, const torch::Tensor& row_scales,
-                const torch::Tensor& col_scales, const torch::Tensor& bias, torch::Tensor& y) {
-  const int64_t m = acc.size(0), n = acc.size(1);
-  const Acc* a = acc.data_ptr<Acc>();
-  const float* r = row_scales.data_ptr<float>();
-  const float* s = col_scales.data_ptr<float>();
-  const float* b = bias.defined() ? bias.data_ptr<float>() : nullptr;
-  float* out = y.data_ptr<float>();
-  attnzoo::kernels::parallel_for(0, m, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const Acc* ar = a + row * n;
-      float* yr = out + row * n;
-      const float rm = r[row];
-      if (b != nullptr) {
-        for (int64_t j = 0; j < n; ++j) yr[j] = static_cast<float>(ar[j]) * (rm * s[j]) + b[j];
-      } else {
-        for (int64_t j = 0; j < n; ++j) yr[j] = static_cast<float>(ar[j]) * (rm * s[j]);
-      }
-    }
-  });
+// x as rows [M, K] for the product, checked.
+torch::Tensor input_rows(const torch::Tensor& x, int64_t k, const char* op) {
+  TORCH_CHECK_VALUE(x.dim() >= 1 && x.size(-1) == k && x.device().is_cpu() &&
+                        (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kBFloat16),
+                    op, ": x must be float32 or bfloat16 [..., K = ", k, "] on the CPU, got ",
+                    shape_string(x.sizes()), " ", x.scalar_type(), " on ", x.device().str());
+  return x.reshape({-1, k}).contiguous();
+}
+
+// The bias as the scale-back reads it (float32), checked.
+std::optional<torch::Tensor> float_bias(const torch::Tensor& bias, int64_t n, const char* op) {
+  TORCH_CHECK_VALUE(!bias.defined() || (bias.dim() == 1 && bias.size(0) == n), op,
+                    ": bias must be [N = ", n, "], got ",
+                    bias.defined() ? shape_string(bias.sizes()) : "undefined");
+  if (!bias.defined()) return std::nullopt;
+  return bias.detach().to(torch::kCPU, torch::kFloat).contiguous();
+}
+
+Int8Rows quantized_rows(const torch::Tensor& rows) {
+  auto [values, scales] = kernels::quantize_rows_int8(rows);
+  return {values, scales};
+}
+
+// activation(in·Wᵀ + b) as dtype: the integer product, then its scale-back.
+torch::Tensor scaled_product(const Int8Rows& in, const Int8Weight& weight,
+                             const std::optional<torch::Tensor>& bias, Activation activation,
+                             torch::ScalarType dtype) {
+  if (in.values.size(0) == 0) {
+    return torch::empty({0, weight.out_features()}, in.scales.options().dtype(dtype));
+  }
+  torch::NoGradGuard no_grad;
+  const auto acc = integer_product(in.values, weight.weight_t);  // [M, N] int32 or float32
+  return kernels::dequantize_rows_int8(acc, in.scales, weight.scale, bias, to_string(activation),
+                                       dtype);
 }
 
 }  // namespace
@@ -115,35 +80,40 @@ Int8Weight quantize_weight_int8(const torch::Tensor& weight) {
   return {q.t().contiguous(), scale.contiguous()};
 }
 
+torch::Tensor int8_linear(const Int8Rows& x, const Int8Weight& weight, const torch::Tensor& bias,
+                          Activation activation, torch::ScalarType dtype) {
+  constexpr const char* op = "int8_linear";
+  TORCH_CHECK_VALUE(x.values.dim() == 2 && x.values.size(1) == weight.in_features() &&
+                        x.values.scalar_type() == torch::kChar,
+                    op, ": rows must be int8 [M, K = ", weight.in_features(), "], got ",
+                    shape_string(x.values.sizes()), " ", x.values.scalar_type());
+  return scaled_product(x, weight, float_bias(bias, weight.out_features(), op), activation, dtype);
+}
+
 torch::Tensor int8_linear(const torch::Tensor& x, const Int8Weight& weight,
-                          const torch::Tensor& bias) {
-  const int64_t k = weight.in_features(), n = weight.out_features();
-  TORCH_CHECK_VALUE(x.dim() >= 1 && x.size(-1) == k && x.device().is_cpu() &&
-                        (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kBFloat16),
-                    "int8_linear: x must be float32 or bfloat16 [..., K = ", k,
-                    "] on the CPU, got ", shape_string(x.sizes()), " ", x.scalar_type(), " on ",
-                    x.device().str());
-  TORCH_CHECK_VALUE(!bias.defined() || (bias.dim() == 1 && bias.size(0) == n),
-                    "int8_linear: bias must be [N = ", n, "], got ",
-                    bias.defined() ? shape_string(bias.sizes()) : "undefined");
-  torch::NoGradGuard no_grad;
+                          const torch::Tensor& bias, Activation activation) {
+  constexpr const char* op = "int8_linear";
+  const auto rows = input_rows(x, weight.in_features(), op);
+  const auto b = float_bias(bias, weight.out_features(), op);
   auto sizes = x.sizes().vec();
-  const auto rows = x.reshape({-1, k}).to(torch::kFloat).contiguous();
-  const int64_t m = rows.size(0);
-  sizes.back() = n;
-  if (m == 0) return torch::empty(sizes, x.options());
-  auto q = torch::empty({m, k}, rows.options().dtype(torch::kChar));
-  auto row_scales = torch::empty({m}, rows.options());
-  quantize_rows(rows, q, row_scales);
-  const auto acc = integer_product(q, weight.weight_t);  // [M, N] int32 or float32
-  auto y = torch::empty({m, n}, rows.options());
-  const auto b = bias.defined() ? bias.detach().to(torch::kFloat).contiguous() : torch::Tensor();
-  if (acc.scalar_type() == torch::kInt) {
-    dequantize<int32_t>(acc, row_scales, weight.scale, b, y);
-  } else {
-    dequantize<float>(acc, row_scales, weight.scale, b, y);
+  sizes.back() = weight.out_features();
+  return scaled_product(quantized_rows(rows), weight, b, activation, x.scalar_type()).view(sizes);
+}
+
+Int8Rows int8_linear_to_rows(const torch::Tensor& x, const Int8Weight& weight,
+                             const torch::Tensor& bias, Activation activation) {
+  constexpr const char* op = "int8_linear_to_rows";
+  const auto rows = input_rows(x, weight.in_features(), op);
+  const auto b = float_bias(bias, weight.out_features(), op);
+  const auto in = quantized_rows(rows);
+  if (rows.size(0) == 0) {
+    return {torch::empty({0, weight.out_features()}, in.values.options()), in.scales};
   }
-  return y.view(sizes).to(x.scalar_type());
+  torch::NoGradGuard no_grad;
+  const auto acc = integer_product(in.values, weight.weight_t);
+  auto [values, scales] =
+      kernels::requantize_rows_int8(acc, in.scales, weight.scale, b, to_string(activation));
+  return {values, scales};
 }
 
 }  // namespace attnzoo

@@ -28,6 +28,11 @@ void MlpImpl::reset() {
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   const auto activation = options.activation();
+  if (!is_training()) {
+    if (auto y = PackedLinear::int8_pair(fc1_packed_, fc1, fc2_packed_, fc2, x, activation)) {
+      return *y;
+    }
+  }
   const bool gelu = activation == Activation::kGelu || activation == Activation::kGeluTanh;
   const auto h = fused_epilogues() && gelu && options.bias()
                      ? kernels::bias_gelu(torch::linear(x, fc1->weight), fc1->bias,

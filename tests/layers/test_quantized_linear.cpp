@@ -6,6 +6,7 @@
 // layers switched at once by set_int8_inference.
 #include "common/test_util.h"
 
+#include <attnzoo/kernels/ops.h>
 #include <attnzoo/layers/attention.h>
 #include <attnzoo/layers/conformer_parts.h>
 #include <attnzoo/layers/int8_inference.h>
@@ -17,6 +18,8 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace attnzoo {
 namespace test_quantized_linear {
@@ -171,17 +174,18 @@ struct Blocks : torch::nn::Module {
 // stay the same call after call, and a weight update still reaches both.
 TEST(Int8Linear, NarrowLayersTakeTheFloatPathOnManyRows) {
   torch::manual_seed(5);
-  EXPECT_TRUE(PackedLinear::int8_pays(PackedLinear::kInt8MaxNarrowRows, 192, 576));
-  EXPECT_FALSE(PackedLinear::int8_pays(PackedLinear::kInt8MaxNarrowRows + 1, 192, 576));
-  EXPECT_FALSE(PackedLinear::int8_pays(1576, 768, 192));
-  EXPECT_TRUE(PackedLinear::int8_pays(1576, 256, 1024));
+  EXPECT_TRUE(PackedLinear::int8_pays(PackedLinear::kInt8MaxNarrowRows, 96, 288));
+  EXPECT_FALSE(PackedLinear::int8_pays(PackedLinear::kInt8MaxNarrowRows + 1, 96, 288));
+  EXPECT_FALSE(PackedLinear::int8_pays(1576, 384, 96));
+  EXPECT_TRUE(PackedLinear::int8_pays(1576, 144, 576));
+  EXPECT_TRUE(PackedLinear::int8_pays(1576, 768, 192));
   torch::NoGradGuard no_grad;
-  torch::nn::Linear narrow(192, 576), wide(256, 256);
+  torch::nn::Linear narrow(96, 288), wide(256, 256);
   PackedLinear narrow_int8, narrow_float, wide_int8;
   narrow_int8.set_int8(true);
   wide_int8.set_int8(true);
-  const auto few = torch::randn({2, 100, 192});   // 200 rows
-  const auto many = torch::randn({3, 400, 192});  // 1200 rows
+  const auto few = torch::randn({2, 100, 96});   // 200 rows
+  const auto many = torch::randn({3, 400, 96});  // 1200 rows
   const auto int8_of = [](const torch::nn::Linear& l, const torch::Tensor& x) {
     return int8_linear(x, quantize_weight_int8(l->weight), l->bias);
   };
@@ -202,6 +206,111 @@ TEST(Int8Linear, NarrowLayersTakeTheFloatPathOnManyRows) {
   const auto all_int8 = narrow_int8(narrow, many);
   PackedLinear::set_int8_fallback(true);
   EXPECT_EQ(max_abs_diff(all_int8, int8_of(narrow, many)), 0.0);
+}
+
+// The activation in the scale-back: the float activation of the float output, to float32's
+// rounding of the activation (the erf GELU within 1.2e-7·|x| more).
+TEST(Int8Linear, TheActivationInTheScaleBackIsTheFloatActivation) {
+  torch::manual_seed(6);
+  const auto x = torch::randn({5, 7, 80}) * 2;
+  const auto w = torch::randn({130, 80}) * 0.2;
+  const auto bias = torch::randn({130});
+  const auto quantized = quantize_weight_int8(w);
+  const auto plain = int8_linear(x, quantized, bias);
+  EXPECT_GT(plain.abs().max().item<double>(), 3.0);  // the activations' curved range is reached
+  for (const auto activation :
+       {Activation::kGelu, Activation::kGeluTanh, Activation::kSilu, Activation::kRelu}) {
+    const auto fused = int8_linear(x, quantized, bias, activation);
+    const auto expected = apply_activation(plain.to(torch::kDouble), activation);
+    const auto error = (fused.to(torch::kDouble) - expected).abs();
+    EXPECT_TRUE((error <= 1e-6 * (1 + plain.abs().to(torch::kDouble))).all().item<bool>())
+        << to_string(activation) << ": largest error " << error.max().item<double>();
+    EXPECT_GT(max_abs_diff(fused, plain), 0.1) << to_string(activation);
+  }
+}
+
+// int8_linear_to_rows is the float32 result quantized per row, exactly; the second layer of a
+// pair on those rows is int8_linear on them.
+TEST(Int8Linear, RowsOutEqualTheFloatResultQuantized) {
+  torch::manual_seed(7);
+  const auto x = torch::randn({3, 11, 64});
+  const auto w1 = torch::randn({200, 64}) * 0.1, w2 = torch::randn({48, 200}) * 0.1;
+  const auto b1 = torch::randn({200}), b2 = torch::randn({48});
+  const auto q1 = quantize_weight_int8(w1), q2 = quantize_weight_int8(w2);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const auto xd = x.to(dtype);
+    const auto rows = int8_linear_to_rows(xd, q1, b1, Activation::kGelu);
+    ASSERT_EQ(rows.values.sizes(), (std::vector<int64_t>{33, 200}));
+    const auto [values, scales] = kernels::quantize_rows_int8(
+        int8_linear(xd.to(torch::kFloat), q1, b1, Activation::kGelu).reshape({33, 200}));
+    EXPECT_TRUE(torch::equal(rows.values, values)) << dtype;
+    EXPECT_TRUE(torch::equal(rows.scales, scales)) << dtype;
+    const auto out = int8_linear(rows, q2, b2, Activation::kNone, dtype);
+    EXPECT_EQ(out.scalar_type(), dtype);
+    const auto two_steps =
+        int8_linear(int8_linear(xd.to(torch::kFloat), q1, b1, Activation::kGelu), q2, b2).to(dtype);
+    EXPECT_EQ(max_abs_diff(out, two_steps.reshape({33, 48})), 0.0) << dtype;
+  }
+  EXPECT_NE(error_of([&] {
+              int8_linear(Int8Rows{torch::zeros({2, 63}, torch::kChar), torch::ones({2})}, q1, b1,
+                          Activation::kNone, torch::kFloat);
+            }).find("K = 64"),
+            std::string::npos);
+  const auto none = int8_linear_to_rows(torch::randn({0, 64}), q1, b1, Activation::kNone);
+  EXPECT_EQ(none.values.sizes(), (std::vector<int64_t>{0, 200}));
+}
+
+// An MLP and a Conformer feed-forward module in int8 pass the hidden activations as int8 rows,
+// within int8's error of the float module. In float32 that changes no number (the float hidden,
+// quantized by the second layer, gives the same rows); in bfloat16 it shows: the one-by-one path
+// rounds the hidden activations to bfloat16 first, the pair does not.
+TEST(Int8Linear, FeedForwardPairsPassInt8Rows) {
+  torch::manual_seed(8);
+  Mlp mlp(MlpOptions(64, 256));
+  ConformerFeedForward feed_forward(ConformerFeedForwardOptions(64, 192));
+  mlp->eval();
+  feed_forward->eval();
+  const auto x = torch::randn({2, 13, 64});
+  torch::NoGradGuard no_grad;
+  const auto mlp_float = mlp->forward(x);
+  const auto ff_float = feed_forward->forward_normed(x);
+  mlp->set_int8(true);
+  feed_forward->set_int8(true);
+  const auto pair = [](const torch::nn::Linear& a, const torch::nn::Linear& b,
+                       const torch::Tensor& in, Activation activation) {
+    return int8_linear(
+               int8_linear_to_rows(in, quantize_weight_int8(a->weight), a->bias, activation),
+               quantize_weight_int8(b->weight), b->bias, Activation::kNone, in.scalar_type())
+        .view({2, 13, 64});
+  };
+  const auto one_by_one = [](const torch::nn::Linear& a, const torch::nn::Linear& b,
+                             const torch::Tensor& in, Activation activation) {
+    return int8_linear(int8_linear(in, quantize_weight_int8(a->weight), a->bias, activation),
+                       quantize_weight_int8(b->weight), b->bias);
+  };
+  const auto mlp_int8 = mlp->forward(x);
+  EXPECT_EQ(max_abs_diff(mlp_int8, pair(mlp->fc1, mlp->fc2, x, Activation::kGelu)), 0.0);
+  EXPECT_EQ(max_abs_diff(mlp_int8, one_by_one(mlp->fc1, mlp->fc2, x, Activation::kGelu)), 0.0);
+  const auto ff_int8 = feed_forward->forward_normed(x);
+  EXPECT_EQ(max_abs_diff(ff_int8,
+                         pair(feed_forward->linear1, feed_forward->linear2, x, Activation::kSilu)),
+            0.0);
+  for (const auto& [ours, reference] :
+       {std::pair{mlp_int8, mlp_float}, std::pair{ff_int8, ff_float}}) {
+    const double diff = max_abs_diff(ours, reference);
+    EXPECT_GT(diff, 0.0);
+    EXPECT_LT(diff, 0.03 * reference.abs().max().item<double>());
+  }
+  // bfloat16: the pair, not the one-by-one path.
+  mlp->to(torch::kBFloat16);
+  const auto x16 = x.to(torch::kBFloat16);
+  const auto mlp16 = mlp->forward(x16);
+  EXPECT_EQ(max_abs_diff(mlp16, pair(mlp->fc1, mlp->fc2, x16, Activation::kGelu)), 0.0);
+  EXPECT_GT(max_abs_diff(mlp16, one_by_one(mlp->fc1, mlp->fc2, x16, Activation::kGelu)), 0.0);
+  // In training mode (where dropout would act between them) the layers run one by one.
+  mlp->train();
+  EXPECT_EQ(max_abs_diff(mlp->forward(x16), one_by_one(mlp->fc1, mlp->fc2, x16, Activation::kGelu)),
+            0.0);
 }
 
 TEST(Int8Linear, AWholeModelSwitchedStaysCloseToFloat) {
