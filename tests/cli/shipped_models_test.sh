@@ -5,7 +5,8 @@
 # (docs/training/results.json): `attnzoo eval` must reproduce each accuracy within 0.5 points,
 # and the recognizer's word error rate, offline and in chunks of 16, within 0.5 points; with
 # inference.quantize=int8, within 0.2 points (vit_digits) and 0.5 (conformer_kws) of the fp32
-# figure; in bfloat16, all three within 0.2 points of it; and the logits of the shipped samples
+# figure (and the recognizer's WER within 0.3), also with bfloat16 activations between the int8
+# products; in bfloat16, all three within 0.2 points of it; and the logits of the shipped samples
 # within 0.05 of fp32's. The recognizer's beam search on its real outputs against
 # flashlight-text's (torchaudio's ctc_decoder). DATA_DIR holds
 # the test sets, made by tools/data/ (a CTest fixture; tools/setup.sh makes the same ones).
@@ -95,6 +96,13 @@ case "$case_name" in
     # int8 inference, every call in int8: within 0.3 points of the fp32 WER.
     ATTNZOO_INT8_FALLBACK=0 run 0 eval --model "$asr" --weights "$asr_w" \
       --data "$data/digit_strings/test.txt" --json --set inference.quantize=int8
+    check_wer test_wer 0.3
+    ;;
+  shipped_asr_eval_int8_bf16)
+    # int8 products with bfloat16 activations between them (--dtype bf16 with int8, what
+    # `--dtype auto` gives on a CPU with AVX512-BF16 or AMX): within 0.3 points of the fp32 WER.
+    ATTNZOO_INT8_FALLBACK=0 run 0 eval --model "$asr" --weights "$asr_w" \
+      --data "$data/digit_strings/test.txt" --json --set inference.quantize=int8 --dtype bf16
     check_wer test_wer 0.3
     ;;
   shipped_asr_eval_chunk16)
@@ -189,6 +197,11 @@ PY
       --data "$data/digits/test.txt" --json --set inference.quantize=int8
     check_accuracy vit_digits 0.2
     ;;
+  shipped_digits_eval_int8_bf16)
+    ATTNZOO_INT8_FALLBACK=0 run 0 eval --model "$vit" --weights "$vit_w" \
+      --data "$data/digits/test.txt" --json --set inference.quantize=int8 --dtype bf16
+    check_accuracy vit_digits 0.2
+    ;;
   shipped_digits_eval_bf16)
     run 0 eval --model "$vit" --weights "$vit_w" --data "$data/digits/test.txt" --json --dtype bf16
     check_accuracy vit_digits 0.2
@@ -202,6 +215,11 @@ PY
   shipped_keywords_eval_int8)
     ATTNZOO_INT8_FALLBACK=0 run 0 eval --model "$kws" --weights "$kws_w" \
       --data "$data/keywords/test.txt" --json --set inference.quantize=int8
+    check_accuracy conformer_kws 0.5
+    ;;
+  shipped_keywords_eval_int8_bf16)
+    ATTNZOO_INT8_FALLBACK=0 run 0 eval --model "$kws" --weights "$kws_w" \
+      --data "$data/keywords/test.txt" --json --set inference.quantize=int8 --dtype bf16
     check_accuracy conformer_kws 0.5
     ;;
   shipped_int8_logits)

@@ -8,6 +8,9 @@ depend on them. The peers (--peers, all by default):
   attnzoo_bf16     the same in bfloat16 (--dtype bf16)
   attnzoo_int8     the same with `--set inference.quantize=int8` (int8 weights per output
                    channel, activations per row)
+  attnzoo_int8_bf16  int8 with bfloat16 activations between the int8 products (`--dtype bf16`
+                   with int8: the attention, LayerNorms and residual stream in bfloat16), what
+                   `--dtype auto` gives with int8 on a CPU with AVX512-BF16 or AMX
   timm             timm eager (Python, the same LibTorch underneath)
   ort              ONNX Runtime on the model exported from timm (opset 17)
   ort_int8         ONNX Runtime on onnxruntime.quantization.quantize_dynamic's model of that
@@ -68,11 +71,11 @@ def ort_session(path: Path, threads: int):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-PEERS = ["attnzoo", "attnzoo_bf16", "attnzoo_int8", "timm", "ort", "ort_int8", "openvino_f32",
-         "openvino"]
+PEERS = ["attnzoo", "attnzoo_bf16", "attnzoo_int8", "attnzoo_int8_bf16", "timm", "ort", "ort_int8",
+         "openvino_f32", "openvino"]
 # The GEMM rate each peer's share is taken against.
 PEER_DTYPE = {"attnzoo_bf16": "bf16", "openvino": "bf16", "attnzoo_int8": "int8",
-              "ort_int8": "int8"}
+              "attnzoo_int8_bf16": "int8", "ort_int8": "int8"}
 
 
 def openvino_request(onnx_path: Path, shape, threads: int, precision=None):
@@ -191,6 +194,8 @@ def main() -> None:
                     "attnzoo": attnzoo_runner(),
                     "attnzoo_bf16": attnzoo_runner("bf16"),
                     "attnzoo_int8": attnzoo_runner(extra=["--set", "inference.quantize=int8"]),
+                    "attnzoo_int8_bf16": attnzoo_runner(
+                        "bf16", extra=["--set", "inference.quantize=int8"]),
                     "timm": python_runner(run_timm),
                     "ort": python_runner(lambda: sessions["ort"].run(None, {"pixels": xn})),
                     "ort_int8": python_runner(
