@@ -11,10 +11,11 @@
 // On CUDA (when the kernels are built) it runs bf16 and fp16 with head dims up to 128; on the CPU
 // float32 and bfloat16 where the processor has AVX2 + FMA (the CPU kernel, flash_attn_cpu.cpp).
 // `auto` prefers it on CUDA only with ATTNZOO_FLASH_AUTO=1 in the environment
-// (tools/device_check.sh sets it). On the CPU `auto` takes it for bfloat16 inference where the
-// processor has AVX512-BF16, whose dot products make it about twice as fast as LibTorch's sdpa
-// there; in float32, and wherever gradients are recorded (its CPU backward is the LibTorch
-// reference, with the [L, S] matrix in memory), sdpa stays (docs/benchmarks.md). Asked for by
+// (tools/device_check.sh sets it). On the CPU `auto` takes it for bfloat16 and float32 inference
+// where the processor has AVX512-BF16, whose dot products make it about twice as fast as
+// LibTorch's sdpa in bfloat16, and where its float32 path measured ahead of sdpa too; elsewhere,
+// and wherever gradients are recorded (its CPU backward is the LibTorch reference, with the
+// [L, S] matrix in memory), sdpa stays (docs/benchmarks.md). Asked for by
 // name, it runs whenever it supports the problem. No dropout; gradients through the op's autograd
 // formula.
 #include <attnzoo/kernels/ops.h>
@@ -36,8 +37,15 @@ class FlashAttention final : public AttentionBackend {
       const bool records_gradients =
           torch::GradMode::is_enabled() &&
           (p.query.requires_grad() || p.key.requires_grad() || p.value.requires_grad());
-      return p.query.scalar_type() == torch::kBFloat16 && !records_gradients &&
-             kernels::flash_attention_cpu_bfloat16_products();
+      // Inference only (the CPU backward is the reference's), on processors with AVX512-BF16:
+      // bfloat16 through its dot products (about half sdpa's time), float32 through the AVX-512
+      // path (on a Zen 5, whole fp32 ViTs 0.86-0.99 of their time with sdpa, int8 ViTs
+      // 0.90-0.97). The AVX-512 processor measured without AVX512-BF16 (an Ice Lake) ran the
+      // float32 kernel at 0.93-1.16 of sdpa's time: there, and on AVX2, sdpa stays.
+      if (records_gradients || !kernels::flash_attention_cpu_bfloat16_products()) return false;
+      const auto dtype = p.query.scalar_type();
+      return dtype == torch::kBFloat16 ||
+             (dtype == torch::kFloat && kernels::flash_attention_cpu_vector_width() == 16);
     }
     const char* opt_in = std::getenv("ATTNZOO_FLASH_AUTO");
     return p.query.is_cuda() && opt_in != nullptr && std::string(opt_in) == "1";

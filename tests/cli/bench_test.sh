@@ -149,7 +149,9 @@ import json, sys
 ops = {o["op"]: o for o in json.load(open(sys.argv[1]))["ops"]}
 linear = ops.get("mkldnn::_linear_pointwise") or ops.get("aten::linear")  # no oneDNN: LibTorch's
 assert linear and linear["calls_per_forward"] == 8, ops.keys()
-attention = [o for name, o in ops.items() if "scaled_dot_product" in name]
+# LibTorch's sdpa, or attnzoo's CPU kernel where `auto` takes it (processors with AVX512-BF16).
+attention = [o for name, o in ops.items()
+             if "scaled_dot_product" in name or name == "attnzoo::flash_attention"]
 assert attention and all(o["calls_per_forward"] == 2 for o in attention), attention
 assert all(o["self_ms_per_forward"] >= 0 for o in ops.values()), ops
 PY

@@ -191,10 +191,11 @@ TEST_F(Backends, PaddedKeysDoNotChangeTheResult) {
   }
 }
 
-// On the CPU, float32: flash (first in the order) is taken by name only; bfloat16, see
-// test_attention_flash.cpp.
+// On the CPU, float32 training: sdpa (flash, first in the order, takes inference where the
+// processor has AVX512-BF16: test_attention_flash.cpp).
 TEST_F(Backends, AutoPicksSdpaButMathForWeights) {
   auto p = testing::problem_of(random_qkv(1, 1, 2, 2, 4));
+  p.query = p.query.detach().requires_grad_();
   EXPECT_EQ(select_attention_backend("auto", p).name(), "sdpa");
   p.need_weights = true;
   EXPECT_EQ(select_attention_backend("auto", p).name(), "math");

@@ -116,19 +116,25 @@ TEST(FlashBackend, CpuKernelThroughTheBackendWithinTwiceMathsError) {
 TEST(FlashBackend, AutoTakesItOnlyWhereTheKernelRuns) {
   const auto t = testing::random_qkv(1, 2, 4, 4, 8);
   auto p = scaled_problem_of(t, AttentionMask());
-  // The CPU, float32: sdpa, also when opted in (the CPU kernel is no faster than sdpa there);
-  // asked by name, flash runs float32 where the CPU kernel does and says why not for float64.
-  EXPECT_EQ(select_attention_backend("auto", p).name(), "sdpa");
+  // The CPU, float32 inference: flash where the processor has AVX-512 and AVX512-BF16, else sdpa
+  // (also when opted in: ATTNZOO_FLASH_AUTO is CUDA's); sdpa where gradients are recorded. Asked
+  // by name, flash runs float32 where the CPU kernel does and says why not for float64.
+  const bool avx512 = kernels::flash_attention_cpu_vector_width() == 16 &&
+                      kernels::flash_attention_cpu_bfloat16_products();
+  EXPECT_EQ(select_attention_backend("auto", p).name(), avx512 ? "flash" : "sdpa");
   {
     const char* was = std::getenv("ATTNZOO_FLASH_AUTO");
     const std::string kept = was ? was : "";
     setenv("ATTNZOO_FLASH_AUTO", "1", 1);
-    EXPECT_EQ(select_attention_backend("auto", p).name(), "sdpa");
+    EXPECT_EQ(select_attention_backend("auto", p).name(), avx512 ? "flash" : "sdpa");
     if (was) {
       setenv("ATTNZOO_FLASH_AUTO", kept.c_str(), 1);
     } else {
       unsetenv("ATTNZOO_FLASH_AUTO");
     }
+    auto trained = p;
+    trained.query = trained.query.detach().requires_grad_();
+    EXPECT_EQ(select_attention_backend("auto", trained).name(), "sdpa");
   }
   // bfloat16 inference: flash where the CPU has AVX512-BF16 products, else sdpa; sdpa again
   // where gradients are recorded (the CPU backward is the reference's) or weights are asked for.
