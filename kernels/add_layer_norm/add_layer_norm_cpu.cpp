@@ -10,8 +10,9 @@
 //   no cancellation for rows whose mean is far from zero), rstd = 1 / sqrt(var + eps),
 //   normed = (s - mean) * rstd * weight + bias.
 // Statistics and normalisation in float32, as the reference computes them. The row loops are
-// written for the compiler to vectorise, once for AVX2 + FMA and once for the baseline, picked at
-// run time by what the processor supports.
+// written for the compiler to vectorise, once each for AVX-512, for AVX2 + FMA and for the
+// baseline, picked at run time by what the processor supports (the partial sums in the same order
+// on each).
 #include <attnzoo/kernels/add_layer_norm/add_layer_norm_op.h>
 #include <attnzoo/kernels/common/cpu_vector.h>
 #include <attnzoo/kernels/cpu_parallel.h>
@@ -178,6 +179,12 @@ void normalize_rows_baseline(const RowsView<T>& v, int64_t begin, int64_t end, f
 
 #ifdef ATTNZOO_CPU_X86_KERNELS
 template <typename T>
+ATTNZOO_TARGET_AVX512 void normalize_rows_avx512(const RowsView<T>& v, int64_t begin, int64_t end,
+                                                 float* row) {
+  normalize_rows(v, begin, end, row);
+}
+
+template <typename T>
 ATTNZOO_TARGET_AVX2_FMA void normalize_rows_avx2(const RowsView<T>& v, int64_t begin, int64_t end,
                                                  float* row) {
   normalize_rows(v, begin, end, row);
@@ -192,6 +199,10 @@ void run_rows(const RowsView<T>& v, int64_t rows) {
   kernels::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     std::vector<float> row(static_cast<size_t>(v.cols));
 #ifdef ATTNZOO_CPU_X86_KERNELS
+    if (cpu::has_avx512()) {
+      normalize_rows_avx512(v, begin, end, row.data());
+      return;
+    }
     if (cpu::has_avx2_fma()) {
       normalize_rows_avx2(v, begin, end, row.data());
       return;
