@@ -32,6 +32,16 @@ inline bool has_avx2_fma() {
 }
 #endif
 
+// Before a loop of a constant trip count: unrolled in full, so that an array of vectors indexed by
+// its counter stays in registers.
+#if defined(__clang__)
+#define ATTNZOO_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define ATTNZOO_UNROLL _Pragma("GCC unroll 16")
+#else
+#define ATTNZOO_UNROLL
+#endif
+
 constexpr float kExpFloor = -87.0f;  // below it exp() is under float32's smallest normal: 0
 
 // W float32 lanes (W = 16: one AVX-512 register, W = 8: one AVX2 register), loaded and stored

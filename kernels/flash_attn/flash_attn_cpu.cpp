@@ -61,14 +61,6 @@
 #include <optional>
 #include <vector>
 
-#if defined(__clang__)
-#define ATTNZOO_UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
-#define ATTNZOO_UNROLL _Pragma("GCC unroll 16")
-#else
-#define ATTNZOO_UNROLL
-#endif
-
 // The vector helpers (common/cpu_vector.h and below) are always inlined into the AVX-512 and AVX2
 // functions, so no call passes a vector across the boundary between code of two instruction sets,
 // which is what -Wpsabi warns of for every helper taking or returning one.

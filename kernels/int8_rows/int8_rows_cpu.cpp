@@ -7,16 +7,8 @@
 // vectors of the GCC and Clang vector extension (common/cpu_vector.h), compiled for AVX-512, for
 // AVX2 + FMA and for the baseline and picked at run time by what the processor supports.
 //
-// The activations in vector arithmetic (no libm call in the loops):
-//   GELU (erf):  x·Φ(x), with 2Φ(x) = erfc(−x/√2) and erfc(a) ≈ t·P(t)·e^(−a²), t = 1/(1 + p·a)
-//                for a ≥ 0 (Abramowitz and Stegun 7.1.26, |error| ≤ 1.5·10⁻⁷), 2 − erfc(a) for
-//                the other sign: |y − gelu(x)| ≤ 1.2·10⁻⁷·|x| plus float32 rounding.
-//   GELU (tanh): x·σ(2u), u = √(2/π)·(x + 0.044715·x³), as 1/(1 + e^(−2u)) or e^(2u)/(1 + e^(2u))
-//   by
-//                the sign of u, so that the exponential never overflows.
-//   SiLU:        x·σ(x), the same way.
-//   ReLU:        max(x, 0), NaN kept.
-// e^x for x ≤ 0 is the flash attention kernel's polynomial (relative error about 2·10⁻⁷).
+// The activations are common/cpu_activation.h's.
+#include <attnzoo/kernels/common/cpu_activation.h>
 #include <attnzoo/kernels/common/cpu_vector.h>
 #include <attnzoo/kernels/cpu_parallel.h>
 #include <attnzoo/kernels/ops.h>
@@ -40,18 +32,6 @@ namespace attnzoo::kernels {
 namespace {
 
 using namespace cpu;  // NOLINT(google-build-using-namespace): the vector helpers
-
-enum class Act { kNone, kGelu, kGeluTanh, kSilu, kRelu };
-
-Act parse_activation(const std::string& name, const char* op) {
-  if (name == "none") return Act::kNone;
-  if (name == "gelu") return Act::kGelu;
-  if (name == "gelu_tanh") return Act::kGeluTanh;
-  if (name == "silu") return Act::kSilu;
-  if (name == "relu") return Act::kRelu;
-  TORCH_CHECK_VALUE(false, op, ": activation must be none, gelu, gelu_tanh, silu or relu, got '",
-                    name, "'");
-}
 
 constexpr float kRound = 12582912.0f;  // 1.5·2^23: adding and removing it rounds to an integer
 
@@ -99,45 +79,6 @@ inline __attribute__((always_inline)) void narrow_store(uint16_t* p, typename La
   const typename Narrow<W>::U16 bits =
       __builtin_convertvector((rounded & ~nan) | (0x7fc0u & nan), typename Narrow<W>::U16);
   std::memcpy(p, &bits, sizeof bits);
-}
-
-// σ-like factor s/(1 + e) with e = e^(−|z|) and s = 1 for z ≥ 0, e for z < 0: σ(z) without an
-// overflowing exponential.
-template <int W>
-inline __attribute__((always_inline)) typename Lanes<W>::F sigmoid(typename Lanes<W>::F z) {
-  using F = typename Lanes<W>::F;
-  using I = typename Lanes<W>::I;
-  const F magnitude = (F)((I)z & 0x7fffffff);
-  const F e = exp_nonpositive<W>(-magnitude);
-  return select<W>((I)(z < F{}), e, splat<W>(1.0f)) / (1.0f + e);
-}
-
-template <Act A, int W>
-inline __attribute__((always_inline)) typename Lanes<W>::F activate(typename Lanes<W>::F x) {
-  using F = typename Lanes<W>::F;
-  using I = typename Lanes<W>::I;
-  if constexpr (A == Act::kNone) {
-    return x;
-  } else if constexpr (A == Act::kRelu) {
-    return select<W>((I)(x < F{}), F{}, x);
-  } else if constexpr (A == Act::kSilu) {
-    return x * sigmoid<W>(x);
-  } else if constexpr (A == Act::kGeluTanh) {
-    const F u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    return x * sigmoid<W>(u + u);
-  } else {
-    // 2Φ(x) = erfc(−z), z = x/√2: erfc(a) for z < 0 (a = |z|), 2 − erfc(a) for z ≥ 0.
-    const F z = x * 0.7071067811865476f;
-    const F a = (F)((I)z & 0x7fffffff);
-    const F t = 1.0f / (1.0f + 0.3275911f * a);
-    F poly = splat<W>(1.061405429f);
-    poly = poly * t - 1.453152027f;
-    poly = poly * t + 1.421413741f;
-    poly = poly * t - 0.284496736f;
-    poly = poly * t + 0.254829592f;
-    const F erfc = poly * t * exp_nonpositive<W>(-(a * a));
-    return 0.5f * x * select<W>((I)(z < F{}), erfc, 2.0f - erfc);
-  }
 }
 
 // Row r of an [M, n] problem: Lanes over the whole vectors, then the last n mod W elements
