@@ -128,6 +128,20 @@ std::tuple<torch::Tensor, torch::Tensor> requantize_rows_int8(
 // The float32 lanes of the int8 row passes on this processor: 16 (AVX-512), 8 (AVX2 + FMA) or 4.
 int64_t int8_rows_cpu_vector_width();
 
+// The float32 linear layer of CPU inference, y = act(x·Wᵀ + b), with the weight packed once
+// (linear_cpu/linear_cpu.cpp): on AVX-512 processors, where linear_packed_cpu_available().
+// Inference only (no gradients).
+//
+// pack_linear_weight_cpu: weight float32 [N, K] -> packed float32 [⌈N/32⌉, K, 32]
+// linear_packed_cpu: x float32 [..., K], packed (of an N x K weight), bias float32 [N] ->
+//   y float32 [..., N] (contiguous), each element one float32 sum over k in order, begun at the
+//   bias; activation as dequantize_rows_int8's.
+torch::Tensor pack_linear_weight_cpu(const torch::Tensor& weight);
+torch::Tensor linear_packed_cpu(const torch::Tensor& x, const torch::Tensor& packed,
+                                int64_t out_features, const std::optional<torch::Tensor>& bias,
+                                const std::string& activation);
+bool linear_packed_cpu_available();
+
 // The gradients of flash_attention's out given d_out, from its out and lse (what autograd calls;
 // exposed for tests and custom backward passes). On CUDA, bf16 and fp16 with E <= 128 run the fused
 // backward kernel (FlashAttention-2's: no [L, S] matrix in memory); the rest the LibTorch
