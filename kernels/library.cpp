@@ -31,6 +31,11 @@ TORCH_LIBRARY(attnzoo, m) {
       "_add_layer_norm_backward(Tensor? d_sum, Tensor d_normed, Tensor sum, Tensor mean, "
       "Tensor rstd, Tensor? weight, bool need_x, bool need_weight, bool need_bias) "
       "-> (Tensor?, Tensor?, Tensor?)");
+  // act(x·Wᵀ + b) for float32 CPU inference with W packed once by pack_linear_weight_cpu
+  // (ops.h); CPU only. x: [..., K], packed: [⌈N/32⌉, K, 32], bias: [N] -> [..., N]
+  m.def(
+      "linear_packed_cpu(Tensor x, Tensor packed, int out_features, Tensor? bias, "
+      "str activation) -> Tensor");
   // q: [B, L, H, E], k, v: [B, S, H, E] (any strides with E contiguous: views of a fused QKV),
   // key_lengths: int [B], bias: [1|B, 1|H, L, S] -> out [B, L, H, E], lse [B, H, L] (float32)
   m.def(

@@ -1,3 +1,4 @@
+#include <attnzoo/kernels/ops.h>
 #include <attnzoo/layers/cpu_features.h>
 #include <attnzoo/layers/packed_linear.h>
 
@@ -75,6 +76,22 @@ bool PackedLinear::int8_pays(int64_t rows, int64_t in_features, int64_t out_feat
          rows <= kInt8MaxNarrowRows;
 }
 
+namespace {
+
+// ATTNZOO_LINEAR_CPU=onednn keeps every float32 call on oneDNN's product, e.g. to compare.
+std::atomic<bool> g_own_kernel{[] {
+  const char* value = std::getenv("ATTNZOO_LINEAR_CPU");
+  return value == nullptr || std::string(value) != "onednn";
+}()};
+
+}  // namespace
+
+void PackedLinear::set_own_kernel(bool enabled) { g_own_kernel = enabled; }
+
+bool PackedLinear::own_kernel_pays(int64_t in_features, int64_t out_features) {
+  return in_features <= kOwnKernelMaxIn && out_features % 32 == 0;
+}
+
 bool PackedLinear::applies(const torch::Tensor& x, const torch::Tensor& weight) {
   if (!g_enabled || !at::hasMKLDNN() || !at::globalContext().userEnabledMkldnn()) return false;
   const auto& ops = onednn_ops();
@@ -103,6 +120,7 @@ void PackedLinear::remember(const torch::Tensor& weight) const {
 void PackedLinear::forget_other_weight(const torch::Tensor& weight) const {
   if (cached(weight)) return;
   packed_ = torch::Tensor();
+  panels_ = torch::Tensor();
   quantized_ = {};
   remember(weight);
 }
@@ -117,6 +135,13 @@ torch::Tensor PackedLinear::packed(const torch::Tensor& weight) const {
     packed_ = stack.at(0).toTensor();
   }
   return packed_;
+}
+
+torch::Tensor PackedLinear::panels(const torch::Tensor& weight) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  forget_other_weight(weight);
+  if (!panels_.defined()) panels_ = kernels::pack_linear_weight_cpu(weight.detach());
+  return panels_;
 }
 
 Int8Weight PackedLinear::quantized(const torch::Tensor& weight) const {
@@ -165,6 +190,14 @@ torch::Tensor PackedLinear::operator()(const torch::nn::Linear& linear, const to
   }
   if (!applies(x, weight))
     return apply_activation(torch::linear(x, weight, linear->bias), activation);
+  const auto& bias = linear->bias;
+  if (x.scalar_type() == torch::kFloat && g_own_kernel && kernels::linear_packed_cpu_available() &&
+      own_kernel_pays(weight.size(1), weight.size(0))) {
+    return kernels::linear_packed_cpu(
+        x, panels(weight), weight.size(0),
+        bias.defined() ? std::optional<torch::Tensor>(bias.detach()) : std::nullopt,
+        to_string(activation));
+  }
   c10::List<std::optional<at::Scalar>> scalars;
   std::string attr = "none", algorithm;  // as LibTorch's CPU graph compiler calls it
   switch (activation) {
@@ -183,7 +216,6 @@ torch::Tensor PackedLinear::operator()(const torch::nn::Linear& linear, const to
     case Activation::kNone:
       break;
   }
-  const auto& bias = linear->bias;
   std::vector<c10::IValue> stack{x.contiguous(),
                                  packed(weight),
                                  bias.defined() ? c10::IValue(bias.detach()) : c10::IValue(),

@@ -1,6 +1,6 @@
-// y = act(x·Wᵀ + b) for inference on the CPU through oneDNN with the weight reordered once into
-// its blocked layout and the bias and activation fused into the matrix product: what ONNX Runtime
-// and torch.compile's CPU backend do, and what plain torch::linear (an addmm that first copies
+// y = act(x·Wᵀ + b) for inference on the CPU with the weight reordered once into a blocked layout
+// and the bias and activation fused into the matrix product: what ONNX Runtime and torch.compile's
+// CPU backend do, and what plain torch::linear (an addmm that first copies
 // the broadcast bias into the output, then a separate GELU pass) does not. On a 2-core AVX-512
 // CPU this halves the time of a ViT-B MLP's first projection (docs/benchmarks.md).
 //
@@ -17,6 +17,11 @@
 // The reordered (or quantized) weight is cached per PackedLinear and rebuilt when the weight
 // changes (another storage, dtype or an in-place update: its version counter); the cache is
 // guarded by a mutex, so a module may run from several threads at once.
+//
+// float32 on an AVX-512 processor takes attnzoo's own packed product instead of oneDNN's
+// (kernels::linear_packed_cpu: the weight packed once in panels of 32 outputs, bias and activation
+// in the tile's epilogue) where own_kernel_pays, faster on the narrow layers of small ViTs
+// (docs/benchmarks.md); ATTNZOO_LINEAR_CPU=onednn in the environment keeps oneDNN's, to compare.
 #pragma once
 
 #include <attnzoo/layers/activation.h>
@@ -46,7 +51,20 @@ class PackedLinear {
   torch::Tensor operator()(const torch::nn::Linear& linear, const torch::Tensor& x,
                            Activation activation = Activation::kNone) const;
 
-  // Whether the oneDNN path would serve x and weight now (for tests and benchmarks).
+  // Whether a float32 call on an AVX-512 processor takes attnzoo's own product
+  // (kernels::linear_packed_cpu) rather than oneDNN's. Measured per layer against oneDNN's
+  // (tools/bench/bench_linear_cpu, 2 threads, docs/benchmarks.md) on a 2-core Zen 5 EPYC: 0.75 to
+  // 1.0 of its time on the layers up to 768 inputs wide (ViT-Ti at batch 1: 0.75 to 0.94), 1.1
+  // to 1.17 on wider ones (ViT-B's fc2, 3072 inputs) and where the outputs end in a part-filled
+  // panel of 32 (conformer_s's 144).
+  static constexpr int64_t kOwnKernelMaxIn = 768;
+  static bool own_kernel_pays(int64_t in_features, int64_t out_features);
+  // Turns attnzoo's own float32 product off (every float32 call on oneDNN's) or on again,
+  // process-wide; on by default, off when the environment has ATTNZOO_LINEAR_CPU=onednn.
+  static void set_own_kernel(bool enabled);
+
+  // Whether the fast path (oneDNN's or attnzoo's packed product) would serve x and weight now (for
+  // tests and benchmarks).
   static bool applies(const torch::Tensor& x, const torch::Tensor& weight);
   // Turns the fast path off (or on again) process-wide, e.g. to compare; on by default, off when
   // the environment has ATTNZOO_PACKED_LINEAR=0.
@@ -92,11 +110,13 @@ class PackedLinear {
   void remember(const torch::Tensor& weight) const;
   void forget_other_weight(const torch::Tensor& weight) const;
   torch::Tensor packed(const torch::Tensor& weight) const;
+  torch::Tensor panels(const torch::Tensor& weight) const;
   Int8Weight quantized(const torch::Tensor& weight) const;
 
   bool int8_ = false;
   mutable std::mutex mutex_;
-  mutable torch::Tensor packed_;
+  mutable torch::Tensor packed_;  // oneDNN's layout (bfloat16, or float32 without AVX-512)
+  mutable torch::Tensor panels_;  // kernels::pack_linear_weight_cpu's (float32 on AVX-512)
   mutable Int8Weight quantized_;
   mutable const void* data_ = nullptr;
   mutable uint32_t version_ = 0;

@@ -27,7 +27,9 @@
 #include <attnzoo/kernels/ops.h>
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/accumulate.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -187,9 +189,14 @@ at::Tensor pack_linear_weight_cpu(const at::Tensor& weight) {
   return padded.view({panels, kPanel, k}).transpose(1, 2).contiguous();
 }
 
-at::Tensor linear_packed_cpu(const at::Tensor& x, const at::Tensor& packed, int64_t out_features,
-                             const std::optional<at::Tensor>& bias, const std::string& activation) {
+namespace {
+
+// attnzoo::linear_packed_cpu on the CPU dispatch key.
+at::Tensor linear_packed_cpu_kernel(const at::Tensor& x, const at::Tensor& packed,
+                                    int64_t out_features, const std::optional<at::Tensor>& bias,
+                                    c10::string_view activation_name) {
   constexpr const char* op = "linear_packed_cpu";
+  const std::string activation(activation_name);
   const Act act = parse_activation(activation, op);
   check_float_cpu(x, op, "x");
   check_float_cpu(packed, op, "packed");
@@ -239,4 +246,21 @@ at::Tensor linear_packed_cpu(const at::Tensor& x, const at::Tensor& packed, int6
   return y.view(sizes);
 }
 
+}  // namespace
+
+at::Tensor linear_packed_cpu(const at::Tensor& x, const at::Tensor& packed, int64_t out_features,
+                             const std::optional<at::Tensor>& bias, const std::string& activation) {
+  // Through the dispatcher, so that LibTorch's profiler (attnzoo bench --profile-ops) sees it.
+  static const auto handle =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("attnzoo::linear_packed_cpu", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t,
+                            const std::optional<at::Tensor>&, c10::string_view)>();
+  return handle.call(x, packed, out_features, bias, activation);
+}
+
 }  // namespace attnzoo::kernels
+
+TORCH_LIBRARY_IMPL(attnzoo, CPU, m) {
+  m.impl("linear_packed_cpu", TORCH_FN(attnzoo::kernels::linear_packed_cpu_kernel));
+}

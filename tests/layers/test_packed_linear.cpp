@@ -1,6 +1,6 @@
-// PackedLinear: the oneDNN inference path equals x·Wᵀ + b and the activation in float64 (to the
-// matrix product's rounding), is taken only where no autograd can see it, repacks when the weight
-// changes, and serves several threads at once.
+// PackedLinear: the inference paths (oneDNN's product, attnzoo's own) equal x·Wᵀ + b and the
+// activation in float64 (to the matrix product's rounding), is taken only where no autograd can see
+// it, repacks when the weight changes, and serves several threads at once.
 #include <attnzoo/layers/packed_linear.h>
 
 #include <gtest/gtest.h>
@@ -41,10 +41,13 @@ double relative_error(const torch::Tensor& a, const torch::Tensor& b) {
       .item<double>();
 }
 
+// 40 outputs take oneDNN's product; 64 take attnzoo's own where the processor has AVX-512
+// (own_kernel_pays).
 TEST(PackedLinear, EqualsLinearAndActivationInInference) {
   torch::manual_seed(0);
-  for (bool bias : {true, false}) {
-    torch::nn::Linear linear(torch::nn::LinearOptions(48, 40).bias(bias));
+  for (const auto& [bias, outputs] :
+       std::vector<std::pair<bool, int64_t>>{{true, 40}, {false, 40}, {true, 64}, {false, 64}}) {
+    torch::nn::Linear linear(torch::nn::LinearOptions(48, outputs).bias(bias));
     const PackedLinear packed;
     for (auto activation : {Activation::kNone, Activation::kGelu, Activation::kGeluTanh,
                             Activation::kSilu, Activation::kRelu}) {
@@ -54,13 +57,36 @@ TEST(PackedLinear, EqualsLinearAndActivationInInference) {
         ASSERT_TRUE(PackedLinear::applies(x, linear->weight) || !at::hasMKLDNN());
         const auto got = packed(linear, x, activation);
         auto expected_shape = shape;
-        expected_shape.back() = 40;
+        expected_shape.back() = outputs;
         EXPECT_EQ(got.sizes().vec(), expected_shape);
         EXPECT_LE(relative_error(got, reference(linear, x, activation)), 1e-5)
-            << "bias " << bias << " activation " << static_cast<int>(activation);
+            << "bias " << bias << " outputs " << outputs << " activation "
+            << static_cast<int>(activation);
       }
     }
   }
+}
+
+// attnzoo's float32 product where it measured faster (up to 768 inputs, whole panels of 32
+// outputs), oneDNN's elsewhere; set_own_kernel(false) sends every call to oneDNN's, which agrees
+// to the products' rounding.
+TEST(PackedLinear, OwnKernelWhereItPays) {
+  EXPECT_TRUE(PackedLinear::own_kernel_pays(192, 576));
+  EXPECT_TRUE(PackedLinear::own_kernel_pays(768, 192));
+  EXPECT_FALSE(PackedLinear::own_kernel_pays(769, 192));
+  EXPECT_FALSE(PackedLinear::own_kernel_pays(3072, 768));
+  EXPECT_FALSE(PackedLinear::own_kernel_pays(576, 144));
+  torch::manual_seed(4);
+  torch::nn::Linear linear(96, 128);
+  const auto x = torch::randn({29, 96});
+  torch::InferenceMode inference;
+  const PackedLinear packed;
+  const auto own = packed(linear, x, Activation::kGelu);
+  PackedLinear::set_own_kernel(false);
+  const auto onednn = packed(linear, x, Activation::kGelu);
+  PackedLinear::set_own_kernel(true);
+  EXPECT_LE(relative_error(own, onednn), 1e-5);
+  EXPECT_LE(relative_error(own, reference(linear, x, Activation::kGelu)), 1e-5);
 }
 
 TEST(PackedLinear, TakenOnlyWhereAutogradCannotSeeIt) {

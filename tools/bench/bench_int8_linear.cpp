@@ -11,6 +11,7 @@
 #include <attnzoo/layers/packed_linear.h>
 
 #include "tools/bench/count_argument.h"
+#include "tools/bench/linear_layers.h"
 #include "tools/bench/timing.h"
 
 #include <nlohmann/json.hpp>
@@ -23,40 +24,6 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
-
-namespace {
-
-struct Layer {
-  std::string name;
-  int64_t rows, in_features, out_features;
-  attnzoo::Activation activation;
-};
-
-std::vector<Layer> layers() {
-  using attnzoo::Activation;
-  std::vector<Layer> out;
-  for (const auto& [model, width] : std::vector<std::pair<std::string, int64_t>>{
-           {"vit_tiny", 192}, {"vit_small", 384}, {"vit_base", 768}}) {
-    for (const int64_t batch : {1, 8}) {
-      const std::string at = model + " b" + std::to_string(batch) + " ";
-      const int64_t rows = 197 * batch;
-      out.push_back({at + "qkv", rows, width, 3 * width, Activation::kNone});
-      out.push_back({at + "proj", rows, width, width, Activation::kNone});
-      out.push_back({at + "fc1", rows, width, 4 * width, Activation::kGelu});
-      out.push_back({at + "fc2", rows, 4 * width, width, Activation::kNone});
-    }
-  }
-  for (const auto& [model, width] :
-       std::vector<std::pair<std::string, int64_t>>{{"conformer_s", 144}, {"conformer_m", 256}}) {
-    const std::string at = model + " 60 s ";
-    out.push_back({at + "qkv", 1500, width, 3 * width, Activation::kNone});
-    out.push_back({at + "ff1", 1500, width, 4 * width, Activation::kSilu});
-    out.push_back({at + "ff2", 1500, 4 * width, width, Activation::kNone});
-  }
-  return out;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   int64_t threads = 2, rounds = 15;
@@ -87,7 +54,7 @@ int main(int argc, char** argv) {
   std::printf("%-24s %6s %6s %6s %10s %10s %11s %s\n", "layer", "rows", "in", "out", "fp32 us",
               "int8 us", "int8 / fp32", "int8_pays");
   nlohmann::json rows = nlohmann::json::array();
-  for (const auto& layer : layers()) {
+  for (const auto& layer : attnzoo::bench::linear_layers()) {
     torch::manual_seed(0);
     torch::nn::Linear linear(layer.in_features, layer.out_features);
     const auto x = torch::randn({layer.rows, layer.in_features});
