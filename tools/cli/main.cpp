@@ -2,10 +2,13 @@
 #include "tools/cli/commands.h"
 
 #include <attnzoo/configs/zoo_path.h>
+#include <attnzoo/core/heap_retention.h>
 
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -65,6 +68,12 @@ int main(int argc, char** argv) {
   for (const auto& folder : zoo_folders) attnzoo::add_zoo_folder(folder);
   for (const auto& command : commands) {
     if (!command.app->parsed()) continue;
+    // Every command but the server keeps freed memory for the next tensors (core/heap_retention.h);
+    // the server keeps glibc's defaults, so that a model it unloads is memory handed back.
+    const char* keep = std::getenv("ATTNZOO_KEEP_FREED_MEMORY");
+    if (command.app->get_name() != "serve" && (keep == nullptr || std::strcmp(keep, "0") != 0)) {
+      attnzoo::retain_freed_heap_memory();
+    }
     try {
       return command.run();
     } catch (const c10::Error& e) {
