@@ -89,7 +89,8 @@ std::atomic<bool> g_own_kernel{[] {
 void PackedLinear::set_own_kernel(bool enabled) { g_own_kernel = enabled; }
 
 bool PackedLinear::own_kernel_pays(int64_t in_features, int64_t out_features) {
-  return in_features <= kOwnKernelMaxIn && out_features % 32 == 0;
+  return in_features <= kOwnKernelMaxIn && out_features <= kOwnKernelMaxOut &&
+         out_features % 32 == 0;
 }
 
 bool PackedLinear::applies(const torch::Tensor& x, const torch::Tensor& weight) {

@@ -53,11 +53,13 @@ class PackedLinear {
 
   // Whether a float32 call on an AVX-512 processor takes attnzoo's own product
   // (kernels::linear_packed_cpu) rather than oneDNN's. Measured per layer against oneDNN's
-  // (tools/bench/bench_linear_cpu, 2 threads, docs/benchmarks.md) on a 2-core Zen 5 EPYC: 0.75 to
-  // 1.0 of its time on the layers up to 768 inputs wide (ViT-Ti at batch 1: 0.75 to 0.94), 1.1
-  // to 1.17 on wider ones (ViT-B's fc2, 3072 inputs) and where the outputs end in a part-filled
-  // panel of 32 (conformer_s's 144).
+  // (tools/bench/bench_linear_cpu, 2 threads, docs/benchmarks.md) on a 2-core Zen 5 EPYC: 0.76 to
+  // 1.01 of its time on the layers of at most 768 inputs and 1536 outputs (ViT-Ti at batch 1:
+  // 0.76 to 0.94); 1.02 to 1.04 on ViT-B's 768 -> 2304 and 768 -> 3072, 1.1 to 1.15 on more
+  // inputs (ViT-B's fc2, 3072) and where the outputs end in a part-filled panel of 32
+  // (conformer_s's 144).
   static constexpr int64_t kOwnKernelMaxIn = 768;
+  static constexpr int64_t kOwnKernelMaxOut = 1536;
   static bool own_kernel_pays(int64_t in_features, int64_t out_features);
   // Turns attnzoo's own float32 product off (every float32 call on oneDNN's) or on again,
   // process-wide; on by default, off when the environment has ATTNZOO_LINEAR_CPU=onednn.

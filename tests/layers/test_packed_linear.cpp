@@ -67,13 +67,15 @@ TEST(PackedLinear, EqualsLinearAndActivationInInference) {
   }
 }
 
-// attnzoo's float32 product where it measured faster (up to 768 inputs, whole panels of 32
-// outputs), oneDNN's elsewhere; set_own_kernel(false) sends every call to oneDNN's, which agrees
-// to the products' rounding.
+// attnzoo's float32 product where it measured faster (up to 768 inputs and 1536 outputs, whole
+// panels of 32 outputs), oneDNN's elsewhere; set_own_kernel(false) sends every call to oneDNN's,
+// which agrees to the products' rounding.
 TEST(PackedLinear, OwnKernelWhereItPays) {
   EXPECT_TRUE(PackedLinear::own_kernel_pays(192, 576));
   EXPECT_TRUE(PackedLinear::own_kernel_pays(768, 192));
+  EXPECT_TRUE(PackedLinear::own_kernel_pays(384, 1536));
   EXPECT_FALSE(PackedLinear::own_kernel_pays(769, 192));
+  EXPECT_FALSE(PackedLinear::own_kernel_pays(768, 2304));
   EXPECT_FALSE(PackedLinear::own_kernel_pays(3072, 768));
   EXPECT_FALSE(PackedLinear::own_kernel_pays(576, 144));
   torch::manual_seed(4);
