@@ -31,6 +31,12 @@ TORCH_LIBRARY(attnzoo, m) {
       "_add_layer_norm_backward(Tensor? d_sum, Tensor d_normed, Tensor sum, Tensor mean, "
       "Tensor rstd, Tensor? weight, bool need_x, bool need_weight, bool need_bias) "
       "-> (Tensor?, Tensor?, Tensor?)");
+  // Softmax attention with Transformer-XL's relative term (ops.h); CPU only. q_content,
+  // q_position: [B, L, H, E], k, v: [B, S, H, E], positions: [1|B, L + S - 1, H, E], key_lengths:
+  // integer [B] -> [B, L, H, E]
+  m.def(
+      "flash_attention_relative_cpu(Tensor q_content, Tensor q_position, Tensor k, Tensor v, "
+      "Tensor positions, Tensor? key_lengths, float scale) -> Tensor");
   // act(x·Wᵀ + b) for float32 CPU inference with W packed once by pack_linear_weight_cpu
   // (ops.h); CPU only. x: [..., K], packed: [⌈N/32⌉, K, 32], bias: [N] -> [..., N]
   m.def(

@@ -44,6 +44,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>
 
@@ -810,11 +811,14 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cpu(const at::Tensor& q, cons
 
 }  // namespace
 
-at::Tensor flash_attention_relative_cpu(const at::Tensor& q_content, const at::Tensor& q_position,
-                                        const at::Tensor& k, const at::Tensor& v,
-                                        const at::Tensor& positions,
-                                        const std::optional<at::Tensor>& key_lengths,
-                                        double scale) {
+namespace {
+
+// attnzoo::flash_attention_relative_cpu on the CPU dispatch key.
+at::Tensor flash_attention_relative_cpu_kernel(const at::Tensor& q_content,
+                                               const at::Tensor& q_position, const at::Tensor& k,
+                                               const at::Tensor& v, const at::Tensor& positions,
+                                               const std::optional<at::Tensor>& key_lengths,
+                                               double scale) {
   const auto sizes = [](const at::Tensor& t) { return c10::str(t.sizes()); };
   TORCH_CHECK_VALUE(q_content.dim() == 4 && k.dim() == 4 && v.dim() == 4 && positions.dim() == 4,
                     "flash_attention_relative_cpu: q_content, k, v and positions must be 4-D, got ",
@@ -869,6 +873,23 @@ at::Tensor flash_attention_relative_cpu(const at::Tensor& q_content, const at::T
       q_content, k, v, key_lengths, std::nullopt, false, false, scale, w, &relative));
 }
 
+}  // namespace
+
+at::Tensor flash_attention_relative_cpu(const at::Tensor& q_content, const at::Tensor& q_position,
+                                        const at::Tensor& k, const at::Tensor& v,
+                                        const at::Tensor& positions,
+                                        const std::optional<at::Tensor>& key_lengths,
+                                        double scale) {
+  // Through the dispatcher, so that LibTorch's profiler (attnzoo bench --profile-ops) sees it.
+  static const auto handle =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("attnzoo::flash_attention_relative_cpu", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                            double)>();
+  return handle.call(q_content, q_position, k, v, positions, key_lengths, scale);
+}
+
 int64_t flash_attention_cpu_vector_width() {
   int64_t width = 0;
 #ifdef ATTNZOO_FLASH_CPU_KERNELS
@@ -893,4 +914,6 @@ bool flash_attention_cpu_bfloat16_products() {
 
 TORCH_LIBRARY_IMPL(attnzoo, CPU, m) {
   m.impl("flash_attention", TORCH_FN(attnzoo::kernels::flash_attention_cpu));
+  m.impl("flash_attention_relative_cpu",
+         TORCH_FN(attnzoo::kernels::flash_attention_relative_cpu_kernel));
 }

@@ -159,11 +159,21 @@ assert attention and all(o["calls_per_forward"] == 2 for o in attention), attent
 assert all(o["self_ms_per_forward"] >= 0 for o in ops.values()), ops
 PY
     run 0 bench model --model conformer_s --set architecture.num_layers=1 --seconds 1 \
-      --iterations 1 --warmup 0 --batch 2 --json "$out/c.json"
+      --iterations 1 --warmup 0 --batch 2 --profile-ops 2 --json "$out/c.json"
     expect stdout '^conformer_s batch 2 fp32 cpu threads [0-9]+: median'
     grep -q '"input": \[' "$out/c.json" || { echo "FAIL: no input shape"; exit 1; }
     python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['input'] == [2, 100, 80]" \
       "$out/c.json" || { echo "FAIL: conformer input is not 1 s of 80 features"; exit 1; }
+    # The relative attention's CPU kernel (AVX2 + FMA or better) is an op of its own in the
+    # profile, once per layer, not time outside any op.
+    if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+      python3 - "$out/c.json" <<'PY' || exit 1
+import json, sys
+ops = {o["op"]: o for o in json.load(open(sys.argv[1]))["ops"]}
+relative = ops.get("attnzoo::flash_attention_relative_cpu")
+assert relative and relative["calls_per_forward"] == 1, ops.keys()
+PY
+    fi
     run 0 bench model --model conformer_s --set architecture.num_layers=1 --frames 37 \
       --iterations 1 --warmup 0 --json "$out/f.json"
     python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['input'] == [1, 37, 80]" \
