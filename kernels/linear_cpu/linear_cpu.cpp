@@ -5,8 +5,8 @@
 // Beside oneDNN's packed linear (mkldnn::_linear_pointwise), which PackedLinear takes for the
 // other layers: on the shapes of a small ViT at batch 1 (197 rows, 192 wide) oneDNN's ran at 66
 // to 80% of the processor's FMA rate on two threads and spent about 15 µs a call outside the
-// product; this kernel's tile runs at the FMA rate from L1. On layers of more than 768 inputs it
-// was the slower of the two (PackedLinear::own_kernel_pays; docs/benchmarks.md).
+// product; this kernel's tile runs at the FMA rate from L1. On layers of more than 768 inputs or
+// 1536 outputs it was the slower of the two (PackedLinear::own_kernel_pays; docs/benchmarks.md).
 //
 // Layout. The packed weight is panels of kPanel = 32 output columns: [P][K][32], P = ⌈N/32⌉,
 // element [p][k][j] = W[32p + j, k] (zeros past N). A tile is kTileRows = 12 rows of x against one
