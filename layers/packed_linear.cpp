@@ -16,11 +16,18 @@
 namespace attnzoo {
 namespace {
 
+// A process-wide switch's start: on, unless the environment sets `name` to `off`.
+bool on_unless_environment(const char* name, const char* off) {
+  const char* value = std::getenv(name);
+  return value == nullptr || std::string(value) != off;
+}
+
 // ATTNZOO_PACKED_LINEAR=0 turns the fast path off, e.g. to measure what it brings.
-std::atomic<bool> g_enabled{[] {
-  const char* value = std::getenv("ATTNZOO_PACKED_LINEAR");
-  return value == nullptr || std::string(value) != "0";
-}()};
+std::atomic<bool> g_enabled{on_unless_environment("ATTNZOO_PACKED_LINEAR", "0")};
+// ATTNZOO_INT8_FALLBACK=0 runs every int8 call in int8, e.g. to measure int8's accuracy alone.
+std::atomic<bool> g_int8_fallback{on_unless_environment("ATTNZOO_INT8_FALLBACK", "0")};
+// ATTNZOO_LINEAR_CPU=onednn keeps every float32 call on oneDNN's product, e.g. to compare.
+std::atomic<bool> g_own_kernel{on_unless_environment("ATTNZOO_LINEAR_CPU", "onednn")};
 
 // oneDNN's linear ops, as LibTorch registers them for its own CPU graph compiler; absent from a
 // LibTorch built without oneDNN.
@@ -59,32 +66,12 @@ bool recording(const torch::Tensor& x, const torch::Tensor& weight) {
 
 void PackedLinear::set_enabled(bool enabled) { g_enabled = enabled; }
 
-namespace {
-
-// ATTNZOO_INT8_FALLBACK=0 runs every int8 call in int8, e.g. to measure int8's accuracy alone.
-std::atomic<bool> g_int8_fallback{[] {
-  const char* value = std::getenv("ATTNZOO_INT8_FALLBACK");
-  return value == nullptr || std::string(value) != "0";
-}()};
-
-}  // namespace
-
 void PackedLinear::set_int8_fallback(bool enabled) { g_int8_fallback = enabled; }
 
 bool PackedLinear::int8_pays(int64_t rows, int64_t in_features, int64_t out_features) {
   return !g_int8_fallback || std::min(in_features, out_features) >= kInt8MinWidth ||
          rows <= kInt8MaxNarrowRows;
 }
-
-namespace {
-
-// ATTNZOO_LINEAR_CPU=onednn keeps every float32 call on oneDNN's product, e.g. to compare.
-std::atomic<bool> g_own_kernel{[] {
-  const char* value = std::getenv("ATTNZOO_LINEAR_CPU");
-  return value == nullptr || std::string(value) != "onednn";
-}()};
-
-}  // namespace
 
 void PackedLinear::set_own_kernel(bool enabled) { g_own_kernel = enabled; }
 
