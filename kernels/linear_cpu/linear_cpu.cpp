@@ -14,14 +14,13 @@
 // 12 broadcasts of x. The panel of a narrow layer (K = 192: 24 KB) stays in L1 across the tiles
 // that use it.
 //
-// Work split. The units are (row chunk, panel, row tile), in that order: a chunk is as many tiles
-// as keep its rows of x within kChunkBytes (in L2 while every panel passes over them); a thread
-// takes a contiguous range of units, so it sweeps the panels over its chunk's tiles, and two
-// threads split a single chunk (a batch of 1) by panels.
+// Work split: common/cpu_panel_units.h's units of a row tile against a panel, x's rows in chunks
+// of kChunkBytes.
 //
 // Each output element is one float32 sum in the order k = 0, 1, ..., K − 1, begun at the bias (FMA
 // at every step); the activation is common/cpu_activation.h's.
 #include <attnzoo/kernels/common/cpu_activation.h>
+#include <attnzoo/kernels/common/cpu_panel_units.h>
 #include <attnzoo/kernels/common/cpu_vector.h>
 #include <attnzoo/kernels/cpu_parallel.h>
 #include <attnzoo/kernels/ops.h>
@@ -93,22 +92,15 @@ struct Problem {
   const float* packed;  // [P][K][32]
   const float* bias;    // [P·32], zeros past N
   float* y;             // [M, N]
-  int64_t m, k, n, panels, tiles;
-  int64_t chunk_tiles;  // row tiles per chunk
+  int64_t k, n;
+  PanelUnits units;
 };
 
 // Units [begin, end).
 template <Act A>
 ATTNZOO_TARGET_AVX512 void run_units(const Problem& p, int64_t begin, int64_t end) {
-  const int64_t chunk_units = p.chunk_tiles * p.panels;
   for (int64_t u = begin; u < end; ++u) {
-    const int64_t chunk = u / chunk_units;
-    const int64_t first_tile = chunk * p.chunk_tiles;
-    const int64_t tiles = std::min(p.chunk_tiles, p.tiles - first_tile);
-    const int64_t local = u - chunk * chunk_units;
-    const int64_t panel = local / tiles;
-    const int64_t row = (first_tile + local % tiles) * kTileRows;
-    const int rows = static_cast<int>(std::min<int64_t>(kTileRows, p.m - row));
+    const auto [row, rows, panel] = p.units[u];
     const float* x = p.x + row * p.k;
     const float* w = p.packed + panel * p.k * kPanel;
     const float* b = p.bias + panel * kPanel;
@@ -139,7 +131,7 @@ ATTNZOO_TARGET_AVX512 void run_units(const Problem& p, int64_t begin, int64_t en
 }
 
 void run(const Problem& p, Act act) {
-  const int64_t units = p.tiles * p.panels;
+  const int64_t units = p.units.count();
   // About a million multiply-adds a range: below that the team costs more than it saves.
   const int64_t grain =
       std::max<int64_t>(1, (int64_t{1} << 20) / (kTileRows * kPanel * std::max<int64_t>(p.k, 1)));
@@ -229,18 +221,13 @@ at::Tensor linear_packed_cpu_kernel(const at::Tensor& x, const at::Tensor& packe
     std::memcpy(padded_bias.data(), b.const_data_ptr<float>(),
                 static_cast<size_t>(n) * sizeof(float));
   }
-  const int64_t tiles = (m + kTileRows - 1) / kTileRows;
-  const int64_t tile_bytes = kTileRows * std::max<int64_t>(k, 1) * int64_t{sizeof(float)};
   const Problem p{rows.const_data_ptr<float>(),
                   packed.const_data_ptr<float>(),
                   padded_bias.data(),
                   y.mutable_data_ptr<float>(),
-                  m,
                   k,
                   n,
-                  panels,
-                  tiles,
-                  std::clamp<int64_t>(kChunkBytes / tile_bytes, 1, tiles)};
+                  PanelUnits(m, k * int64_t{sizeof(float)}, panels, kTileRows, kChunkBytes)};
   run(p, act);
 #endif
   return y.view(sizes);
