@@ -142,6 +142,18 @@ torch::Tensor linear_packed_cpu(const torch::Tensor& x, const torch::Tensor& pac
                                 const std::string& activation);
 bool linear_packed_cpu_available();
 
+// The int8 matrix product of the CPU's int8 linear layers, x·W with int32 sums, the weight packed
+// once (int8_matmul/int8_matmul_cpu.cpp): on processors with AVX-512 VNNI, where
+// int8_matmul_packed_cpu_available(). Exact: equal to the product of the integers.
+//
+// pack_int8_weight_cpu: weight_t int8 [K, N] (K a multiple of 4, at most 65536)
+//   -> packed uint8 [⌈N/32⌉, K/4, 32, 4]
+// int8_matmul_packed_cpu: x int8 [M, K], packed (of a K x N weight_t) -> int32 [M, N]
+torch::Tensor pack_int8_weight_cpu(const torch::Tensor& weight_t);
+torch::Tensor int8_matmul_packed_cpu(const torch::Tensor& x, const torch::Tensor& packed,
+                                     int64_t out_features);
+bool int8_matmul_packed_cpu_available();
+
 // The gradients of flash_attention's out given d_out, from its out and lse (what autograd calls;
 // exposed for tests and custom backward passes). On CUDA, bf16 and fp16 with E <= 128 run the fused
 // backward kernel (FlashAttention-2's: no [L, S] matrix in memory); the rest the LibTorch

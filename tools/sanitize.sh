@@ -77,7 +77,7 @@ run_kind() { # run_kind KIND: configure, build and run one sanitizer's tests
                attnzoo_kernels_tests)
       # The CPU kernels' vector loops (tails through padded copies, packed scratch, strided
       # reads) against their references: memory errors there are silent in the Release suite.
-      cases=("attnzoo_kernels_tests:kernels:FlashAttention.Cpu*:AddLayerNorm.*:Int8Rows.*:LinearCpu.*")
+      cases=("attnzoo_kernels_tests:kernels:FlashAttention.Cpu*:AddLayerNorm.*:Int8Rows.*:Int8MatmulCpu.*:LinearCpu.*")
       ;;
     thread)
       build="$ROOT/build-tsan"

@@ -1,0 +1,234 @@
+// The int8 matrix product of the CPU's int8 linear layers, y = x·W with int32 sums, on processors
+// with AVX-512 VNNI: the weight packed once, then register-blocked tiles of vpdpbusd (per int32
+// lane, the sum of four products of an unsigned and a signed byte).
+//
+// vpdpbusd multiplies unsigned bytes by signed ones, and both x and W are signed (symmetric
+// quantization, values in [−127, 127]). The weight is therefore stored shifted, W + 128 in
+// [1, 255], as the unsigned operand, and x stays signed, broadcast from memory four bytes (four
+// consecutive k) at a time:
+//   Σ_k x[m, k]·(W[k, n] + 128) = Σ_k x[m, k]·W[k, n] + 128·Σ_k x[m, k],
+// so each output subtracts 128 times its row's sum of x, computed once per call. No sum can
+// overflow int32: |x·(W + 128)| ≤ 128·255 per product and K ≤ 2^16 (checked).
+//
+// Layout. The packed weight is panels of kPanel = 32 output columns, the K rows in groups of 4:
+// [P][K/4][32][4] uint8, element [p][g][j][i] = W[4g + i, 32p + j] + 128 (128, a zero weight,
+// past N). A tile is kTileRows = 12 rows of x against one panel: 24 accumulators of 16 int32
+// lanes (12 rows × 2 vectors), and per group of 4 k two vector loads of the panel and 12
+// broadcasts of x. Work split: common/cpu_panel_units.h's units with a chunk of one tile, so that
+// each tile sweeps every panel while its rows of x stay in L1 and the panels stream from L2 (an
+// int8 weight is a quarter of the float32 one: ViT-S's largest, 384 x 1536, is 576 KB). Chunks of
+// 256 KB of x, as the float32 product takes them, were 1.1 to 1.2 times slower at 1576 rows.
+//
+// Against LibTorch's integer product (at::_int_mm, oneDNN), which takes the weight unpacked at
+// every call: docs/benchmarks.md, "int8 where it pays".
+#include <attnzoo/kernels/common/cpu_panel_units.h>
+#include <attnzoo/kernels/common/cpu_vector.h>
+#include <attnzoo/kernels/cpu_parallel.h>
+#include <attnzoo/kernels/ops.h>
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#ifdef ATTNZOO_CPU_X86_KERNELS
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace attnzoo::kernels {
+namespace {
+
+constexpr int64_t kPanel = 32;
+constexpr int kTileRows = 12;
+constexpr int64_t kMaxK = int64_t{1} << 16;  // keeps every int32 sum below 2^31
+
+#ifdef ATTNZOO_CPU_X86_KERNELS
+#define ATTNZOO_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+bool has_vnni() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512vnni");
+  return has;
+}
+
+// Four bytes of x (k, k + 1, k + 2, k + 3 of one row) as the int32 every lane of a broadcast holds.
+inline int32_t four_bytes(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// y[r, 0 : cols] = Σ_k x[r, k]·W[k, panel's columns] for R rows of x (k values each, rows ldx
+// apart) into y (rows ldy apart), less 128·row_sums[r] (see the top of the file).
+template <int R>
+ATTNZOO_TARGET_VNNI inline void tile(const int8_t* x, int64_t ldx, int64_t k, const uint8_t* panel,
+                                     const int32_t* row_sums, int32_t* y, int64_t ldy,
+                                     int64_t cols) {
+  __m512i acc[R][2];
+  ATTNZOO_UNROLL for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+  for (int64_t g = 0; g < k / 4; ++g) {
+    const __m512i w0 = _mm512_loadu_si512(panel + g * kPanel * 4);
+    const __m512i w1 = _mm512_loadu_si512(panel + g * kPanel * 4 + 64);
+    ATTNZOO_UNROLL for (int r = 0; r < R; ++r) {
+      const __m512i xv = _mm512_set1_epi32(four_bytes(x + r * ldx + g * 4));
+      acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], w0, xv);
+      acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], w1, xv);
+    }
+  }
+  const __mmask16 low = cols >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << cols) - 1);
+  const __mmask16 high = cols >= 32
+                             ? __mmask16{0xffff}
+                             : static_cast<__mmask16>((1u << std::max<int64_t>(cols - 16, 0)) - 1);
+  ATTNZOO_UNROLL for (int r = 0; r < R; ++r) {
+    const __m512i correction = _mm512_set1_epi32(128 * row_sums[r]);
+    _mm512_mask_storeu_epi32(y + r * ldy, low, _mm512_sub_epi32(acc[r][0], correction));
+    _mm512_mask_storeu_epi32(y + r * ldy + 16, high, _mm512_sub_epi32(acc[r][1], correction));
+  }
+}
+
+// Σ_k x[m, k] of each row: vpdpbusd of ones (unsigned) with x (signed), four bytes a lane.
+ATTNZOO_TARGET_VNNI void row_sums(const int8_t* x, int64_t m, int64_t k, int32_t* sums) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t r = 0; r < m; ++r) {
+    const int8_t* row = x + r * k;
+    __m512i acc = _mm512_setzero_si512();
+    int64_t c = 0;
+    for (; c + 64 <= k; c += 64) {
+      acc = _mm512_dpbusd_epi32(acc, ones, _mm512_loadu_si512(row + c));
+    }
+    int32_t sum = _mm512_reduce_add_epi32(acc);
+    for (; c < k; ++c) sum += row[c];
+    sums[r] = sum;
+  }
+}
+
+struct Problem {
+  const int8_t* x;        // [M, K] rows contiguous
+  const uint8_t* packed;  // [P][K/4][32][4]
+  const int32_t* row_sums;
+  int32_t* y;  // [M, N]
+  int64_t k, n;
+  cpu::PanelUnits units;
+};
+
+ATTNZOO_TARGET_VNNI void run_units(const Problem& p, int64_t begin, int64_t end) {
+  for (int64_t u = begin; u < end; ++u) {
+    const auto [row, rows, panel] = p.units[u];
+    const int8_t* x = p.x + row * p.k;
+    const uint8_t* w = p.packed + panel * p.k * kPanel;
+    const int32_t* sums = p.row_sums + row;
+    int32_t* y = p.y + row * p.n + panel * kPanel;
+    const int64_t cols = std::min(kPanel, p.n - panel * kPanel);
+    switch (rows) {
+#define ATTNZOO_TILE_CASE(R)                     \
+  case R:                                        \
+    tile<R>(x, p.k, p.k, w, sums, y, p.n, cols); \
+    break;
+      ATTNZOO_TILE_CASE(1)
+      ATTNZOO_TILE_CASE(2)
+      ATTNZOO_TILE_CASE(3)
+      ATTNZOO_TILE_CASE(4)
+      ATTNZOO_TILE_CASE(5)
+      ATTNZOO_TILE_CASE(6)
+      ATTNZOO_TILE_CASE(7)
+      ATTNZOO_TILE_CASE(8)
+      ATTNZOO_TILE_CASE(9)
+      ATTNZOO_TILE_CASE(10)
+      ATTNZOO_TILE_CASE(11)
+#undef ATTNZOO_TILE_CASE
+      default:
+        tile<kTileRows>(x, p.k, p.k, w, sums, y, p.n, cols);
+        break;
+    }
+  }
+}
+#endif
+
+void check_int8_cpu(const at::Tensor& t, at::ScalarType dtype, const char* op, const char* name) {
+  TORCH_CHECK_VALUE(t.scalar_type() == dtype && t.device().is_cpu(), op, ": ", name, " must be a ",
+                    dtype, " CPU tensor, got ", t.scalar_type(), " on ", t.device().str());
+}
+
+// attnzoo::int8_matmul_packed_cpu on the CPU dispatch key.
+at::Tensor int8_matmul_packed_cpu_kernel(const at::Tensor& x, const at::Tensor& packed,
+                                         int64_t out_features) {
+  constexpr const char* op = "int8_matmul_packed_cpu";
+  check_int8_cpu(x, at::kChar, op, "x");
+  check_int8_cpu(packed, at::kByte, op, "packed");
+  TORCH_CHECK_VALUE(x.dim() == 2, op, ": x must be [M, K], got ", x.sizes());
+  const int64_t m = x.size(0), k = x.size(1), n = out_features;
+  const int64_t panels = (n + kPanel - 1) / kPanel;
+  TORCH_CHECK_VALUE(n >= 0 && packed.dim() == 4 && packed.is_contiguous() &&
+                        packed.size(0) == panels && packed.size(1) * 4 == k &&
+                        packed.size(2) == kPanel && packed.size(3) == 4,
+                    op, ": packed must be pack_int8_weight_cpu's [", panels, ", ", k / 4,
+                    ", 32, 4] for ", n, " outputs of x's ", k, " inputs, got ", packed.sizes());
+  TORCH_CHECK_VALUE(int8_matmul_packed_cpu_available(), op,
+                    ": needs a processor with AVX-512 VNNI (int8_matmul_packed_cpu_available())");
+  at::Tensor y = at::empty({m, n}, x.options().dtype(at::kInt));
+  if (m == 0 || n == 0) return y;
+#ifdef ATTNZOO_CPU_X86_KERNELS
+  const at::Tensor rows = x.contiguous();
+  std::vector<int32_t> sums(static_cast<size_t>(m));
+  row_sums(rows.const_data_ptr<int8_t>(), m, k, sums.data());
+  const Problem p{rows.const_data_ptr<int8_t>(),
+                  packed.const_data_ptr<uint8_t>(),
+                  sums.data(),
+                  y.mutable_data_ptr<int32_t>(),
+                  k,
+                  n,
+                  cpu::PanelUnits(m, k, panels, kTileRows, /*chunk_bytes=*/0)};
+  // About four million multiply-adds a range (a quarter of the float32 product's time each).
+  const int64_t grain =
+      std::max<int64_t>(1, (int64_t{1} << 22) / (kTileRows * kPanel * std::max<int64_t>(k, 1)));
+  kernels::parallel_for(0, p.units.count(), grain,
+                        [&](int64_t begin, int64_t end) { run_units(p, begin, end); });
+#endif
+  return y;
+}
+
+}  // namespace
+
+bool int8_matmul_packed_cpu_available() {
+#ifdef ATTNZOO_CPU_X86_KERNELS
+  return has_vnni();
+#else
+  return false;
+#endif
+}
+
+at::Tensor pack_int8_weight_cpu(const at::Tensor& weight_t) {
+  constexpr const char* op = "pack_int8_weight_cpu";
+  check_int8_cpu(weight_t, at::kChar, op, "weight_t");
+  TORCH_CHECK_VALUE(weight_t.dim() == 2, op, ": weight_t must be [in_features, out_features], got ",
+                    weight_t.sizes());
+  const int64_t k = weight_t.size(0), n = weight_t.size(1);
+  TORCH_CHECK_VALUE(k % 4 == 0 && k <= kMaxK, op,
+                    ": in_features must be a multiple of 4 and at most ", kMaxK, ", got ", k);
+  const int64_t panels = (n + kPanel - 1) / kPanel;
+  // [K, N] -> + 128 as uint8 -> 128 columns up to P·32 -> [K/4, 4, P, 32] -> [P, K/4, 32, 4]
+  const at::Tensor shifted = (weight_t.to(at::kShort) + 128).to(at::kByte);
+  const at::Tensor padded = at::constant_pad_nd(shifted, {0, panels * kPanel - n}, 128);
+  return padded.view({k / 4, 4, panels, kPanel}).permute({2, 0, 3, 1}).contiguous();
+}
+
+at::Tensor int8_matmul_packed_cpu(const at::Tensor& x, const at::Tensor& packed,
+                                  int64_t out_features) {
+  // Through the dispatcher, so that LibTorch's profiler (attnzoo bench --profile-ops) sees it.
+  static const auto handle =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("attnzoo::int8_matmul_packed_cpu", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t)>();
+  return handle.call(x, packed, out_features);
+}
+
+}  // namespace attnzoo::kernels
+
+TORCH_LIBRARY_IMPL(attnzoo, CPU, m) {
+  m.impl("int8_matmul_packed_cpu", TORCH_FN(attnzoo::kernels::int8_matmul_packed_cpu_kernel));
+}

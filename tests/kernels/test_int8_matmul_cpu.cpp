@@ -1,0 +1,138 @@
+// The int8 product (pack_int8_weight_cpu, int8_matmul_packed_cpu) against the exact product of the
+// same integers (float64 matmul: every sum here is an integer far below 2^53): shapes that leave
+// every row-tile and panel tail, the extreme values (−128 in x, ±127 in W) at the largest K the
+// kernel takes, no rows and no inputs, the packed layout, and the input checks. Skipped where the
+// processor has no AVX-512 VNNI (the kernel is not offered there).
+#include <attnzoo/kernels/ops.h>
+
+#include <torch/torch.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace test_int8_matmul_cpu {
+
+using attnzoo::kernels::int8_matmul_packed_cpu;
+using attnzoo::kernels::int8_matmul_packed_cpu_available;
+using attnzoo::kernels::pack_int8_weight_cpu;
+using ::testing::HasSubstr;
+
+#define SKIP_WITHOUT_VNNI()                                                        \
+  if (!int8_matmul_packed_cpu_available()) {                                       \
+    GTEST_SKIP() << "no AVX-512 VNNI: attnzoo's int8 product is not offered here"; \
+  }
+
+torch::Tensor exact(const torch::Tensor& x, const torch::Tensor& weight_t) {
+  return torch::matmul(x.to(torch::kDouble), weight_t.to(torch::kDouble)).to(torch::kLong);
+}
+
+void expect_exact(const torch::Tensor& x, const torch::Tensor& weight_t, const std::string& what) {
+  const auto y = int8_matmul_packed_cpu(x, pack_int8_weight_cpu(weight_t), weight_t.size(1));
+  ASSERT_EQ(y.scalar_type(), torch::kInt) << what;
+  ASSERT_EQ(y.sizes(), (std::vector<int64_t>{x.size(0), weight_t.size(1)})) << what;
+  const auto wrong = (y.to(torch::kLong) != exact(x, weight_t)).sum().item<int64_t>();
+  EXPECT_EQ(wrong, 0) << what << ": elements that differ from the exact product";
+}
+
+torch::Tensor random_int8(std::vector<int64_t> sizes, int64_t low = -127, int64_t high = 128) {
+  return torch::randint(low, high, sizes, torch::kChar);
+}
+
+TEST(Int8MatmulCpu, PackedLayout) {
+  SKIP_WITHOUT_VNNI();
+  const auto w = random_int8({8, 40});
+  const auto packed = pack_int8_weight_cpu(w);
+  ASSERT_EQ(packed.scalar_type(), torch::kByte);
+  ASSERT_EQ(packed.sizes(), (std::vector<int64_t>{2, 2, 32, 4}));
+  for (int64_t n = 0; n < 64; ++n) {
+    for (int64_t k = 0; k < 8; ++k) {
+      const int64_t value = packed[n / 32][k / 4][n % 32][k % 4].item<int64_t>();
+      EXPECT_EQ(value, n < 40 ? w[k][n].item<int64_t>() + 128 : 128) << n << ", " << k;
+    }
+  }
+}
+
+TEST(Int8MatmulCpu, ExactEveryTail) {
+  SKIP_WITHOUT_VNNI();
+  torch::manual_seed(0);
+  // Rows: below, at and past one 12-row tile and a ViT batch; outputs: part of a panel, one, one
+  // and a half, six; inputs: one group of 4, ViT-Ti's 192 and its MLP's 768.
+  for (int64_t m : {1, 5, 12, 13, 197}) {
+    for (int64_t n : {8, 32, 48, 192}) {
+      for (int64_t k : {4, 12, 192, 768}) {
+        expect_exact(random_int8({m, k}), random_int8({k, n}),
+                     std::to_string(m) + "x" + std::to_string(k) + " -> " + std::to_string(n));
+      }
+    }
+  }
+}
+
+TEST(Int8MatmulCpu, ExtremeValuesAtTheLargestK) {
+  SKIP_WITHOUT_VNNI();
+  // K = 2^16 with x = −128 and W = ±127 everywhere: the largest sums the kernel promises to hold,
+  // and the shifted weight's correction at its largest (128·Σx = −2^30 per row).
+  const int64_t k = int64_t{1} << 16;
+  const auto x = torch::full({3, k}, -128, torch::kChar);
+  auto w = torch::full({k, 33}, 127, torch::kChar);
+  w.index_put_({torch::indexing::Slice(), torch::indexing::Slice(16, 33)}, -127);
+  expect_exact(x, w, "K = 65536, extremes");
+  expect_exact(random_int8({5, k}, -128), random_int8({k, 17}), "K = 65536, random");
+}
+
+TEST(Int8MatmulCpu, NoRowsNoInputsAndStridedX) {
+  SKIP_WITHOUT_VNNI();
+  torch::manual_seed(1);
+  const auto w = random_int8({16, 40});
+  const auto packed = pack_int8_weight_cpu(w);
+  EXPECT_EQ(int8_matmul_packed_cpu(random_int8({0, 16}), packed, 40).sizes(),
+            (std::vector<int64_t>{0, 40}));
+  // K = 0: every sum is empty.
+  const auto y =
+      int8_matmul_packed_cpu(random_int8({3, 0}), pack_int8_weight_cpu(random_int8({0, 5})), 5);
+  EXPECT_TRUE(torch::equal(y, torch::zeros({3, 5}, torch::kInt)));
+  // A transposed x: taken as its values, not its memory.
+  const auto xt = random_int8({16, 7}).t();
+  ASSERT_FALSE(xt.is_contiguous());
+  EXPECT_TRUE(torch::equal(int8_matmul_packed_cpu(xt, packed, 40).to(torch::kLong), exact(xt, w)));
+}
+
+TEST(Int8MatmulCpu, RefusesWhatItCannotRun) {
+  SKIP_WITHOUT_VNNI();
+  const auto x = random_int8({4, 8});
+  const auto packed = pack_int8_weight_cpu(random_int8({8, 40}));
+  const auto message = [](auto&& call) {
+    try {
+      call();
+    } catch (const c10::Error& e) {
+      return std::string(e.what_without_backtrace());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(message([&] { int8_matmul_packed_cpu(x.to(torch::kInt), packed, 40); }),
+              HasSubstr("x must be a Char CPU tensor"));
+  EXPECT_THAT(message([&] { int8_matmul_packed_cpu(x, packed.to(torch::kChar), 40); }),
+              HasSubstr("packed must be a Byte CPU tensor"));
+  EXPECT_THAT(message([&] { int8_matmul_packed_cpu(x, packed, 70); }),
+              HasSubstr("packed must be pack_int8_weight_cpu's"));
+  EXPECT_THAT(message([&] {
+                int8_matmul_packed_cpu(random_int8({4, 12}), packed, 40);
+              }),
+              HasSubstr("packed must be pack_int8_weight_cpu's"));
+  EXPECT_THAT(message([&] {
+                int8_matmul_packed_cpu(random_int8({2, 4, 8}), packed, 40);
+              }),
+              HasSubstr("x must be [M, K]"));
+  EXPECT_THAT(message([&] {
+                pack_int8_weight_cpu(random_int8({6, 40}));
+              }),
+              HasSubstr("in_features must be a multiple of 4 and at most 65536, got 6"));
+  EXPECT_THAT(message([&] {
+                pack_int8_weight_cpu(torch::randn({8, 40}));
+              }),
+              HasSubstr("weight_t must be a Char CPU tensor"));
+}
+
+}  // namespace test_int8_matmul_cpu
