@@ -1,5 +1,6 @@
 #include <attnzoo/kernels/ops.h>
 #include <attnzoo/layers/cpu_features.h>
+#include <attnzoo/layers/environment_switch.h>
 #include <attnzoo/layers/packed_linear.h>
 
 #include <ATen/Context.h>
@@ -9,18 +10,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <optional>
 #include <string>
 
 namespace attnzoo {
 namespace {
 
-// A process-wide switch's start: on, unless the environment sets `name` to `off`.
-bool on_unless_environment(const char* name, const char* off) {
-  const char* value = std::getenv(name);
-  return value == nullptr || std::string(value) != off;
-}
+using detail::on_unless_environment;
 
 // ATTNZOO_PACKED_LINEAR=0 turns the fast path off, e.g. to measure what it brings.
 std::atomic<bool> g_enabled{on_unless_environment("ATTNZOO_PACKED_LINEAR", "0")};

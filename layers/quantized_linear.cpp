@@ -1,6 +1,7 @@
 #include <attnzoo/kernels/ops.h>
 #include <attnzoo/layers/attention_mask.h>  // shape_string
 #include <attnzoo/layers/cpu_features.h>
+#include <attnzoo/layers/environment_switch.h>
 #include <attnzoo/layers/quantized_linear.h>
 
 #include <torch/torch.h>
@@ -19,13 +20,26 @@ bool int8_products_supported() {
   return supported;
 }
 
-// Σ_k q[m, k]·Wq[k, n]: int32 through LibTorch's integer product where the CPU has int8 dot
-// products. Elsewhere the float32 product of the same integers: each partial sum is an integer,
-// exact in float32 below 2^24, which K·127² stays below for K <= 1040; past that, a sum off by at
-// most a few units of 2^24-scale values (a relative 10^-7), far inside the rounding bound above.
-torch::Tensor integer_product(const torch::Tensor& q, const torch::Tensor& weight_t) {
-  if (int8_products_supported()) return at::_int_mm(q, weight_t).contiguous();
-  return torch::mm(q.to(torch::kFloat), weight_t.to(torch::kFloat));
+// Whether quantize_weight_int8 packs weights of `in_features` inputs for attnzoo's own int8
+// product (kernels::int8_matmul_packed_cpu: AVX-512 VNNI). ATTNZOO_INT8_MATMUL=onednn keeps every
+// layer on LibTorch's, e.g. to compare.
+bool own_int8_product(int64_t in_features) {
+  static const bool on = detail::on_unless_environment("ATTNZOO_INT8_MATMUL", "onednn") &&
+                         kernels::int8_matmul_packed_cpu_available();
+  return on && in_features % 4 == 0 && in_features <= (int64_t{1} << 16);
+}
+
+// Σ_k q[m, k]·Wq[k, n]: int32 through attnzoo's own product where the weight is packed for it,
+// else LibTorch's integer product where the CPU has int8 dot products. Elsewhere the float32
+// product of the same integers: each partial sum is an integer, exact in float32 below 2^24, which
+// K·127² stays below for K <= 1040; past that, a sum off by at most a few units of 2^24-scale
+// values (a relative 10^-7), far inside the rounding bound above.
+torch::Tensor integer_product(const torch::Tensor& q, const Int8Weight& weight) {
+  if (weight.packed.defined()) {
+    return kernels::int8_matmul_packed_cpu(q, weight.packed, weight.out_features());
+  }
+  if (int8_products_supported()) return at::_int_mm(q, weight.weight_t).contiguous();
+  return torch::mm(q.to(torch::kFloat), weight.weight_t.to(torch::kFloat));
 }
 
 // x as rows [M, K] for the product, checked.
@@ -59,7 +73,7 @@ torch::Tensor scaled_product(const Int8Rows& in, const Int8Weight& weight,
     return torch::empty({0, weight.out_features()}, in.scales.options().dtype(dtype));
   }
   torch::NoGradGuard no_grad;
-  const auto acc = integer_product(in.values, weight.weight_t);  // [M, N] int32 or float32
+  const auto acc = integer_product(in.values, weight);  // [M, N] int32 or float32
   return kernels::dequantize_rows_int8(acc, in.scales, weight.scale, bias, to_string(activation),
                                        dtype);
 }
@@ -77,7 +91,11 @@ Int8Weight quantize_weight_int8(const torch::Tensor& weight) {
   auto scale = w.abs().amax(1) / 127.0;  // [N]
   scale.masked_fill_(scale == 0, 1.0);
   const auto q = torch::round(w / scale.unsqueeze(1)).clamp_(-127, 127).to(torch::kChar);
-  return {q.t().contiguous(), scale.contiguous()};
+  Int8Weight quantized{q.t().contiguous(), scale.contiguous(), {}};
+  if (own_int8_product(quantized.in_features())) {
+    quantized.packed = kernels::pack_int8_weight_cpu(quantized.weight_t);
+  }
+  return quantized;
 }
 
 torch::Tensor int8_linear(const Int8Rows& x, const Int8Weight& weight, const torch::Tensor& bias,
@@ -110,7 +128,7 @@ Int8Rows int8_linear_to_rows(const torch::Tensor& x, const Int8Weight& weight,
     return {torch::empty({0, weight.out_features()}, in.values.options()), in.scales};
   }
   torch::NoGradGuard no_grad;
-  const auto acc = integer_product(in.values, weight.weight_t);
+  const auto acc = integer_product(in.values, weight);
   auto [values, scales] =
       kernels::requantize_rows_int8(acc, in.scales, weight.scale, b, to_string(activation));
   return {values, scales};

@@ -2,9 +2,10 @@
 //   the weight once, per output channel n: s_n = max_k |W[n, k]| / 127, Wq = round(W / s_n);
 //   each call, per row m of x: r_m = max_k |x[m, k]| / 127, xq = round(x / r_m);
 //   y[m, n] = r_m · s_n · Σ_k xq[m, k]·Wq[n, k] + b[n]
-// The products run in int8 with int32 sums through LibTorch's integer matrix product (oneDNN: AMX
-// or VNNI where the CPU has them); quantizing the rows and the scaling back (with the bias and the
-// activation) are one pass each, in vector loops of attnzoo's own (kernels/ops.h,
+// The products run in int8 with int32 sums: attnzoo's own (kernels::int8_matmul_packed_cpu, the
+// weight packed once) on processors with AVX-512 VNNI, elsewhere LibTorch's integer matrix product
+// (oneDNN: AMX or AVX-VNNI where the CPU has them); quantizing the rows and the scaling back (with
+// the bias and the activation) are one pass each, in vector loops of attnzoo's own (kernels/ops.h,
 // quantize_rows_int8 and its siblings). Symmetric ranges (zero points 0), so the sums need no
 // correction terms.
 //
@@ -27,6 +28,9 @@ namespace attnzoo {
 struct Int8Weight {
   torch::Tensor weight_t;  // [K, N] int8: the rounded weight, transposed for the product
   torch::Tensor scale;     // [N] float32: s_n
+  // weight_t packed for attnzoo's own int8 product (kernels::int8_matmul_packed_cpu), which the
+  // layer then takes: uint8 [⌈N/32⌉, K/4, 32, 4] on processors with AVX-512 VNNI, else undefined.
+  torch::Tensor packed;
   int64_t in_features() const { return weight_t.size(0); }
   int64_t out_features() const { return weight_t.size(1); }
 };
