@@ -45,6 +45,11 @@ TORCH_LIBRARY(attnzoo, m) {
   // x·W with int32 sums for int8 CPU inference, W packed once by pack_int8_weight_cpu (ops.h);
   // CPU only. x: int8 [M, K], packed: uint8 [⌈N/32⌉, K/4, 32, 4] -> int32 [M, N]
   m.def("int8_matmul_packed_cpu(Tensor x, Tensor packed, int out_features) -> Tensor");
+  // int8_matmul_packed_cpu scaled back in its tiles: act(sums·row_scales·col_scales + bias) as
+  // dtype (float32 or bfloat16), ops.h. row_scales: [M], col_scales, bias: [N] -> [M, N]
+  m.def(
+      "int8_linear_packed_cpu(Tensor x, Tensor row_scales, Tensor packed, Tensor col_scales, "
+      "Tensor? bias, str activation, ScalarType dtype) -> Tensor");
   // q: [B, L, H, E], k, v: [B, S, H, E] (any strides with E contiguous: views of a fused QKV),
   // key_lengths: int [B], bias: [1|B, 1|H, L, S] -> out [B, L, H, E], lse [B, H, L] (float32)
   m.def(

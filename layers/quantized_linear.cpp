@@ -73,6 +73,10 @@ torch::Tensor scaled_product(const Int8Rows& in, const Int8Weight& weight,
     return torch::empty({0, weight.out_features()}, in.scales.options().dtype(dtype));
   }
   torch::NoGradGuard no_grad;
+  if (weight.packed.defined()) {  // the scale-back in the product's tiles
+    return kernels::int8_linear_packed_cpu(in.values, in.scales, weight.packed, weight.scale, bias,
+                                           to_string(activation), dtype);
+  }
   const auto acc = integer_product(in.values, weight);  // [M, N] int32 or float32
   return kernels::dequantize_rows_int8(acc, in.scales, weight.scale, bias, to_string(activation),
                                        dtype);

@@ -19,8 +19,14 @@
 // int8 weight is a quarter of the float32 one: ViT-S's largest, 384 x 1536, is 576 KB). Chunks of
 // 256 KB of x, as the float32 product takes them, were 1.1 to 1.2 times slower at 1576 rows.
 //
+// int8_linear_packed_cpu applies the scale-back of the int8 linear layers to the tile in registers
+// (float32 sums times the row's and the column's scales, the bias, the activation; float32 or
+// bfloat16 out), so that the int32 sums never reach memory.
+//
 // Against LibTorch's integer product (at::_int_mm, oneDNN), which takes the weight unpacked at
 // every call: docs/benchmarks.md, "int8 where it pays".
+#include <attnzoo/kernels/common/cpu_activation.h>
+#include <attnzoo/kernels/common/cpu_lanes_io.h>
 #include <attnzoo/kernels/common/cpu_panel_units.h>
 #include <attnzoo/kernels/common/cpu_vector.h>
 #include <attnzoo/kernels/cpu_parallel.h>
@@ -37,7 +43,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <string>
+#include <type_traits>
 #include <vector>
+
+#pragma GCC diagnostic ignored "-Wpsabi"  // vectors never cross a call: common/cpu_vector.h
 
 namespace attnzoo::kernels {
 namespace {
@@ -63,12 +74,53 @@ inline int32_t four_bytes(const int8_t* p) {
   return v;
 }
 
-// y[r, 0 : cols] = Σ_k x[r, k]·W[k, panel's columns] for R rows of x (k values each, rows ldx
-// apart) into y (rows ldy apart), less 128·row_sums[r] (see the top of the file).
-template <int R>
+// Where a tile's sums go: int32 as they are (Int32Sink), or scaled back to float32 or bfloat16
+// (ScaledSink). sink_store(sink, row, col, sums, count): sums[0 : 16] are y[row, col : col + 16],
+// of which the first `count` are the output's (col + count <= N). The sums come through memory
+// (a tile's stack, in L1): a vector cannot cross from the tile's AVX-512 code into the
+// vector-extension helpers, which take no instruction set of their own.
+struct Int32Sink {
+  int32_t* y;
+  int64_t ldy;
+};
+
+ATTNZOO_TARGET_VNNI inline void sink_store(const Int32Sink& sink, int64_t row, int64_t col,
+                                           const int32_t* sums, int64_t count) {
+  const auto mask = static_cast<__mmask16>(count >= 16 ? 0xffffu : (1u << count) - 1);
+  _mm512_mask_storeu_epi32(sink.y + row * sink.ldy + col, mask, _mm512_load_si512(sums));
+}
+
+// act(sums·r_row·s_col + b_col) as Out (float, or uint16_t: bfloat16 bits): the arithmetic of
+// dequantize_rows_int8 (int8_rows/int8_rows_cpu.cpp) in the same order, so that the two give the
+// same values. col_scales and bias are padded to whole panels.
+template <cpu::Act A, typename Out>
+struct ScaledSink {
+  Out* y;
+  int64_t ldy;
+  const float* row_scales;
+  const float* col_scales;
+  const float* bias;  // null: none
+};
+
+// Vector-extension code only (no intrinsics), always inlined into the tile: cpu_vector.h's helpers
+// take the tile's instruction set from the function they are inlined into.
+template <cpu::Act A, typename Out>
+inline __attribute__((always_inline)) void sink_store(const ScaledSink<A, Out>& sink, int64_t row,
+                                                      int64_t col, const int32_t* sums,
+                                                      int64_t count) {
+  using F = cpu::Lanes<16>::F;
+  F v = cpu::widen<16>(sums) * (sink.row_scales[row] * cpu::load<16>(sink.col_scales + col));
+  if (sink.bias != nullptr) v += cpu::load<16>(sink.bias + col);
+  cpu::store_part<16>(sink.y + row * sink.ldy + col, count, cpu::activate<A, 16>(v));
+}
+
+// The sums of R rows of x (from `row`, k values each, rows ldx apart) with the panel's 32 columns
+// (from `col`; cols of them the output's), less 128·row_sums[r] (see the top of the file), to
+// the sink.
+template <int R, typename Sink>
 ATTNZOO_TARGET_VNNI inline void tile(const int8_t* x, int64_t ldx, int64_t k, const uint8_t* panel,
-                                     const int32_t* row_sums, int32_t* y, int64_t ldy,
-                                     int64_t cols) {
+                                     const int32_t* row_sums, const Sink& sink, int64_t row,
+                                     int64_t col, int64_t cols) {
   __m512i acc[R][2];
   ATTNZOO_UNROLL for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
   for (int64_t g = 0; g < k / 4; ++g) {
@@ -80,14 +132,14 @@ ATTNZOO_TARGET_VNNI inline void tile(const int8_t* x, int64_t ldx, int64_t k, co
       acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], w1, xv);
     }
   }
-  const __mmask16 low = cols >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << cols) - 1);
-  const __mmask16 high = cols >= 32
-                             ? __mmask16{0xffff}
-                             : static_cast<__mmask16>((1u << std::max<int64_t>(cols - 16, 0)) - 1);
+  const int64_t low = std::min<int64_t>(cols, 16), high = cols - low;
+  alignas(64) int32_t sums[2][16];
   ATTNZOO_UNROLL for (int r = 0; r < R; ++r) {
     const __m512i correction = _mm512_set1_epi32(128 * row_sums[r]);
-    _mm512_mask_storeu_epi32(y + r * ldy, low, _mm512_sub_epi32(acc[r][0], correction));
-    _mm512_mask_storeu_epi32(y + r * ldy + 16, high, _mm512_sub_epi32(acc[r][1], correction));
+    _mm512_store_si512(sums[0], _mm512_sub_epi32(acc[r][0], correction));
+    _mm512_store_si512(sums[1], _mm512_sub_epi32(acc[r][1], correction));
+    sink_store(sink, row + r, col, sums[0], low);
+    if (high > 0) sink_store(sink, row + r, col + 16, sums[1], high);
   }
 }
 
@@ -111,23 +163,23 @@ struct Problem {
   const int8_t* x;        // [M, K] rows contiguous
   const uint8_t* packed;  // [P][K/4][32][4]
   const int32_t* row_sums;
-  int32_t* y;  // [M, N]
   int64_t k, n;
   cpu::PanelUnits units;
 };
 
-ATTNZOO_TARGET_VNNI void run_units(const Problem& p, int64_t begin, int64_t end) {
+template <typename Sink>
+ATTNZOO_TARGET_VNNI void run_units(const Problem& p, const Sink& sink, int64_t begin, int64_t end) {
   for (int64_t u = begin; u < end; ++u) {
     const auto [row, rows, panel] = p.units[u];
     const int8_t* x = p.x + row * p.k;
     const uint8_t* w = p.packed + panel * p.k * kPanel;
     const int32_t* sums = p.row_sums + row;
-    int32_t* y = p.y + row * p.n + panel * kPanel;
-    const int64_t cols = std::min(kPanel, p.n - panel * kPanel);
+    const int64_t col = panel * kPanel;
+    const int64_t cols = std::min(kPanel, p.n - col);
     switch (rows) {
-#define ATTNZOO_TILE_CASE(R)                     \
-  case R:                                        \
-    tile<R>(x, p.k, p.k, w, sums, y, p.n, cols); \
+#define ATTNZOO_TILE_CASE(R)                             \
+  case R:                                                \
+    tile<R>(x, p.k, p.k, w, sums, sink, row, col, cols); \
     break;
       ATTNZOO_TILE_CASE(1)
       ATTNZOO_TILE_CASE(2)
@@ -142,10 +194,29 @@ ATTNZOO_TARGET_VNNI void run_units(const Problem& p, int64_t begin, int64_t end)
       ATTNZOO_TILE_CASE(11)
 #undef ATTNZOO_TILE_CASE
       default:
-        tile<kTileRows>(x, p.k, p.k, w, sums, y, p.n, cols);
+        tile<kTileRows>(x, p.k, p.k, w, sums, sink, row, col, cols);
         break;
     }
   }
+}
+
+// The product of x's rows with the packed weight into the sink, across LibTorch's threads.
+template <typename Sink>
+void run(const at::Tensor& x, const at::Tensor& packed, int64_t n, const Sink& sink) {
+  const int64_t m = x.size(0), k = x.size(1);
+  std::vector<int32_t> sums(static_cast<size_t>(m));
+  row_sums(x.const_data_ptr<int8_t>(), m, k, sums.data());
+  const Problem p{x.const_data_ptr<int8_t>(),
+                  packed.const_data_ptr<uint8_t>(),
+                  sums.data(),
+                  k,
+                  n,
+                  cpu::PanelUnits(m, k, packed.size(0), kTileRows, /*chunk_bytes=*/0)};
+  // About four million multiply-adds a range (a quarter of the float32 product's time each).
+  const int64_t grain =
+      std::max<int64_t>(1, (int64_t{1} << 22) / (kTileRows * kPanel * std::max<int64_t>(k, 1)));
+  kernels::parallel_for(0, p.units.count(), grain,
+                        [&](int64_t begin, int64_t end) { run_units(p, sink, begin, end); });
 }
 #endif
 
@@ -154,14 +225,12 @@ void check_int8_cpu(const at::Tensor& t, at::ScalarType dtype, const char* op, c
                     dtype, " CPU tensor, got ", t.scalar_type(), " on ", t.device().str());
 }
 
-// attnzoo::int8_matmul_packed_cpu on the CPU dispatch key.
-at::Tensor int8_matmul_packed_cpu_kernel(const at::Tensor& x, const at::Tensor& packed,
-                                         int64_t out_features) {
-  constexpr const char* op = "int8_matmul_packed_cpu";
+// x and the packed weight of `n` outputs, as the two ops take them.
+void check_product_args(const at::Tensor& x, const at::Tensor& packed, int64_t n, const char* op) {
   check_int8_cpu(x, at::kChar, op, "x");
   check_int8_cpu(packed, at::kByte, op, "packed");
   TORCH_CHECK_VALUE(x.dim() == 2, op, ": x must be [M, K], got ", x.sizes());
-  const int64_t m = x.size(0), k = x.size(1), n = out_features;
+  const int64_t k = x.dim() == 2 ? x.size(1) : 0;
   const int64_t panels = (n + kPanel - 1) / kPanel;
   TORCH_CHECK_VALUE(n >= 0 && packed.dim() == 4 && packed.is_contiguous() &&
                         packed.size(0) == panels && packed.size(1) * 4 == k &&
@@ -170,24 +239,91 @@ at::Tensor int8_matmul_packed_cpu_kernel(const at::Tensor& x, const at::Tensor& 
                     ", 32, 4] for ", n, " outputs of x's ", k, " inputs, got ", packed.sizes());
   TORCH_CHECK_VALUE(int8_matmul_packed_cpu_available(), op,
                     ": needs a processor with AVX-512 VNNI (int8_matmul_packed_cpu_available())");
+}
+
+// attnzoo::int8_matmul_packed_cpu on the CPU dispatch key.
+at::Tensor int8_matmul_packed_cpu_kernel(const at::Tensor& x, const at::Tensor& packed,
+                                         int64_t out_features) {
+  constexpr const char* op = "int8_matmul_packed_cpu";
+  check_product_args(x, packed, out_features, op);
+  const int64_t m = x.size(0), n = out_features;
   at::Tensor y = at::empty({m, n}, x.options().dtype(at::kInt));
   if (m == 0 || n == 0) return y;
 #ifdef ATTNZOO_CPU_X86_KERNELS
-  const at::Tensor rows = x.contiguous();
-  std::vector<int32_t> sums(static_cast<size_t>(m));
-  row_sums(rows.const_data_ptr<int8_t>(), m, k, sums.data());
-  const Problem p{rows.const_data_ptr<int8_t>(),
-                  packed.const_data_ptr<uint8_t>(),
-                  sums.data(),
-                  y.mutable_data_ptr<int32_t>(),
-                  k,
-                  n,
-                  cpu::PanelUnits(m, k, panels, kTileRows, /*chunk_bytes=*/0)};
-  // About four million multiply-adds a range (a quarter of the float32 product's time each).
-  const int64_t grain =
-      std::max<int64_t>(1, (int64_t{1} << 22) / (kTileRows * kPanel * std::max<int64_t>(k, 1)));
-  kernels::parallel_for(0, p.units.count(), grain,
-                        [&](int64_t begin, int64_t end) { run_units(p, begin, end); });
+  run(x.contiguous(), packed, n, Int32Sink{y.mutable_data_ptr<int32_t>(), n});
+#endif
+  return y;
+}
+
+// A [n] float32 vector copied into whole panels (zeros after it).
+std::vector<float> padded_to_panels(const at::Tensor& v, int64_t n) {
+  std::vector<float> padded(static_cast<size_t>((n + kPanel - 1) / kPanel * kPanel), 0.0f);
+  const at::Tensor c = v.contiguous();
+  std::memcpy(padded.data(), c.const_data_ptr<float>(), static_cast<size_t>(n) * sizeof(float));
+  return padded;
+}
+
+void check_scales(const at::Tensor& t, int64_t size, const char* op, const char* name) {
+  TORCH_CHECK_VALUE(
+      t.dim() == 1 && t.size(0) == size && t.scalar_type() == at::kFloat && t.device().is_cpu(), op,
+      ": ", name, " must be a float32 CPU vector of ", size, " elements, got ", t.sizes(), " ",
+      t.scalar_type(), " on ", t.device().str());
+}
+
+// attnzoo::int8_linear_packed_cpu on the CPU dispatch key.
+at::Tensor int8_linear_packed_cpu_kernel(const at::Tensor& x, const at::Tensor& row_scales,
+                                         const at::Tensor& packed, const at::Tensor& col_scales,
+                                         const std::optional<at::Tensor>& bias,
+                                         c10::string_view activation_name, at::ScalarType dtype) {
+  constexpr const char* op = "int8_linear_packed_cpu";
+  const cpu::Act act = cpu::parse_activation(std::string(activation_name), op);
+  const int64_t n = col_scales.dim() == 1 ? col_scales.size(0) : -1;
+  check_product_args(x, packed, n, op);
+  const int64_t m = x.size(0);
+  check_scales(row_scales, m, op, "row_scales");
+  check_scales(col_scales, n, op, "col_scales");
+  const bool has_bias = bias && bias->defined();
+  if (has_bias) check_scales(*bias, n, op, "bias");
+  TORCH_CHECK_VALUE(dtype == at::kFloat || dtype == at::kBFloat16, op,
+                    ": dtype must be float32 or bfloat16, got ", dtype);
+  at::Tensor y = at::empty({m, n}, x.options().dtype(dtype));
+  if (m == 0 || n == 0) return y;
+#ifdef ATTNZOO_CPU_X86_KERNELS
+  const std::vector<float> scales = padded_to_panels(col_scales, n);
+  const std::vector<float> padded_bias =
+      has_bias ? padded_to_panels(*bias, n) : std::vector<float>{};
+  const at::Tensor rs = row_scales.contiguous();
+  const auto with_out = [&](auto* out, auto act_constant) {
+    using Out = std::remove_pointer_t<decltype(out)>;
+    run(x.contiguous(), packed, n,
+        ScaledSink<decltype(act_constant)::value, Out>{out, n, rs.const_data_ptr<float>(),
+                                                       scales.data(),
+                                                       has_bias ? padded_bias.data() : nullptr});
+  };
+  const auto with_act = [&](auto act_constant) {
+    if (dtype == at::kFloat) {
+      with_out(y.mutable_data_ptr<float>(), act_constant);
+    } else {
+      with_out(reinterpret_cast<uint16_t*>(y.mutable_data_ptr<at::BFloat16>()), act_constant);
+    }
+  };
+  switch (act) {
+    case cpu::Act::kNone:
+      with_act(std::integral_constant<cpu::Act, cpu::Act::kNone>{});
+      break;
+    case cpu::Act::kGelu:
+      with_act(std::integral_constant<cpu::Act, cpu::Act::kGelu>{});
+      break;
+    case cpu::Act::kGeluTanh:
+      with_act(std::integral_constant<cpu::Act, cpu::Act::kGeluTanh>{});
+      break;
+    case cpu::Act::kSilu:
+      with_act(std::integral_constant<cpu::Act, cpu::Act::kSilu>{});
+      break;
+    case cpu::Act::kRelu:
+      with_act(std::integral_constant<cpu::Act, cpu::Act::kRelu>{});
+      break;
+  }
 #endif
   return y;
 }
@@ -227,8 +363,22 @@ at::Tensor int8_matmul_packed_cpu(const at::Tensor& x, const at::Tensor& packed,
   return handle.call(x, packed, out_features);
 }
 
+at::Tensor int8_linear_packed_cpu(const at::Tensor& x, const at::Tensor& row_scales,
+                                  const at::Tensor& packed, const at::Tensor& col_scales,
+                                  const std::optional<at::Tensor>& bias,
+                                  const std::string& activation, at::ScalarType dtype) {
+  static const auto handle =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("attnzoo::int8_linear_packed_cpu", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view,
+                            at::ScalarType)>();
+  return handle.call(x, row_scales, packed, col_scales, bias, activation, dtype);
+}
+
 }  // namespace attnzoo::kernels
 
 TORCH_LIBRARY_IMPL(attnzoo, CPU, m) {
   m.impl("int8_matmul_packed_cpu", TORCH_FN(attnzoo::kernels::int8_matmul_packed_cpu_kernel));
+  m.impl("int8_linear_packed_cpu", TORCH_FN(attnzoo::kernels::int8_linear_packed_cpu_kernel));
 }

@@ -1,8 +1,10 @@
 // The int8 product (pack_int8_weight_cpu, int8_matmul_packed_cpu) against the exact product of the
 // same integers (float64 matmul: every sum here is an integer far below 2^53): shapes that leave
 // every row-tile and panel tail, the extreme values (−128 in x, ±127 in W) at the largest K the
-// kernel takes, no rows and no inputs, the packed layout, and the input checks. Skipped where the
-// processor has no AVX-512 VNNI (the kernel is not offered there).
+// kernel takes, no rows and no inputs, the packed layout, and the input checks. The product scaled
+// back in its tiles (int8_linear_packed_cpu) against dequantize_rows_int8 of the int32 sums,
+// value for value, and the float64 scale-back of the exact sums. Skipped where the processor has
+// no AVX-512 VNNI (the kernel is not offered there).
 #include <attnzoo/kernels/ops.h>
 
 #include <torch/torch.h>
@@ -10,11 +12,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace test_int8_matmul_cpu {
 
+using attnzoo::kernels::dequantize_rows_int8;
+using attnzoo::kernels::int8_linear_packed_cpu;
 using attnzoo::kernels::int8_matmul_packed_cpu;
 using attnzoo::kernels::int8_matmul_packed_cpu_available;
 using attnzoo::kernels::pack_int8_weight_cpu;
@@ -97,6 +103,57 @@ TEST(Int8MatmulCpu, NoRowsNoInputsAndStridedX) {
   const auto xt = random_int8({16, 7}).t();
   ASSERT_FALSE(xt.is_contiguous());
   EXPECT_TRUE(torch::equal(int8_matmul_packed_cpu(xt, packed, 40).to(torch::kLong), exact(xt, w)));
+}
+
+TEST(Int8MatmulCpu, ScaledBackInTheTilesAsDequantizeRows) {
+  SKIP_WITHOUT_VNNI();
+  torch::manual_seed(2);
+  for (int64_t m : {1, 13, 197}) {
+    for (int64_t n : {8, 48, 192}) {
+      const int64_t k = 64;
+      const auto x = random_int8({m, k});
+      const auto w = random_int8({k, n});
+      const auto packed = pack_int8_weight_cpu(w);
+      const auto row_scales = torch::rand({m}) * 0.01 + 1e-3;
+      const auto col_scales = torch::rand({n}) * 0.01 + 1e-3;
+      const auto bias = torch::randn({n});
+      const auto sums = int8_matmul_packed_cpu(x, packed, n);
+      // The float64 scale-back of the exact sums: the fused result within float32 rounding.
+      const auto reference = exact(x, w).to(torch::kDouble) *
+                                 row_scales.to(torch::kDouble).unsqueeze(1) *
+                                 col_scales.to(torch::kDouble) +
+                             bias.to(torch::kDouble);
+      for (const auto* activation : {"none", "gelu", "gelu_tanh", "silu", "relu"}) {
+        for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+          for (const bool with_bias : {true, false}) {
+            const std::string what = std::to_string(m) + " x " + std::to_string(n) + " " +
+                                     activation + (with_bias ? " bias " : " ") +
+                                     c10::toString(dtype);
+            const std::optional<torch::Tensor> b =
+                with_bias ? std::optional<torch::Tensor>(bias) : std::nullopt;
+            const auto fused =
+                int8_linear_packed_cpu(x, row_scales, packed, col_scales, b, activation, dtype);
+            const auto unfused =
+                dequantize_rows_int8(sums, row_scales, col_scales, b, activation, dtype);
+            ASSERT_EQ(fused.scalar_type(), dtype) << what;
+            EXPECT_TRUE(torch::equal(fused, unfused)) << what;
+            if (std::string(activation) == "none" && with_bias && dtype == torch::kFloat) {
+              const auto error = (fused.to(torch::kDouble) - reference).abs();
+              EXPECT_LE((error - 4e-7 * reference.abs()).max().item<double>(), 1e-6) << what;
+            }
+          }
+        }
+      }
+    }
+  }
+  // A row scale of NaN (a row that held NaN): that row NaN, the others finite.
+  const auto x = random_int8({5, 8});
+  auto row_scales = torch::ones({5});
+  row_scales[2] = std::numeric_limits<float>::quiet_NaN();
+  const auto y = int8_linear_packed_cpu(x, row_scales, pack_int8_weight_cpu(random_int8({8, 20})),
+                                        torch::ones({20}), std::nullopt, "gelu", torch::kFloat);
+  EXPECT_TRUE(torch::isnan(y[2]).all().item<bool>());
+  EXPECT_EQ(torch::isfinite(y).sum().item<int64_t>(), 4 * 20);
 }
 
 TEST(Int8MatmulCpu, RefusesWhatItCannotRun) {
