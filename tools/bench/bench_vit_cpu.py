@@ -22,18 +22,26 @@ Each row also gives the achieved GFLOP/s (the model's FLOPs, counted by torch's 
 timm's model, over the median time) as a share of the same-dtype GEMM rate measured in the same
 run: torch.mm of 2048 x 2048 matrices in float32 and bfloat16 on the same threads.
 
+A last table reads the goals (attnzoo at most 0.95 of the faster of ORT and OpenVINO f32 in
+float32, 0.9 of OpenVINO's bf16, 0.9 of ORT's int8) against the processor: the model's FLOPs over
+the time a goal allows, as a share of the register-only peak of the same arithmetic on the same
+threads (build/bin/bench_cpu_peak: float32 FMA, bfloat16 and int8 dot products), beside the
+shares attnzoo and the peer reached. A goal that asks for more than the processor's units can do
+with the whole model (its softmax, norms and memory traffic included) cannot be met by any kernel.
+
 With --bf16, also attnzoo in bfloat16 against its own float32 and the drift of the logits (max
 |bf16 - fp32| on the same input and weights); with --int8, the same for int8.
 
 usage: tools/bench/bench_vit_cpu.py [--models vit_tiny_patch16_224,...] [--batches 1,8] [--threads N]
                               [--rounds 5] [--iterations 10] [--warmup 3] [--peers attnzoo,ort,...]
-                              [--bf16] [--int8] [--json FILE]
+                              [--bf16] [--int8] [--peak-binary FILE] [--json FILE]
 Run from the repository root after tools/setup.sh (uses build/bin/attnzoo and the venv's packages).
 """
 import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -112,6 +120,43 @@ def gemm_rates(threads: int, size: int = 2048, repeats: int = 5) -> dict:
     return rates
 
 
+def processor_peak(threads: int, binary: Path) -> dict:
+    """G/s of the register-only multiply-add loops of build/bin/bench_cpu_peak (fp32 FMA, bf16 and
+    int8 dot products) on `threads` threads; {} where the program is not built."""
+    if not binary.is_file():
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "peak.json"
+        subprocess.run([str(binary), "--threads", str(threads), "--json", str(report)],
+                       check=True, stdout=subprocess.DEVNULL)
+        peak = json.loads(report.read_text())
+    return {k: peak[k] for k in ("fp32", "bf16", "int8") if k in peak}
+
+
+# The goals: attnzoo's peer, attnzoo's time over the peer's at most this, the arithmetic.
+GOALS = {"fp32": (("ort", "openvino_f32"), "attnzoo", 0.95),
+         "bf16": (("openvino",), "attnzoo_bf16", 0.9),
+         "int8": (("ort_int8",), "attnzoo_int8", 0.9)}
+
+
+def goal_shares(case: dict, peak: dict) -> dict:
+    """Per goal: the share of the peak the goal asks for, and the shares attnzoo and the peer
+    reached (the model's FLOPs over each time)."""
+    med, work = case["median_ms"], case["flops_per_image"] * case["batch"]
+    shares = {}
+    for kind, (peers, ours, ratio) in GOALS.items():
+        present = [med[p] for p in peers if p in med]
+        if kind not in peak or ours not in med or not present:
+            continue
+        def share(ms, kind=kind):
+            return work / (ms * 1e-3) / 1e9 / peak[kind]
+
+        peer = min(present)
+        shares[kind] = {"goal": share(ratio * peer), "attnzoo": share(med[ours]),
+                        "peer": share(peer)}
+    return shares
+
+
 def model_flops(model, size) -> float:
     """FLOPs of one image through timm's model (matmuls, convolutions, attention)."""
     counter = FlopCounterMode(display=False)
@@ -133,6 +178,7 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--int8", action="store_true")
     parser.add_argument("--binary", default=str(ROOT / "build" / "bin" / "attnzoo"))
+    parser.add_argument("--peak-binary", default=str(ROOT / "build" / "bin" / "bench_cpu_peak"))
     parser.add_argument("--json")
     args = parser.parse_args()
 
@@ -143,14 +189,17 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     rates = gemm_rates(args.threads)
+    peak = processor_peak(args.threads, Path(args.peak_binary))
     results = {"threads": args.threads, "rounds": args.rounds, "iterations": args.iterations,
                "torch": torch.__version__, "timm": timm.__version__,
                "onnxruntime": ort.__version__, "openvino": ov.__version__, "cpu": cpu_model(),
-               "gemm_gflops": rates, "cases": []}
+               "gemm_gflops": rates, "peak_gops": peak, "cases": []}
     print(f"# threads {args.threads}, {args.rounds} rounds x {args.iterations} calls, "
           f"alternating; medians in ms; torch {torch.__version__}, timm {timm.__version__}, "
           f"onnxruntime {ort.__version__}, openvino {ov.__version__}; {results['cpu']}")
     print("# GEMM 2048^3 GFLOP/s: " + ", ".join(f"{k} {v:.0f}" for k, v in rates.items()))
+    print("# processor peak, registers only, G/s: " +
+          (", ".join(f"{k} {v:.0f}" for k, v in peak.items()) or "bench_cpu_peak not built"))
     print(f"{'model':24} {'batch':>5} " + " ".join(f"{p:>12}" for p in peers) +
           "  attnzoo / best other f32, GFLOP/s share of GEMM per peer")
     with tempfile.TemporaryDirectory() as tmp:
@@ -213,18 +262,37 @@ def main() -> None:
                 others = [med[p] for p in ("ort", "openvino_f32", "timm") if p in med]
                 if "attnzoo" in med and others:
                     case["attnzoo_vs_best_f32"] = med["attnzoo"] / min(others)
+                case["peak_share"] = goal_shares(case, peak)
                 results["cases"].append(case)
                 ratio = f"{case['attnzoo_vs_best_f32']:.3f}" if "attnzoo_vs_best_f32" in case \
                     else "-"
                 print(f"{name:24} {batch:>5} " + " ".join(f"{med[p]:12.2f}" for p in peers) +
                       f"  {ratio}  " + " ".join(f"{p} {share[p]:.0%}" for p in share),
                       flush=True)
+        print_goal_shares(results["cases"])
         if args.bf16:
             results["bf16"] = bf16_report(args, Path(tmp))
         if args.int8:
             results["int8"] = int8_report(args, Path(tmp))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+def print_goal_shares(cases: list) -> None:
+    kinds = [k for k in GOALS if any(k in c["peak_share"] for c in cases)]
+    if not kinds:
+        return
+    print("\n# each goal as a share of the processor's peak of its arithmetic: what the goal asks, "
+          "what attnzoo and the peer reached")
+    print(f"{'model':24} {'batch':>5} " + " ".join(f"{k + ' goal':>10} {'attnzoo':>8} {'peer':>6}"
+                                                   for k in kinds))
+    for c in cases:
+        cells = []
+        for k in kinds:
+            got = c["peak_share"].get(k)
+            cells.append(f"{got['goal']:10.0%} {got['attnzoo']:8.0%} {got['peer']:6.0%}" if got
+                         else f"{'-':>10} {'-':>8} {'-':>6}")
+        print(f"{c['model']:24} {c['batch']:>5} " + " ".join(cells), flush=True)
 
 
 def bf16_report(args, tmp: Path) -> list:
