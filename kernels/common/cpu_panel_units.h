@@ -45,3 +45,46 @@ class PanelUnits {
 };
 
 }  // namespace attnzoo::kernels::cpu
+
+// TILE(R) for R = rows, 1 <= rows <= 12, R a constant expression: each row count of a 12-row
+// tile (the last tile of a product may have fewer) gets a tile function of its own, fully
+// unrolled.
+#define ATTNZOO_SWITCH_TILE_ROWS(rows, TILE) \
+  switch (rows) {                            \
+    case 1:                                  \
+      TILE(1);                               \
+      break;                                 \
+    case 2:                                  \
+      TILE(2);                               \
+      break;                                 \
+    case 3:                                  \
+      TILE(3);                               \
+      break;                                 \
+    case 4:                                  \
+      TILE(4);                               \
+      break;                                 \
+    case 5:                                  \
+      TILE(5);                               \
+      break;                                 \
+    case 6:                                  \
+      TILE(6);                               \
+      break;                                 \
+    case 7:                                  \
+      TILE(7);                               \
+      break;                                 \
+    case 8:                                  \
+      TILE(8);                               \
+      break;                                 \
+    case 9:                                  \
+      TILE(9);                               \
+      break;                                 \
+    case 10:                                 \
+      TILE(10);                              \
+      break;                                 \
+    case 11:                                 \
+      TILE(11);                              \
+      break;                                 \
+    default:                                 \
+      TILE(12);                              \
+      break;                                 \
+  }

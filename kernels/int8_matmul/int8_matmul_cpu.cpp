@@ -55,6 +55,7 @@ namespace {
 
 constexpr int64_t kPanel = 32;
 constexpr int kTileRows = 12;
+static_assert(kTileRows == 12, "ATTNZOO_SWITCH_TILE_ROWS covers tiles of 1 to 12 rows");
 constexpr int64_t kMaxK = int64_t{1} << 16;  // keeps every int32 sum below 2^31
 
 #ifdef ATTNZOO_CPU_X86_KERNELS
@@ -176,27 +177,9 @@ ATTNZOO_TARGET_VNNI void run_units(const Problem& p, const Sink& sink, int64_t b
     const int32_t* sums = p.row_sums + row;
     const int64_t col = panel * kPanel;
     const int64_t cols = std::min(kPanel, p.n - col);
-    switch (rows) {
-#define ATTNZOO_TILE_CASE(R)                             \
-  case R:                                                \
-    tile<R>(x, p.k, p.k, w, sums, sink, row, col, cols); \
-    break;
-      ATTNZOO_TILE_CASE(1)
-      ATTNZOO_TILE_CASE(2)
-      ATTNZOO_TILE_CASE(3)
-      ATTNZOO_TILE_CASE(4)
-      ATTNZOO_TILE_CASE(5)
-      ATTNZOO_TILE_CASE(6)
-      ATTNZOO_TILE_CASE(7)
-      ATTNZOO_TILE_CASE(8)
-      ATTNZOO_TILE_CASE(9)
-      ATTNZOO_TILE_CASE(10)
-      ATTNZOO_TILE_CASE(11)
-#undef ATTNZOO_TILE_CASE
-      default:
-        tile<kTileRows>(x, p.k, p.k, w, sums, sink, row, col, cols);
-        break;
-    }
+#define ATTNZOO_TILE(R) tile<R>(x, p.k, p.k, w, sums, sink, row, col, cols)
+    ATTNZOO_SWITCH_TILE_ROWS(rows, ATTNZOO_TILE)
+#undef ATTNZOO_TILE
   }
 }
 

@@ -46,6 +46,7 @@ using namespace cpu;  // NOLINT(google-build-using-namespace): the vector helper
 
 constexpr int64_t kPanel = 32;
 constexpr int kTileRows = 12;
+static_assert(kTileRows == 12, "ATTNZOO_SWITCH_TILE_ROWS covers tiles of 1 to 12 rows");
 constexpr int64_t kChunkBytes = 256 * 1024;
 
 #ifdef ATTNZOO_CPU_X86_KERNELS
@@ -106,27 +107,9 @@ ATTNZOO_TARGET_AVX512 void run_units(const Problem& p, int64_t begin, int64_t en
     const float* b = p.bias + panel * kPanel;
     float* y = p.y + row * p.n + panel * kPanel;
     const int64_t cols = std::min(kPanel, p.n - panel * kPanel);
-    switch (rows) {
-#define ATTNZOO_TILE_CASE(R)                     \
-  case R:                                        \
-    tile<R, A>(x, p.k, p.k, w, b, y, p.n, cols); \
-    break;
-      ATTNZOO_TILE_CASE(1)
-      ATTNZOO_TILE_CASE(2)
-      ATTNZOO_TILE_CASE(3)
-      ATTNZOO_TILE_CASE(4)
-      ATTNZOO_TILE_CASE(5)
-      ATTNZOO_TILE_CASE(6)
-      ATTNZOO_TILE_CASE(7)
-      ATTNZOO_TILE_CASE(8)
-      ATTNZOO_TILE_CASE(9)
-      ATTNZOO_TILE_CASE(10)
-      ATTNZOO_TILE_CASE(11)
-#undef ATTNZOO_TILE_CASE
-      default:
-        tile<kTileRows, A>(x, p.k, p.k, w, b, y, p.n, cols);
-        break;
-    }
+#define ATTNZOO_TILE(R) tile<R, A>(x, p.k, p.k, w, b, y, p.n, cols)
+    ATTNZOO_SWITCH_TILE_ROWS(rows, ATTNZOO_TILE)
+#undef ATTNZOO_TILE
   }
 }
 
