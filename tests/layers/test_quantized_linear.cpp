@@ -2,8 +2,8 @@
 // float product: exact on integer data that needs no rounding, within the rounding bound
 // elsewhere, rows independent of each other's range; PackedLinear's int8 switch (requantizing
 // after a weight update, the float path for autograd and for narrow layers over many rows,
-// refusals); attention, MLP and feed-forward
-// layers switched at once by set_int8_inference.
+// refusals); attnzoo's own int8 product and LibTorch's giving the same values; attention, MLP and
+// feed-forward layers switched at once by set_int8_inference.
 #include "common/test_util.h"
 
 #include <attnzoo/kernels/ops.h>
@@ -231,6 +231,34 @@ TEST(Int8Linear, TheActivationInTheScaleBackIsTheFloatActivation) {
 
 // int8_linear_to_rows is the float32 result quantized per row, exactly; the second layer of a
 // pair on those rows is int8_linear on them.
+// Where the weight is packed for attnzoo's own int8 product (processors with AVX-512 VNNI), the
+// layer takes it; the same weight unpacked takes LibTorch's integer product and the scale-back
+// pass. Both multiply the same integers exactly and scale back in the same order: the same values,
+// for every output dtype, activation and the MLP's int8 rows.
+TEST(Int8Linear, OwnProductAndLibTorchsGiveTheSameValues) {
+  torch::manual_seed(9);
+  const auto x = torch::randn({2, 29, 96});
+  const auto w = torch::randn({120, 96}) * 0.1, b = torch::randn({120});
+  const auto packed = quantize_weight_int8(w);
+  if (!packed.packed.defined()) {
+    GTEST_SKIP() << "no AVX-512 VNNI: every int8 layer takes LibTorch's integer product here";
+  }
+  Int8Weight unpacked = packed;
+  unpacked.packed = torch::Tensor();
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    for (const auto activation : {Activation::kNone, Activation::kGelu, Activation::kSilu}) {
+      const auto xd = x.to(dtype);
+      EXPECT_TRUE(torch::equal(int8_linear(xd, packed, b, activation),
+                               int8_linear(xd, unpacked, b, activation)))
+          << dtype << " " << to_string(activation);
+      const auto ours = int8_linear_to_rows(xd, packed, b, activation);
+      const auto theirs = int8_linear_to_rows(xd, unpacked, b, activation);
+      EXPECT_TRUE(torch::equal(ours.values, theirs.values)) << dtype;
+      EXPECT_TRUE(torch::equal(ours.scales, theirs.scales)) << dtype;
+    }
+  }
+}
+
 TEST(Int8Linear, RowsOutEqualTheFloatResultQuantized) {
   torch::manual_seed(7);
   const auto x = torch::randn({3, 11, 64});
