@@ -2,8 +2,9 @@
 // same integers (float64 matmul: every sum here is an integer far below 2^53): shapes that leave
 // every row-tile and panel tail, the extreme values (−128 in x, ±127 in W) at the largest K the
 // kernel takes, no rows and no inputs, the packed layout, and the input checks. The product scaled
-// back in its tiles (int8_linear_packed_cpu) against dequantize_rows_int8 of the int32 sums,
-// value for value, and the float64 scale-back of the exact sums. Skipped where the processor has
+// back in its tiles (int8_linear_packed_cpu) against dequantize_rows_int8 of the int32 sums (value
+// for value without an activation and with ReLU, within float32's rounding of the exponential
+// otherwise) and the float64 scale-back of the exact sums. Skipped where the processor has
 // no AVX-512 VNNI (the kernel is not offered there).
 #include <attnzoo/kernels/ops.h>
 
@@ -136,7 +137,21 @@ TEST(Int8MatmulCpu, ScaledBackInTheTilesAsDequantizeRows) {
             const auto unfused =
                 dequantize_rows_int8(sums, row_scales, col_scales, b, activation, dtype);
             ASSERT_EQ(fused.scalar_type(), dtype) << what;
-            EXPECT_TRUE(torch::equal(fused, unfused)) << what;
+            if (std::string(activation) == "none" || std::string(activation) == "relu") {
+              EXPECT_TRUE(torch::equal(fused, unfused)) << what;
+            } else {
+              // The same formula compiled in two places: the compiler may fuse a multiply and
+              // an add of the exponential's polynomial into one FMA in one and not the other (a
+              // sanitizer build did), an ulp of float32 apart, which bfloat16's rounding can
+              // turn into one of its own ulps.
+              const double ulps = dtype == torch::kFloat ? 8 * 0x1p-24 : 0x1p-8;
+              // Relative to the output, or to 1 below it: near zero GELU's and SiLU's outputs
+              // are differences of larger terms.
+              const auto want = unfused.to(torch::kDouble);
+              const auto gap = (fused.to(torch::kDouble) - want).abs() -
+                               ulps * torch::clamp_min(want.abs(), 1.0);
+              EXPECT_LE(gap.max().item<double>(), 0.0) << what;
+            }
             if (std::string(activation) == "none" && with_bias && dtype == torch::kFloat) {
               const auto error = (fused.to(torch::kDouble) - reference).abs();
               EXPECT_LE((error - 4e-7 * reference.abs()).max().item<double>(), 1e-6) << what;
