@@ -153,7 +153,8 @@ torch::Tensor pack_int8_weight_cpu(const torch::Tensor& weight_t);
 torch::Tensor int8_matmul_packed_cpu(const torch::Tensor& x, const torch::Tensor& packed,
                                      int64_t out_features);
 // int8_linear_packed_cpu: dequantize_rows_int8 of int8_matmul_packed_cpu's sums, applied to each
-// tile in registers (the same values, without the int32 sums in memory).
+// tile in registers in the same order (the int32 sums never in memory; with GELU or SiLU the two
+// may differ by an ulp, where the compiler contracts the polynomial differently).
 //   x int8 [M, K], row_scales float32 [M], packed, col_scales float32 [N], bias float32 [N],
 //   activation as dequantize_rows_int8's -> y [M, N] as dtype (float32 or bfloat16)
 torch::Tensor int8_linear_packed_cpu(const torch::Tensor& x, const torch::Tensor& row_scales,

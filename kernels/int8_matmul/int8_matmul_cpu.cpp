@@ -92,8 +92,9 @@ ATTNZOO_TARGET_VNNI inline void sink_store(const Int32Sink& sink, int64_t row, i
 }
 
 // act(sums·r_row·s_col + b_col) as Out (float, or uint16_t: bfloat16 bits): the arithmetic of
-// dequantize_rows_int8 (int8_rows/int8_rows_cpu.cpp) in the same order, so that the two give the
-// same values. col_scales and bias are padded to whole panels.
+// dequantize_rows_int8 (int8_rows/int8_rows_cpu.cpp) in the same order: the same values, but for
+// an ulp where the compiler contracts an activation's polynomial into FMAs differently in the two
+// places. col_scales and bias are padded to whole panels.
 template <cpu::Act A, typename Out>
 struct ScaledSink {
   Out* y;
