@@ -6,6 +6,8 @@
 // for value without an activation and with ReLU, within float32's rounding of the exponential
 // otherwise) and the float64 scale-back of the exact sums. Skipped where the processor has
 // no AVX-512 VNNI (the kernel is not offered there).
+#include "common/test_util.h"
+
 #include <attnzoo/kernels/ops.h>
 
 #include <torch/torch.h>
@@ -25,6 +27,7 @@ using attnzoo::kernels::int8_linear_packed_cpu;
 using attnzoo::kernels::int8_matmul_packed_cpu;
 using attnzoo::kernels::int8_matmul_packed_cpu_available;
 using attnzoo::kernels::pack_int8_weight_cpu;
+using attnzoo::testing::error_of;
 using ::testing::HasSubstr;
 
 #define SKIP_WITHOUT_VNNI()                                                        \
@@ -175,33 +178,25 @@ TEST(Int8MatmulCpu, RefusesWhatItCannotRun) {
   SKIP_WITHOUT_VNNI();
   const auto x = random_int8({4, 8});
   const auto packed = pack_int8_weight_cpu(random_int8({8, 40}));
-  const auto message = [](auto&& call) {
-    try {
-      call();
-    } catch (const c10::Error& e) {
-      return std::string(e.what_without_backtrace());
-    }
-    return std::string("no error");
-  };
-  EXPECT_THAT(message([&] { int8_matmul_packed_cpu(x.to(torch::kInt), packed, 40); }),
+  EXPECT_THAT(error_of<c10::Error>([&] { int8_matmul_packed_cpu(x.to(torch::kInt), packed, 40); }),
               HasSubstr("x must be a Char CPU tensor"));
-  EXPECT_THAT(message([&] { int8_matmul_packed_cpu(x, packed.to(torch::kChar), 40); }),
+  EXPECT_THAT(error_of<c10::Error>([&] { int8_matmul_packed_cpu(x, packed.to(torch::kChar), 40); }),
               HasSubstr("packed must be a Byte CPU tensor"));
-  EXPECT_THAT(message([&] { int8_matmul_packed_cpu(x, packed, 70); }),
+  EXPECT_THAT(error_of<c10::Error>([&] { int8_matmul_packed_cpu(x, packed, 70); }),
               HasSubstr("packed must be pack_int8_weight_cpu's"));
-  EXPECT_THAT(message([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 int8_matmul_packed_cpu(random_int8({4, 12}), packed, 40);
               }),
               HasSubstr("packed must be pack_int8_weight_cpu's"));
-  EXPECT_THAT(message([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 int8_matmul_packed_cpu(random_int8({2, 4, 8}), packed, 40);
               }),
               HasSubstr("x must be [M, K]"));
-  EXPECT_THAT(message([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 pack_int8_weight_cpu(random_int8({6, 40}));
               }),
               HasSubstr("in_features must be a multiple of 4 and at most 65536, got 6"));
-  EXPECT_THAT(message([&] {
+  EXPECT_THAT(error_of<c10::Error>([&] {
                 pack_int8_weight_cpu(torch::randn({8, 40}));
               }),
               HasSubstr("weight_t must be a Char CPU tensor"));
