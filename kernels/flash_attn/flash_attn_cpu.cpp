@@ -10,7 +10,10 @@
 //     whatever the padding holds (NaN, inf) cannot leak in through a zero probability. With few
 //     (batch, head) pairs for the threads, all are packed first and the tasks are the tiles;
 //     with many, a task is a pair, packed into the thread's scratch, where it stays in cache for
-//     all of the pair's tiles.
+//     all of the pair's tiles, and prefetches the next pair's q, k and v rows a slice per tile.
+//   - Where the head dim is contiguous, the packing is vector code for AVX-512: float32 k as
+//     16 x 16 blocks transposed in registers, bfloat16 k gathered as 32-bit pairs, bfloat16 v as
+//     two rows interleaved by one permute; element by element otherwise, and for AVX2.
 //   - Per block of up to kKeyBlock keys, a register-blocked product gives the tile's scores
 //     (kRows queries x 2W keys held in 2·kRows vector registers, a broadcast of q and two vector
 //     loads of k per dimension); the bias and the masks are applied, the online softmax updates
@@ -60,6 +63,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 // The vector helpers (common/cpu_vector.h and below) are always inlined into the AVX-512 and AVX2
@@ -303,11 +307,106 @@ inline int64_t packed_k_width(int64_t e) {
   return kDot ? (e + 1) / 2 * 2 : e;
 }
 
+#ifdef ATTNZOO_FLASH_CPU_KERNELS
+// Whether rows `stride` elements apart fit a gather's 32-bit indices t·stride, t < 16.
+inline bool gatherable(int64_t stride) {
+  return stride >= 0 && stride * 15 <= std::numeric_limits<int32_t>::max();
+}
+
+// out[c·16 + t] = rows[t·stride + c] for the columns c < e, rows t < valid; zeros for t ≥ valid.
+// Blocks of 16 columns of the 16 rows transposed in registers: pairs of rows interleaved, then
+// pairs of pairs, then 128-bit lanes in two steps, 64 shuffles for 256 values.
+ATTNZOO_TARGET_AVX512 void transpose_rows_avx512(const float* rows, int64_t stride, int64_t valid,
+                                                 int64_t e, float* out) {
+  for (int64_t c = 0; c < e; c += 16) {
+    const int64_t n = std::min<int64_t>(e - c, 16);
+    const auto mask = static_cast<__mmask16>((1u << n) - 1);
+    __m512 r[16], t[16];
+    ATTNZOO_UNROLL for (int i = 0; i < 16; ++i) {
+      r[i] = i < valid ? _mm512_maskz_loadu_ps(mask, rows + i * stride + c) : _mm512_setzero_ps();
+    }
+    // t[2i], t[2i + 1]: rows 2i and 2i + 1 interleaved (columns 0, 1 and 2, 3 of each lane).
+    ATTNZOO_UNROLL for (int i = 0; i < 16; i += 2) {
+      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    // r[4i + j]: column 4k + j of rows 4i .. 4i + 3 in lane k.
+    ATTNZOO_UNROLL for (int i = 0; i < 16; i += 4) {
+      r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+      r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+      r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    // t[j], t[4 + j]: lanes 0, 2 and 1, 3 of r[j], r[4 + j]; t[8 + j], t[12 + j] of r[8 + j],
+    // r[12 + j].
+    ATTNZOO_UNROLL for (int j = 0; j < 4; ++j) {
+      t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+      t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
+      t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+      t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
+    }
+    // Column 4k + j: lane k of r[j], r[4 + j], r[8 + j], r[12 + j].
+    ATTNZOO_UNROLL for (int j = 0; j < 4; ++j) {
+      r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+      r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
+      r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
+      r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd);
+    }
+    for (int64_t i = 0; i < n; ++i) _mm512_storeu_ps(out + (c + i) * 16, r[i]);
+  }
+}
+
+// The bfloat16 pairs of an even E: out[(c·16 + t)·2 + {0, 1}] = rows[t·stride + 2c + {0, 1}]
+// for c < e / 2, rows t < valid; zeros for t ≥ valid. A gather of 32-bit pairs per column pair.
+ATTNZOO_TARGET_AVX512 void gather_column_pairs_avx512(const uint16_t* rows, int64_t stride,
+                                                      int64_t valid, int64_t e, uint16_t* out) {
+  const __m512i index =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(stride)));
+  const auto mask = static_cast<__mmask16>((1u << valid) - 1);
+  for (int64_t c = 0; c < e / 2; ++c) {
+    _mm512_storeu_si512(out + c * 32, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask,
+                                                                  index, rows + 2 * c, 2));
+  }
+}
+
+// Rows a and b (b null: zeros) of E bfloat16 interleaved along E into out [E_pad][2]
+// (out[2c] = a[c], out[2c + 1] = b[c]), zeros from E to E_pad (a multiple of 16).
+ATTNZOO_TARGET_AVX512 void interleave_rows_avx512(const uint16_t* a, const uint16_t* b, int64_t e,
+                                                  int64_t e_pad, uint16_t* out) {
+  // Word i of the low half: a[i / 2] for even i, b[i / 2] for odd (b's words are 32 and up).
+  alignas(64) static constexpr uint16_t kLow[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                    37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                                    11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  const __m512i low = _mm512_load_si512(kLow);
+  const __m512i high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
+  for (int64_t c = 0; c < e_pad; c += 32) {
+    const int64_t n = std::clamp<int64_t>(e - c, 0, 32);
+    const auto mask = static_cast<__mmask32>(n == 32 ? ~0u : (1u << n) - 1);
+    const __m512i va = _mm512_maskz_loadu_epi16(mask, a + c);
+    const __m512i vb =
+        b == nullptr ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi16(mask, b + c);
+    _mm512_storeu_si512(out + 2 * c, _mm512_permutex2var_epi16(va, low, vb));
+    if (c + 16 < e_pad)
+      _mm512_storeu_si512(out + 2 * c + 32, _mm512_permutex2var_epi16(va, high, vb));
+  }
+}
+#endif
+
 // Rows [first, first + W) of (b, h) of a [B, N, H, E] tensor (by strides) in the score product's
 // layout [E][W]: the W values of each dimension contiguous; rows from `valid` on as zeros.
 template <int W, typename T>
 inline void pack_score_rows(const T* base, const int64_t* st, int64_t b, int64_t h, int64_t first,
                             int64_t valid, int64_t e, float* out) {
+#ifdef ATTNZOO_FLASH_CPU_KERNELS
+  if constexpr (W == 16 && std::is_same_v<T, float>) {
+    if (valid > 0 && st[3] == 1) {
+      const float* rows = base + b * st[0] + first * st[1] + h * st[2];
+      transpose_rows_avx512(rows, st[1], valid, e, out);
+      return;
+    }
+  }
+#endif
   for (int64_t t = 0; t < valid; ++t) {
     const T* row = base + b * st[0] + (first + t) * st[1] + h * st[2];
     for (int64_t c = 0; c < e; ++c) out[c * W + t] = widen(row[c * st[3]]);
@@ -322,6 +421,13 @@ inline void pack_score_rows(const T* base, const int64_t* st, int64_t b, int64_t
 template <typename T>
 inline void pack_score_row_pairs(const T* base, const int64_t* st, int64_t b, int64_t h,
                                  int64_t first, int64_t valid, int64_t e, uint16_t* out) {
+#ifdef ATTNZOO_FLASH_CPU_KERNELS
+  if (valid > 0 && e % 2 == 0 && st[3] == 1 && gatherable(st[1])) {
+    const T* rows = base + b * st[0] + first * st[1] + h * st[2];
+    gather_column_pairs_avx512(reinterpret_cast<const uint16_t*>(rows), st[1], valid, e, out);
+    return;
+  }
+#endif
   std::fill(out, out + (e + 1) / 2 * 32, uint16_t{0});
   for (int64_t t = 0; t < valid; ++t) {
     const T* row = base + b * st[0] + (first + t) * st[1] + h * st[2];
@@ -361,6 +467,22 @@ inline void pack_group_pairs(const Problem<T>& P, int64_t b, int64_t h, int64_t 
   const int64_t valid = std::clamp<int64_t>(keys - first, 0, 16);
   const auto& vs = P.v_strides;
   pack_score_row_pairs(P.k, P.k_strides, b, h, first, valid, e, kg);
+#ifdef ATTNZOO_FLASH_CPU_KERNELS
+  if (vs[3] == 1) {
+    for (int64_t t = 0; t < 16; t += 2) {
+      uint16_t* out = vg + (t / 2) * ev * 2;
+      if (t >= valid) {
+        std::fill(out, out + 2 * ev, uint16_t{0});
+        continue;
+      }
+      const auto row = [&](int64_t i) {
+        return reinterpret_cast<const uint16_t*>(P.v + b * vs[0] + (first + i) * vs[1] + h * vs[2]);
+      };
+      interleave_rows_avx512(row(t), t + 1 < valid ? row(t + 1) : nullptr, e, ev, out);
+    }
+    return;
+  }
+#endif
   std::fill(vg, vg + 16 * ev, uint16_t{0});
   for (int64_t t = 0; t < valid; ++t) {
     const T* vrow = P.v + b * vs[0] + (first + t) * vs[1] + h * vs[2];
@@ -389,6 +511,18 @@ inline void load_queries(const Problem<T>& P, const T* base, const int64_t* st, 
       for (int64_t c = 0; c < e; ++c) q[r * e + c] = widen(row[c * st[3]]) * P.scale;
     }
   }
+}
+
+// W probabilities (finite) rounded to nearest even bfloat16, stored as W / 2 pairs at out.
+template <int W>
+inline __attribute__((always_inline)) void store_bfloat16_pairs(typename Lanes<W>::F p,
+                                                                uint32_t* out) {
+  using U = typename Lanes<W>::I;
+  using Half = uint16_t __attribute__((vector_size(W * sizeof(uint16_t))));
+  const U u = (U)p;
+  const U rounded = (U)(((u + 0x7fff + ((u >> 16) & 1)) >> 16) & 0xffff);
+  const Half half = __builtin_convertvector(rounded, Half);
+  std::memcpy(out, &half, sizeof half);
 }
 
 template <int W, int kR, bool kDot, typename T, typename Packed>
@@ -508,17 +642,12 @@ inline __attribute__((always_inline)) void attend_tile(const Problem<T>& P, int6
     }
     if constexpr (kDot) {
 #ifdef ATTNZOO_FLASH_CPU_KERNELS
-      // The probabilities as bfloat16 pairs, W at a time (padded is a multiple of 2W), rounded
-      // to nearest even (they are finite).
-      using U = typename Lanes<W>::I;
-      using Half = uint16_t __attribute__((vector_size(W * sizeof(uint16_t))));
+      // The probabilities as bfloat16 pairs, W at a time (padded is a multiple of 2W).
       uint32_t* p_pairs = scratch.p_pairs.data();
       for (int r = 0; r < kR; ++r) {
         for (int64_t j = 0; j < padded; j += W) {
-          const U u = (U)load<W>(s + r * kKeyBlock + j);
-          const U rounded = (U)(((u + 0x7fff + ((u >> 16) & 1)) >> 16) & 0xffff);
-          const Half half = __builtin_convertvector(rounded, Half);
-          std::memcpy(p_pairs + r * (kKeyBlock / 2) + j / 2, &half, sizeof half);
+          store_bfloat16_pairs<W>(load<W>(s + r * kKeyBlock + j),
+                                  p_pairs + r * (kKeyBlock / 2) + j / 2);
         }
       }
       values_rows_bf16<kR>(p_pairs, kKeyBlock / 2, vp + j0 * ev, ev, (keys + 1) / 2, o);
@@ -602,6 +731,24 @@ inline void pack_positions(const Problem<T>& P, int64_t b, int64_t h, int64_t g,
   }
 }
 
+// Slice t of `slices` of (batch, head) pair bh's q, k and v rows into the cache (the rows a task
+// reads next, while it works on the pair before).
+template <typename T>
+inline void prefetch_slice(const Problem<T>& P, int64_t bh, int64_t t, int64_t slices) {
+  const int64_t b = bh / P.heads, h = bh % P.heads;
+  const int64_t bytes = P.e * static_cast<int64_t>(sizeof(T));
+  const auto rows = [&](const T* base, const int64_t* st, int64_t n) {
+    const int64_t first = t * n / slices, last = (t + 1) * n / slices;
+    for (int64_t i = first; i < last; ++i) {
+      const char* row = reinterpret_cast<const char*>(base + b * st[0] + i * st[1] + h * st[2]);
+      for (int64_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(row + offset);
+    }
+  };
+  rows(P.q, P.q_strides, P.q_len);
+  rows(P.k, P.k_strides, P.k_len);
+  rows(P.v, P.v_strides, P.k_len);
+}
+
 // packed_k, packed_v, packed_pos: every (batch, head)'s, for kTiles (packed_pos null without the
 // relative term); null for kHeads.
 template <int W, bool kDot, typename T, typename Packed>
@@ -635,8 +782,10 @@ inline __attribute__((always_inline)) void attend_tasks(const Problem<T>& P, Spl
     if (relative) {
       for (int64_t g = 0; g < P.pos_pad / W; ++g) pack_positions<W, kDot>(P, b, h, g, pp.data());
     }
-    for (int64_t t = 0; t < tiles; ++t)
+    for (int64_t t = 0; t < tiles; ++t) {
+      if (bh + 1 < end) prefetch_slice(P, bh + 1, t, tiles);
       attend_rows<W, kDot>(P, b, h, t * kRows, kp.data(), vp.data(), pp.data(), scratch);
+    }
   }
 }
 

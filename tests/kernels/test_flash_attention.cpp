@@ -443,44 +443,77 @@ std::vector<Case> cpu_kernel_cases() {
 
 // The kernel's max error against float64 is at most twice that of LibTorch's attention in the
 // same dtype (the op's reference path) plus two units in the last place of the largest output;
-// lse within float32 rounding of the float64 one. Each path of the kernel, float32 and bfloat16.
+// lse within float32 rounding of the float64 one. `what` names the case in failures.
+void expect_as_accurate_as_libtorch(const Inputs& in, const Case& c, const std::string& path,
+                                    const std::string& what) {
+  const auto dtype = in.q.scalar_type();
+  const auto [expected, expected_lse] =
+      float64_attention(in, c, 1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  torch::Tensor theirs;
+  {
+    CpuIsa reference("reference");
+    theirs = std::get<0>(
+        flash_attention(in.q, in.k, in.v, in.lengths, in.bias, c.causal, c.bottom_right));
+  }
+  CpuIsa isa(path.c_str());
+  const auto [out, lse] =
+      flash_attention(in.q, in.k, in.v, in.lengths, in.bias, c.causal, c.bottom_right);
+  ASSERT_EQ(out.sizes(), expected.sizes()) << what;
+  ASSERT_EQ(out.scalar_type(), dtype) << what;
+  EXPECT_TRUE(torch::isfinite(out).all().item<bool>()) << what;
+  const double ours = (out.to(torch::kFloat64) - expected).abs().max().item<double>();
+  const double libtorch = (theirs.to(torch::kFloat64) - expected).abs().max().item<double>();
+  const double ulp = 2 * attnzoo::testing::epsilon(dtype) * expected.abs().max().item<double>();
+  EXPECT_LE(ours, 2 * libtorch + ulp) << what << ": LibTorch's error " << libtorch;
+  const auto finite = torch::isfinite(expected_lse);
+  EXPECT_TRUE(torch::equal(torch::isfinite(lse), finite)) << what;
+  if (finite.any().item<bool>()) {
+    EXPECT_LE(
+        (lse.to(torch::kFloat64) - expected_lse).masked_select(finite).abs().max().item<double>(),
+        dtype == torch::kFloat32 ? 1e-5 : 0.05)
+        << what;
+  }
+}
+
+// Each path of the kernel, float32 and bfloat16, over the sizes around its tiles.
 TEST(FlashAttention, CpuKernelIsAsAccurateAsLibTorch) {
   const auto paths = cpu_kernel_paths();
   if (paths.empty()) GTEST_SKIP() << "the CPU has no AVX2 + FMA: the CPU kernel is untested";
   for (const auto& path : paths) {
     for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
       for (const auto& c : cpu_kernel_cases()) {
-        const auto in = make_inputs(c, torch::dtype(dtype), 5);
-        const auto [expected, expected_lse] =
-            float64_attention(in, c, 1.0 / std::sqrt(static_cast<double>(c.head_dim)));
-        torch::Tensor theirs;
-        {
-          CpuIsa reference("reference");
-          theirs = std::get<0>(
-              flash_attention(in.q, in.k, in.v, in.lengths, in.bias, c.causal, c.bottom_right));
-        }
-        CpuIsa isa(path.c_str());
-        const auto [out, lse] =
-            flash_attention(in.q, in.k, in.v, in.lengths, in.bias, c.causal, c.bottom_right);
-        const std::string what = path + " " + c10::toString(dtype) + " " + describe(c);
-        ASSERT_EQ(out.sizes(), expected.sizes()) << what;
-        ASSERT_EQ(out.scalar_type(), dtype) << what;
-        EXPECT_TRUE(torch::isfinite(out).all().item<bool>()) << what;
-        const double ours = (out.to(torch::kFloat64) - expected).abs().max().item<double>();
-        const double libtorch = (theirs.to(torch::kFloat64) - expected).abs().max().item<double>();
-        const double ulp =
-            2 * attnzoo::testing::epsilon(dtype) * expected.abs().max().item<double>();
-        EXPECT_LE(ours, 2 * libtorch + ulp) << what << ": LibTorch's error " << libtorch;
-        const auto finite = torch::isfinite(expected_lse);
-        EXPECT_TRUE(torch::equal(torch::isfinite(lse), finite)) << what;
-        if (finite.any().item<bool>()) {
-          EXPECT_LE((lse.to(torch::kFloat64) - expected_lse)
-                        .masked_select(finite)
-                        .abs()
-                        .max()
-                        .item<double>(),
-                    dtype == torch::kFloat32 ? 1e-5 : 0.05)
-              << what;
+        expect_as_accurate_as_libtorch(make_inputs(c, torch::dtype(dtype), 5), c, path,
+                                       path + " " + c10::toString(dtype) + " " + describe(c));
+      }
+    }
+  }
+}
+
+// The kernel packs k and v from rows whose head dim is contiguous with vector loads and
+// shuffles, and element by element otherwise: q, k and v whose head dim is the outermost
+// dimension of their storage, and odd head dims (no whole bfloat16 pairs), are as accurate.
+TEST(FlashAttention, CpuKernelReadsAnyLayoutOfTheHeadDim) {
+  const auto paths = cpu_kernel_paths();
+  if (paths.empty()) GTEST_SKIP() << "the CPU has no AVX2 + FMA: the CPU kernel is untested";
+  for (const auto& path : paths) {
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      for (const auto& c : {Case{2, 197, 197, 3, 64}, Case{2, 40, 70, 5, 36, /*lengths=*/true},
+                            Case{1, 33, 33, 2, 7}, Case{3, 50, 50, 4, 33}}) {
+        Inputs in = make_inputs(c, torch::dtype(dtype), 9);
+        // The same values, stored [E, B, L, H] or [E, B, S, H].
+        const auto head_dim_outermost = [](const torch::Tensor& t) {
+          return t.permute({3, 0, 1, 2}).contiguous().permute({1, 2, 3, 0});
+        };
+        in.q = head_dim_outermost(in.q);
+        in.k = head_dim_outermost(in.k);
+        in.v = head_dim_outermost(in.v);
+        ASSERT_NE(in.k.stride(3), 1);
+        expect_as_accurate_as_libtorch(
+            in, c, path,
+            path + " " + c10::toString(dtype) + " " + describe(c) + " head dim outermost");
+        if (c.head_dim % 2 == 1) {
+          expect_as_accurate_as_libtorch(make_inputs(c, torch::dtype(dtype), 10), c, path,
+                                         path + " " + c10::toString(dtype) + " " + describe(c));
         }
       }
     }
@@ -525,18 +558,19 @@ TEST(FlashAttention, CpuKernelTakesTheBfloat16ProductsWhereTheCpuHasThem) {
             4 * attnzoo::testing::epsilon(torch::kBFloat16) * largest);
 }
 
-// Keys past a length hold NaN and infinities in the padding of a batch: no row sees them.
+// Keys past a length hold NaN and infinities in the padding of a batch: no row sees them. The
+// length is odd, so that one bfloat16 pair of keys holds a visible key and a padded one.
 TEST(FlashAttention, CpuKernelIgnoresPaddingPastTheLength) {
   for (const auto& path : cpu_kernel_paths()) {
     for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
       const Case c{2, 50, 300, 2, 64, /*lengths=*/true};
       auto in = make_inputs(c, torch::dtype(dtype), 7);
-      in.lengths = torch::tensor({300, 270}, torch::kLong);
+      in.lengths = torch::tensor({300, 271}, torch::kLong);
       CpuIsa isa(path.c_str());
       const auto clean = std::get<0>(flash_attention(in.q, in.k, in.v, in.lengths));
       auto k = in.k.clone(), v = in.v.clone();
-      k[1].slice(0, 270).fill_(std::numeric_limits<float>::quiet_NaN());
-      v[1].slice(0, 270).fill_(std::numeric_limits<float>::infinity());
+      k[1].slice(0, 271).fill_(std::numeric_limits<float>::quiet_NaN());
+      v[1].slice(0, 271).fill_(std::numeric_limits<float>::infinity());
       const auto poisoned = std::get<0>(flash_attention(in.q, k, v, in.lengths));
       EXPECT_TRUE(torch::equal(clean, poisoned)) << path << " " << c10::toString(dtype);
     }
