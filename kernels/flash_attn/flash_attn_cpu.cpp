@@ -79,31 +79,37 @@ using namespace cpu;  // NOLINT(google-build-using-namespace): the vector helper
 constexpr int kRows = 6;            // queries per tile: the rows of both register blocks
 constexpr int64_t kKeyBlock = 256;  // keys per online-softmax step (a multiple of 2W)
 
-// s[r, j] = Σ_c q[r, c]·k[j, c] for the keys of `groups` packed groups (an even count), kR rows.
-// q: kR x e (row stride e), kp: [groups][e][W], s: kR x ld.
+// s[r, g·W : g·W + kG·W] = Σ_c q[r, c]·k[j, c] for the keys of packed groups g .. g + kG − 1,
+// kR rows. q: kR x e (row stride e), kp: [groups][e][W], s: kR x ld.
+template <int W, int kR, int kG>
+inline __attribute__((always_inline)) void scores_groups(const float* q, int64_t e, const float* kp,
+                                                         int64_t g, float* s, int64_t ld) {
+  using F = typename Lanes<W>::F;
+  const float* k0 = kp + g * e * W;
+  F acc[kR][kG];
+  ATTNZOO_UNROLL for (int r = 0; r < kR; ++r) {
+    ATTNZOO_UNROLL for (int t = 0; t < kG; ++t) acc[r][t] = F{};
+  }
+  for (int64_t c = 0; c < e; ++c) {
+    F kv[kG];
+    ATTNZOO_UNROLL for (int t = 0; t < kG; ++t) kv[t] = load<W>(k0 + (t * e + c) * W);
+    ATTNZOO_UNROLL for (int r = 0; r < kR; ++r) {
+      const F qv = splat<W>(q[r * e + c]);
+      ATTNZOO_UNROLL for (int t = 0; t < kG; ++t) acc[r][t] += qv * kv[t];
+    }
+  }
+  ATTNZOO_UNROLL for (int r = 0; r < kR; ++r) {
+    ATTNZOO_UNROLL for (int t = 0; t < kG; ++t) store<W>(s + r * ld + (g + t) * W, acc[r][t]);
+  }
+}
+
+// The scores of the keys of `groups` packed groups, two groups at a time, kR rows.
 template <int W, int kR>
 inline __attribute__((always_inline)) void scores_tile(const float* q, int64_t e, const float* kp,
                                                        int64_t groups, float* s, int64_t ld) {
-  using F = typename Lanes<W>::F;
-  for (int64_t g = 0; g < groups; g += 2) {
-    const float* k0 = kp + g * e * W;
-    const float* k1 = k0 + e * W;
-    F acc[kR][2];
-    ATTNZOO_UNROLL for (int r = 0; r < kR; ++r) acc[r][0] = acc[r][1] = F{};
-    for (int64_t c = 0; c < e; ++c) {
-      const F a = load<W>(k0 + c * W);
-      const F b = load<W>(k1 + c * W);
-      ATTNZOO_UNROLL for (int r = 0; r < kR; ++r) {
-        const F qv = splat<W>(q[r * e + c]);
-        acc[r][0] += qv * a;
-        acc[r][1] += qv * b;
-      }
-    }
-    ATTNZOO_UNROLL for (int r = 0; r < kR; ++r) {
-      store<W>(s + r * ld + g * W, acc[r][0]);
-      store<W>(s + r * ld + g * W + W, acc[r][1]);
-    }
-  }
+  int64_t g = 0;
+  for (; g + 2 <= groups; g += 2) scores_groups<W, kR, 2>(q, e, kp, g, s, ld);
+  if (g < groups) scores_groups<W, kR, 1>(q, e, kp, g, s, ld);
 }
 
 // o[r, c0 : c0 + kV·W] += Σ_j p[r, j]·v[j, c0 : c0 + kV·W] for j < keys, kR rows.
@@ -163,32 +169,44 @@ inline __attribute__((always_inline)) void values_rows(const float* p, int64_t l
 #define ATTNZOO_AVX512_BF16 \
   __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
 
-// s[r, j] = scale · Σ_c q[r, c]·k[j, c] for the keys of `groups` packed groups (an even count),
-// kR rows. q: kR x e2 bfloat16 pairs (q[r, 2c], q[r, 2c + 1]) in 32 bits each, kp: [groups][e2]
-// [16 keys][2], s: kR x ld.
+// s[r, g·16 : g·16 + kG·16] = scale · Σ_c q[r, c]·k[j, c] for the keys of packed groups
+// g .. g + kG − 1, kR rows. q: kR x e2 bfloat16 pairs (q[r, 2c], q[r, 2c + 1]) in 32 bits each,
+// kp: [groups][e2][16 keys][2], s: kR x ld.
+template <int kR, int kG>
+ATTNZOO_AVX512_BF16 inline void scores_groups_bf16(const uint32_t* q, int64_t e2,
+                                                   const uint16_t* kp, int64_t g, float scale,
+                                                   float* s, int64_t ld) {
+  const uint16_t* k0 = kp + g * e2 * 32;
+  __m512 acc[kR][kG];
+  ATTNZOO_UNROLL for (int r = 0; r < kR; ++r) {
+    ATTNZOO_UNROLL for (int t = 0; t < kG; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
+  for (int64_t c = 0; c < e2; ++c) {
+    __m512bh kv[kG];
+    ATTNZOO_UNROLL for (int t = 0; t < kG; ++t) {
+      kv[t] = (__m512bh)_mm512_loadu_si512(k0 + (t * e2 + c) * 32);
+    }
+    ATTNZOO_UNROLL for (int r = 0; r < kR; ++r) {
+      const auto qv = (__m512bh)_mm512_set1_epi32(static_cast<int>(q[r * e2 + c]));
+      ATTNZOO_UNROLL for (int t = 0; t < kG; ++t) acc[r][t] =
+          _mm512_dpbf16_ps(acc[r][t], qv, kv[t]);
+    }
+  }
+  const __m512 factor = _mm512_set1_ps(scale);
+  ATTNZOO_UNROLL for (int r = 0; r < kR; ++r) {
+    ATTNZOO_UNROLL for (int t = 0; t < kG; ++t) {
+      _mm512_storeu_ps(s + r * ld + (g + t) * 16, _mm512_mul_ps(acc[r][t], factor));
+    }
+  }
+}
+
+// The scores of the keys of `groups` packed groups, two groups at a time, kR rows.
 template <int kR>
 ATTNZOO_AVX512_BF16 void scores_tile_bf16(const uint32_t* q, int64_t e2, const uint16_t* kp,
                                           int64_t groups, float scale, float* s, int64_t ld) {
-  for (int64_t g = 0; g < groups; g += 2) {
-    const uint16_t* k0 = kp + g * e2 * 32;
-    const uint16_t* k1 = k0 + e2 * 32;
-    __m512 acc[kR][2];
-    ATTNZOO_UNROLL for (int r = 0; r < kR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    for (int64_t c = 0; c < e2; ++c) {
-      const auto a = (__m512bh)_mm512_loadu_si512(k0 + c * 32);
-      const auto b = (__m512bh)_mm512_loadu_si512(k1 + c * 32);
-      ATTNZOO_UNROLL for (int r = 0; r < kR; ++r) {
-        const auto qv = (__m512bh)_mm512_set1_epi32(static_cast<int>(q[r * e2 + c]));
-        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], qv, a);
-        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], qv, b);
-      }
-    }
-    const __m512 factor = _mm512_set1_ps(scale);
-    ATTNZOO_UNROLL for (int r = 0; r < kR; ++r) {
-      _mm512_storeu_ps(s + r * ld + g * 16, _mm512_mul_ps(acc[r][0], factor));
-      _mm512_storeu_ps(s + r * ld + g * 16 + 16, _mm512_mul_ps(acc[r][1], factor));
-    }
-  }
+  int64_t g = 0;
+  for (; g + 2 <= groups; g += 2) scores_groups_bf16<kR, 2>(q, e2, kp, g, scale, s, ld);
+  if (g < groups) scores_groups_bf16<kR, 1>(q, e2, kp, g, scale, s, ld);
 }
 
 // o[r, c0 : c0 + kV·16] += Σ_j p[r, j]·v[j, c0 : c0 + kV·16] over the key pairs jp < pairs, kR
@@ -557,7 +575,7 @@ inline __attribute__((always_inline)) void attend_tile(const Problem<T>& P, int6
       P.bias == nullptr ? nullptr : P.bias + b * P.bias_strides[0] + h * P.bias_strides[1];
   for (int64_t j0 = 0; j0 < last; j0 += kKeyBlock) {
     const int64_t keys = std::min(kKeyBlock, last - j0);
-    const int64_t padded = (keys + 2 * W - 1) / (2 * W) * (2 * W);
+    const int64_t padded = (keys + W - 1) / W * W;  // whole groups
     if constexpr (kDot) {
 #ifdef ATTNZOO_FLASH_CPU_KERNELS
       scores_tile_bf16<kR>(q_pairs, e2, kp + j0 * 2 * e2, padded / W, P.scale, s, kKeyBlock);
@@ -642,7 +660,7 @@ inline __attribute__((always_inline)) void attend_tile(const Problem<T>& P, int6
     }
     if constexpr (kDot) {
 #ifdef ATTNZOO_FLASH_CPU_KERNELS
-      // The probabilities as bfloat16 pairs, W at a time (padded is a multiple of 2W).
+      // The probabilities as bfloat16 pairs, W at a time (padded is a multiple of W).
       uint32_t* p_pairs = scratch.p_pairs.data();
       for (int r = 0; r < kR; ++r) {
         for (int64_t j = 0; j < padded; j += W) {
