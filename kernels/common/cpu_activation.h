@@ -15,6 +15,7 @@
 #include <c10/util/Exception.h>
 
 #include <string>
+#include <type_traits>
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -34,6 +35,25 @@ inline Act parse_activation(const std::string& name, const char* op) {
   if (name == "relu") return Act::kRelu;
   TORCH_CHECK_VALUE(false, op, ": activation must be none, gelu, gelu_tanh, silu or relu, got '",
                     name, "'");
+}
+
+// f(std::integral_constant<Act, A>{}) for A = act: an epilogue's activation, chosen at run time,
+// as the template argument its code is compiled for.
+template <typename F>
+inline decltype(auto) with_activation(Act act, F&& f) {
+  switch (act) {
+    case Act::kGelu:
+      return f(std::integral_constant<Act, Act::kGelu>{});
+    case Act::kGeluTanh:
+      return f(std::integral_constant<Act, Act::kGeluTanh>{});
+    case Act::kSilu:
+      return f(std::integral_constant<Act, Act::kSilu>{});
+    case Act::kRelu:
+      return f(std::integral_constant<Act, Act::kRelu>{});
+    case Act::kNone:
+      break;
+  }
+  return f(std::integral_constant<Act, Act::kNone>{});
 }
 
 // σ-like factor s/(1 + e) with e = e^(−|z|) and s = 1 for z ≥ 0, e for z < 0: σ(z) without an

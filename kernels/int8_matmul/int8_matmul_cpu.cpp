@@ -291,23 +291,7 @@ at::Tensor int8_linear_packed_cpu_kernel(const at::Tensor& x, const at::Tensor& 
       with_out(reinterpret_cast<uint16_t*>(y.mutable_data_ptr<at::BFloat16>()), act_constant);
     }
   };
-  switch (act) {
-    case cpu::Act::kNone:
-      with_act(std::integral_constant<cpu::Act, cpu::Act::kNone>{});
-      break;
-    case cpu::Act::kGelu:
-      with_act(std::integral_constant<cpu::Act, cpu::Act::kGelu>{});
-      break;
-    case cpu::Act::kGeluTanh:
-      with_act(std::integral_constant<cpu::Act, cpu::Act::kGeluTanh>{});
-      break;
-    case cpu::Act::kSilu:
-      with_act(std::integral_constant<cpu::Act, cpu::Act::kSilu>{});
-      break;
-    case cpu::Act::kRelu:
-      with_act(std::integral_constant<cpu::Act, cpu::Act::kRelu>{});
-      break;
-  }
+  cpu::with_activation(act, with_act);
 #endif
   return y;
 }

@@ -239,18 +239,7 @@ void scale_back(const ScaleBackArgs& args, Act act, Out* y, int8_t* q, float* sc
     run_rows(job, m, n);
   };
   auto with_acc = [&](auto acc_ptr) {
-    switch (act) {
-      case Act::kNone:
-        return with_act(acc_ptr, std::integral_constant<Act, Act::kNone>{});
-      case Act::kGelu:
-        return with_act(acc_ptr, std::integral_constant<Act, Act::kGelu>{});
-      case Act::kGeluTanh:
-        return with_act(acc_ptr, std::integral_constant<Act, Act::kGeluTanh>{});
-      case Act::kSilu:
-        return with_act(acc_ptr, std::integral_constant<Act, Act::kSilu>{});
-      case Act::kRelu:
-        return with_act(acc_ptr, std::integral_constant<Act, Act::kRelu>{});
-    }
+    with_activation(act, [&](auto act_constant) { with_act(acc_ptr, act_constant); });
   };
   if (args.acc.scalar_type() == at::kInt) {
     with_acc(args.acc.const_data_ptr<int32_t>());

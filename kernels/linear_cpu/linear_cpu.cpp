@@ -119,18 +119,7 @@ void run(const Problem& p, Act act) {
   const int64_t grain =
       std::max<int64_t>(1, (int64_t{1} << 20) / (kTileRows * kPanel * std::max<int64_t>(p.k, 1)));
   kernels::parallel_for(0, units, grain, [&](int64_t begin, int64_t end) {
-    switch (act) {
-      case Act::kNone:
-        return run_units<Act::kNone>(p, begin, end);
-      case Act::kGelu:
-        return run_units<Act::kGelu>(p, begin, end);
-      case Act::kGeluTanh:
-        return run_units<Act::kGeluTanh>(p, begin, end);
-      case Act::kSilu:
-        return run_units<Act::kSilu>(p, begin, end);
-      case Act::kRelu:
-        return run_units<Act::kRelu>(p, begin, end);
-    }
+    with_activation(act, [&](auto a) { run_units<decltype(a)::value>(p, begin, end); });
   });
 }
 #endif
