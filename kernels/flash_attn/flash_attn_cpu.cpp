@@ -36,10 +36,9 @@
 // again), and the probabilities are rounded to bfloat16 for the value product, as LibTorch's own
 // bfloat16 attention does; the softmax, its sums and the output stay float32.
 //
-// Speed against LibTorch's sdpa (its CPU flash kernel over MKL's products), docs/benchmarks.md:
-// in float32 0.8 to 1.15 of its time by machine and shape (ahead on a Zen 5 with AVX512-BF16,
-// behind on an Ice Lake without it); in bfloat16 with AVX512-BF16 about half its time. The
-// `flash` backend's `auto` takes it for inference in both dtypes on processors with AVX512-BF16.
+// Speed against LibTorch's sdpa (its CPU flash kernel over MKL's products): docs/benchmarks.md.
+// The `flash` backend's `auto` takes it for inference in both dtypes on processors with
+// AVX512-BF16.
 #include <attnzoo/kernels/common/cpu_vector.h>
 #include <attnzoo/kernels/cpu_parallel.h>
 #include <attnzoo/kernels/flash_attn/flash_attn_op.h>
