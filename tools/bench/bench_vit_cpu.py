@@ -22,7 +22,10 @@ Each row also gives the achieved GFLOP/s (the model's FLOPs, counted by torch's 
 timm's model, over the median time) as a share of the same-dtype GEMM rate measured in the same
 run: torch.mm of 2048 x 2048 matrices in float32 and bfloat16 on the same threads.
 
-A last table reads the goals (attnzoo at most 0.95 of the faster of ORT and OpenVINO f32 in
+A table after the rows gives each goal's ratio twice: of the medians over all calls, and as the
+median of the per-round ratios (each round's peers run within seconds of each other, so a slow
+minute of this kind of shared host weighs on both sides of a round's ratio). A last table reads
+the goals (attnzoo at most 0.95 of the faster of ORT and OpenVINO f32 in
 float32, 0.9 of OpenVINO's bf16, 0.9 of ORT's int8) against the processor: the model's FLOPs over
 the time a goal allows, as a share of the register-only peak of the same arithmetic on the same
 threads (build/bin/bench_cpu_peak: float32 FMA, bfloat16 and int8 dot products), beside the
@@ -157,6 +160,47 @@ def goal_shares(case: dict, peak: dict) -> dict:
     return shares
 
 
+def goal_ratios(times: dict, rounds: int) -> dict:
+    """Per goal: attnzoo's time over the faster peer's as the ratio of the medians over all calls,
+    and as the median of the per-round ratios (each round's own medians: the peers of a round run
+    within seconds of each other, so a slow minute of the host weighs on both sides)."""
+    ratios = {}
+    for kind, (peers, ours, _) in GOALS.items():
+        present = [p for p in peers if p in times]
+        if ours not in times or not present:
+            continue
+        def median_of(name, r=None):
+            calls = times[name]
+            if r is not None:
+                size = len(calls) // rounds
+                calls = calls[r * size:(r + 1) * size]
+            return statistics.median(calls)
+
+        per_round = [median_of(ours, r) / min(median_of(p, r) for p in present)
+                     for r in range(rounds)]
+        ratios[kind] = {"of_medians": median_of(ours) / min(median_of(p) for p in present),
+                        "per_round": per_round, "median_of_rounds": statistics.median(per_round)}
+    return ratios
+
+
+def print_goal_ratios(cases: list) -> None:
+    kinds = [k for k in GOALS if any(k in c["goal_ratios"] for c in cases)]
+    if not kinds:
+        return
+    print("\n# goals: attnzoo / the faster peer, the ratio of the medians and the median of the "
+          "per-round ratios (lines: " +
+          ", ".join(f"{k} {GOALS[k][2]}" for k in kinds) + ")")
+    print(f"{'model':24} {'batch':>5} " + " ".join(f"{k + ' medians':>13} {'rounds':>7}"
+                                                   for k in kinds))
+    for c in cases:
+        cells = []
+        for k in kinds:
+            got = c["goal_ratios"].get(k)
+            cells.append(f"{got['of_medians']:13.3f} {got['median_of_rounds']:7.3f}" if got
+                         else f"{'-':>13} {'-':>7}")
+        print(f"{c['model']:24} {c['batch']:>5} " + " ".join(cells), flush=True)
+
+
 def model_flops(model, size) -> float:
     """FLOPs of one image through timm's model (matmuls, convolutions, attention)."""
     counter = FlopCounterMode(display=False)
@@ -263,6 +307,7 @@ def main() -> None:
                 if "attnzoo" in med and others:
                     case["attnzoo_vs_best_f32"] = med["attnzoo"] / min(others)
                 case["peak_share"] = goal_shares(case, peak)
+                case["goal_ratios"] = goal_ratios(times, args.rounds)
                 results["cases"].append(case)
                 ratio = f"{case['attnzoo_vs_best_f32']:.3f}" if "attnzoo_vs_best_f32" in case \
                     else "-"
@@ -270,6 +315,7 @@ def main() -> None:
                       f"  {ratio}  " + " ".join(f"{p} {share[p]:.0%}" for p in share),
                       flush=True)
         print_goal_shares(results["cases"])
+        print_goal_ratios(results["cases"])
         if args.bf16:
             results["bf16"] = bf16_report(args, Path(tmp))
         if args.int8:
