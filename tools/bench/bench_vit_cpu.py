@@ -183,24 +183,6 @@ def goal_ratios(times: dict, rounds: int) -> dict:
     return ratios
 
 
-def print_goal_ratios(cases: list) -> None:
-    kinds = [k for k in GOALS if any(k in c["goal_ratios"] for c in cases)]
-    if not kinds:
-        return
-    print("\n# goals: attnzoo / the faster peer, the ratio of the medians and the median of the "
-          "per-round ratios (lines: " +
-          ", ".join(f"{k} {GOALS[k][2]}" for k in kinds) + ")")
-    print(f"{'model':24} {'batch':>5} " + " ".join(f"{k + ' medians':>13} {'rounds':>7}"
-                                                   for k in kinds))
-    for c in cases:
-        cells = []
-        for k in kinds:
-            got = c["goal_ratios"].get(k)
-            cells.append(f"{got['of_medians']:13.3f} {got['median_of_rounds']:7.3f}" if got
-                         else f"{'-':>13} {'-':>7}")
-        print(f"{c['model']:24} {c['batch']:>5} " + " ".join(cells), flush=True)
-
-
 def model_flops(model, size) -> float:
     """FLOPs of one image through timm's model (matmuls, convolutions, attention)."""
     counter = FlopCounterMode(display=False)
@@ -324,21 +306,40 @@ def main() -> None:
         Path(args.json).write_text(json.dumps(results, indent=1))
 
 
-def print_goal_shares(cases: list) -> None:
-    kinds = [k for k in GOALS if any(k in c["peak_share"] for c in cases)]
+def print_goal_table(cases: list, key: str, title: str, columns: list) -> None:
+    """A table of case[key][goal] per case and goal: `columns` lists (field, header, width,
+    format) of each goal's cells; goals that no case has are left out."""
+    kinds = [k for k in GOALS if any(k in c[key] for c in cases)]
     if not kinds:
         return
-    print("\n# each goal as a share of the processor's peak of its arithmetic: what the goal asks, "
-          "what attnzoo and the peer reached")
-    print(f"{'model':24} {'batch':>5} " + " ".join(f"{k + ' goal':>10} {'attnzoo':>8} {'peer':>6}"
-                                                   for k in kinds))
+    print("\n# " + title)
+    print(f"{'model':24} {'batch':>5} " + " ".join(
+        " ".join(f"{header.format(kind=k):>{width}}" for _, header, width, _ in columns)
+        for k in kinds))
     for c in cases:
         cells = []
         for k in kinds:
-            got = c["peak_share"].get(k)
-            cells.append(f"{got['goal']:10.0%} {got['attnzoo']:8.0%} {got['peer']:6.0%}" if got
-                         else f"{'-':>10} {'-':>8} {'-':>6}")
+            got = c[key].get(k)
+            cells.append(" ".join(f"{got[field]:{width}{form}}" if got else f"{'-':>{width}}"
+                                  for field, _, width, form in columns))
         print(f"{c['model']:24} {c['batch']:>5} " + " ".join(cells), flush=True)
+
+
+def print_goal_shares(cases: list) -> None:
+    print_goal_table(cases, "peak_share",
+                     "each goal as a share of the processor's peak of its arithmetic: what the "
+                     "goal asks, what attnzoo and the peer reached",
+                     [("goal", "{kind} goal", 10, ".0%"), ("attnzoo", "attnzoo", 8, ".0%"),
+                      ("peer", "peer", 6, ".0%")])
+
+
+def print_goal_ratios(cases: list) -> None:
+    lines = ", ".join(f"{k} {line}" for k, (_, _, line) in GOALS.items())
+    print_goal_table(cases, "goal_ratios",
+                     "goals: attnzoo / the faster peer, the ratio of the medians and the median "
+                     f"of the per-round ratios (lines: {lines})",
+                     [("of_medians", "{kind} medians", 13, ".3f"),
+                      ("median_of_rounds", "rounds", 7, ".3f")])
 
 
 def bf16_report(args, tmp: Path) -> list:
