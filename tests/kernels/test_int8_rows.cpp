@@ -1,6 +1,7 @@
 // The int8 row passes (quantize_rows_int8, dequantize_rows_int8, requantize_rows_int8) on each of
 // their instruction-set paths: quantizing against the formula computed by LibTorch's float32 ops
-// (bit for bit), the scale-back against float64 for every activation (GELU through float64 erf),
+// (bit for bit), the scale-back against float64 for every activation (GELU through float64 erf,
+// and over a dense grid of its range against its stated bound),
 // bfloat16 in and out, the requantized rows against quantizing the float result, rows of NaN,
 // infinity and zeros, sizes that leave vector tails, and the input checks.
 #include <attnzoo/kernels/ops.h>
@@ -161,6 +162,24 @@ TEST(Int8Rows, ScaleBackMatchesFloat64ForEachActivation) {
         EXPECT_TRUE((unbiased_error <= bound).all().item<bool>()) << where << " (no bias)";
       }
     }
+  }
+}
+
+// The erf GELU of the epilogues (common/cpu_activation.h) over its whole range, the clamp and
+// both tails included: float32 sums scaled by ones are exact, so y is the activation of x alone,
+// within the 2.2e-7·|x| the header states (2.4e-7·|x| on the baseline path, which has no fused
+// multiply-add), on every instruction-set path.
+TEST(Int8Rows, GeluWithinItsStatedBoundEverywhere) {
+  const auto x = torch::linspace(-12.0, 12.0, 1 << 20).reshape({1024, 1024});
+  const auto expected = activate64(x.to(torch::kDouble), "gelu");
+  for (const char* isa_value : kIsas) {
+    RowsIsa isa(isa_value);
+    const auto y = dequantize_rows_int8(x, torch::ones({1024}), torch::ones({1024}), std::nullopt,
+                                        "gelu", torch::kFloat);
+    const auto relative =
+        (y.to(torch::kDouble) - expected).abs() / x.to(torch::kDouble).abs().clamp_min(1e-30);
+    const double bound = int8_rows_cpu_vector_width() == 4 ? 2.4e-7 : 2.2e-7;
+    EXPECT_LE(relative.max().item<double>(), bound) << isa_name(isa_value);
   }
 }
 
