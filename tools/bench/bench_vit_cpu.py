@@ -89,16 +89,18 @@ PEER_DTYPE = {"attnzoo_bf16": "bf16", "openvino": "bf16", "attnzoo_int8": "int8"
               "attnzoo_int8_bf16": "int8", "ort_int8": "int8"}
 
 
-def openvino_request(onnx_path: Path, shape, threads: int, precision=None):
+def openvino_request(onnx_path: Path, shape, threads: int, precision=None, profile=False):
     """An infer request of OpenVINO's CPU plugin on the export, reshaped to `shape` (static); one
     stream of `threads` threads; `precision`: INFERENCE_PRECISION_HINT (None: the plugin's
-    default)."""
+    default); `profile`: each node's time kept (PERF_COUNT, read by get_profiling_info)."""
     core = ov.Core()
     model = core.read_model(str(onnx_path))
     model.reshape({model.input(0).get_any_name(): ov.PartialShape(list(shape))})
     config = {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"}
     if precision:
         config["INFERENCE_PRECISION_HINT"] = precision
+    if profile:
+        config["PERF_COUNT"] = True
     return core.compile_model(model, "CPU", config).create_infer_request()
 
 
