@@ -16,6 +16,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <cstddef>
 #include <string>
 #include <type_traits>
 
@@ -69,6 +70,15 @@ inline __attribute__((always_inline)) typename Lanes<W>::F sigmoid(typename Lane
   return select<W>((I)(z < F{}), e, splat<W>(1.0f)) / (1.0f + e);
 }
 
+// c[0] + c[1]·s + ... + c[N − 1]·s^(N − 1) by Horner's rule, a multiply-add a step.
+template <int W, std::size_t N>
+inline __attribute__((always_inline)) typename Lanes<W>::F horner(typename Lanes<W>::F s,
+                                                                  const float (&c)[N]) {
+  typename Lanes<W>::F p = splat<W>(c[N - 1]);
+  ATTNZOO_UNROLL for (std::size_t i = N - 1; i > 0; --i) p = p * s + c[i - 1];
+  return p;
+}
+
 template <Act A, int W>
 inline __attribute__((always_inline)) typename Lanes<W>::F activate(typename Lanes<W>::F x) {
   using F = typename Lanes<W>::F;
@@ -87,18 +97,13 @@ inline __attribute__((always_inline)) typename Lanes<W>::F activate(typename Lan
     F c = select<W>((I)(x > kLimit), splat<W>(kLimit), x);
     c = select<W>((I)(c < -kLimit), splat<W>(-kLimit), c);
     const F s = c * c;
-    F p = splat<W>(2.2835145e-08f);
-    p = p * s + 6.2211675e-06f;
-    p = p * s + 0.00016007472f;
-    p = p * s + 0.0046202284f;
-    p = p * s + 0.03306235f;
-    p = p * s + 0.39894226f;
-    F q = splat<W>(1.1908935e-06f);
-    q = q * s + 7.052036e-05f;
-    q = q * s + 0.0018337116f;
-    q = q * s + 0.028171966f;
-    q = q * s + 0.24954146f;
-    q = q * s + 1.0f;
+    // tools/scripts/fit_gelu_erf.py's coefficients, lowest degree first.
+    static constexpr float kP[] = {0.39894226f,    0.03306235f,    0.0046202284f,
+                                   0.00016007472f, 6.2211675e-06f, 2.2835145e-08f};
+    static constexpr float kQ[] = {1.0f,          0.24954146f,   0.028171966f,
+                                   0.0018337116f, 7.052036e-05f, 1.1908935e-06f};
+    const F p = horner<W>(s, kP);
+    const F q = horner<W>(s, kQ);
     const F r = c * p / q;
     const F half = x * 0.5f;
     return x * r + half;
