@@ -110,8 +110,8 @@ std::tuple<torch::Tensor, torch::Tensor> quantize_rows_int8(const torch::Tensor&
 
 // The product's scale-back: y[m, n] = act(acc[m, n]·row_scales[m]·col_scales[n] + bias[n]) in
 // float32 arithmetic, written as `dtype` (float32, or bfloat16 rounded to nearest even). act:
-// "none", "gelu" (erf; |error| <= 2.2e-7·|x| with float32 rounding, 2.4e-7·|x| on processors
-// without FMA), "gelu_tanh", "silu", "relu".
+// "none", "gelu" (erf; |error| <= 2.4e-7·|x|, float32 rounding included), "gelu_tanh", "silu",
+// "relu".
 // acc: int32 or float32 [M, N], row_scales [M], col_scales [N], bias [N] float32 -> y [M, N]
 torch::Tensor dequantize_rows_int8(const torch::Tensor& acc, const torch::Tensor& row_scales,
                                    const torch::Tensor& col_scales,

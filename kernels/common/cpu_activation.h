@@ -3,8 +3,9 @@
 //   GELU (erf):  x·Φ(x) = x·r(x) + x/2 with r(x) = ½·erf(x/√2) as c·P(c²)/Q(c²), c = x clamped to
 //                ±4√2 (where ½·erf is within 8·10⁻⁹ of ½), P and Q of degree 5: a rational minimax
 //                fit (tools/scripts/fit_gelu_erf.py), 17 operations and no exponential;
-//                |y − gelu(x)| ≤ 2.2·10⁻⁷·|x| with float32's rounding included (2.4·10⁻⁷ on the
-//                SSE path, without fused multiply-adds).
+//                |y − gelu(x)| ≤ 2.4·10⁻⁷·|x| with float32's rounding included (2.2·10⁻⁷ where
+//                the compiler fuses the multiply-adds). For x < 0 the output is a difference
+//                of terms of x's size: its error is small against |x|, not against |y|.
 //   GELU (tanh): x·σ(2u), u = √(2/π)·(x + 0.044715·x³), as 1/(1 + e^(−2u)) or e^(2u)/(1 + e^(2u))
 //                by the sign of u, so that the exponential never overflows.
 //   SiLU:        x·σ(x), the same way.

@@ -4,14 +4,15 @@
     gelu(x) = x·Φ(x) = x·r(x) + x/2,   r(x) = ½·erf(x/√2) ≈ c·P(c²)/Q(c²),  c = clamp(x, ±L)
 
 with P of degree 5, Q of degree 5 (Q(0) = 1) and L = 4√2, where ½·erf differs from ½ by 8e-9.
-The rational function has no exponential and no branch: 17 vector operations a lane group against
-about 36 for erfc's A&S 7.1.26 form it replaced.
+The rational function has no exponential and no branch: 17 vector operations a lane group, where
+erfc's form of Abramowitz and Stegun 7.1.26 (a division, an exponential, a select) takes about 36.
 
-The fit: Lawson's iteration of weighted least squares on the linearised error
-c·P − r·Q, which converges to the minimax error of r over [0, L] (r is odd, so x ≥ 0 suffices).
-Then the coefficients rounded to float32 and the formula evaluated as the kernels evaluate it
-(each step rounded to float32, Horner's steps as fused multiply-adds) on a dense grid, against
-float64: the bound it prints is the one the kernel's comment and the tests state.
+The fit: Lawson's iteration of weighted least squares on the linearised error c·P − r·Q, which
+approaches the minimax error of r over [0, L] (r is odd, so x ≥ 0 suffices); the best iterate is
+kept. Then the coefficients rounded to float32 and the formula evaluated as the kernels evaluate
+it, each step rounded to float32, with fused multiply-adds and without them (the SSE path), on a
+dense grid against float64: the bounds it prints are the ones the kernel's comment and the tests
+state.
 
     tools/scripts/fit_gelu_erf.py [--iterations 600]
 
