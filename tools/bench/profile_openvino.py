@@ -236,9 +236,9 @@ def print_case(case: dict) -> None:
     if "linears_at_peak_ms" in goal:
         needed = goal["linears_share_needed"]
         line += (f"; the linears at {goal['attnzoo_linears_share']:.0%} of the peak "
-                 f"(OpenVINO's {goal['openvino_linears_share']:.0%}); by the linears alone the "
-                 "goal needs them at " + (f"{needed:.0%}" if needed else "less than no time") +
-                 " of it")
+                 f"(OpenVINO's {goal['openvino_linears_share']:.0%}); " +
+                 (f"by the linears alone the goal needs them at {needed:.0%} of it" if needed
+                  else "the rest alone takes longer than the goal allows"))
     print(line)
 
 
